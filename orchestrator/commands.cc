@@ -1,0 +1,79 @@
+#include "orchestrator/commands.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "common/log.h"
+
+namespace rlrun::orchestrator {
+
+int cmd_version(const Args& args);
+
+namespace {
+
+constexpr Command kCommands[] = {
+    {"version", "print the version and the compute backends this binary was built with",
+     "usage: rlrun version\n\n"
+     "Prints rlrun's version, whether the CUDA backend was built, the CUDA runtime and NCCL\n"
+     "versions it links, and how many GPUs it can see.\n",
+     cmd_version},
+};
+
+void print_overview() {
+  std::printf(
+      "rlrun - asynchronous reinforcement-learning post-training for language models\n\n"
+      "usage: rlrun CONFIG [--set key=value ...]   run the training job CONFIG describes\n"
+      "       rlrun COMMAND [args]                 run one command\n"
+      "       rlrun COMMAND --help                 explain one command\n\ncommands:\n");
+  for (const Command& c : kCommands) {
+    std::printf("  %-10s %.*s\n", std::string(c.name).c_str(), static_cast<int>(c.summary.size()),
+                c.summary.data());
+  }
+}
+
+bool is_help(const std::string& a) { return a == "--help" || a == "-h" || a == "help"; }
+
+}  // namespace
+
+std::span<const Command> commands() { return kCommands; }
+
+const Command* find_command(std::string_view name) {
+  for (const Command& c : kCommands) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+int rlrun_main(int argc, char** argv) {
+  Args args(argv + 1, argv + argc);
+  if (args.empty() || is_help(args[0])) {
+    print_overview();
+    return args.empty() ? kExitUsage : kExitOk;
+  }
+  if (args[0] == "--version") args[0] = "version";
+  const Command* command = find_command(args[0]);
+  if (command == nullptr) {
+    // `rlrun CONFIG ...` runs the default command when the first argument names a file.
+    const Command* fallback = find_command("run");
+    if (fallback != nullptr && std::filesystem::exists(args[0])) {
+      command = fallback;
+    } else {
+      std::fprintf(stderr, "rlrun: `%s` is neither a command nor a config file; see `rlrun --help`\n",
+                   args[0].c_str());
+      return kExitUsage;
+    }
+  } else {
+    args.erase(args.begin());
+  }
+  for (const std::string& a : args) {
+    if (is_help(a) && a != "help") {
+      std::printf("%.*s", static_cast<int>(command->usage.size()), command->usage.data());
+      return kExitOk;
+    }
+  }
+  log::set_process_name(std::string(command->name));
+  return command->run(args);
+}
+
+}  // namespace rlrun::orchestrator

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# install-deps.sh - install the Debian packages rlrun needs to build and run (idempotent).
+#   scripts/install-deps.sh            build and runtime packages
+#   scripts/install-deps.sh --test     also what the test suite needs (Python references, curl)
+# Runs `apt-get update` at most once, and only when something is missing.
+set -euo pipefail
+
+pkgs=(build-essential cmake pkg-config ninja-build
+      libzmq3-dev cppzmq-dev libyaml-cpp-dev prometheus-cpp-dev
+      libopenblas-dev libgloo-dev libpcre2-dev libutf8proc-dev nlohmann-json3-dev
+      libgtest-dev libgmock-dev)
+if [ "${1:-}" = "--test" ]; then
+  pkgs+=(curl python3-venv python3-pip python3-torch)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# setup.sh - install what rlrun needs (Debian packages), configure and build it (Release, all cores).
+#   scripts/setup.sh           for running rlrun
+#   scripts/setup.sh --test    also installs what the test suite needs (Python references, curl)
+# Idempotent: a second run installs nothing and rebuilds only what changed. Build dir: ./build
+# (override with RLRUN_BUILD_DIR). Extra CMake flags: RLRUN_CMAKE_FLAGS="-DRLRUN_CUDA=OFF".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${RLRUN_BUILD_DIR:-build}
+
+bash scripts/install-deps.sh "$@"
+if [ "${1:-}" = "--test" ]; then bash scripts/setup-python-ref.sh; fi
+
+# shellcheck disable=SC2086
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release ${RLRUN_CMAKE_FLAGS:-} >/dev/null
+cmake --build "$BUILD" -j "$(nproc)"
+echo "setup: built $BUILD/rlrun"
