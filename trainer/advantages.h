@@ -5,13 +5,14 @@
 // With r the group's rewards, n = group_size, mean = sum(r) / n:
 //   grpo, gspo  A_i = (r_i - mean) / (std + eps), std the SAMPLE standard deviation
 //               sqrt(sum (r_j - mean)^2 / (n - 1)), eps = 1e-6. This is the convention of the
-//               common GRPO implementations (TRL GRPOTrainer and verl both use torch.std, which is
-//               Bessel-corrected; DeepSeekMath [Shao et al. 2024, eq. 3] writes only "std").
-//               GSPO [Zheng et al. 2025, eq. 6] uses the same group-normalised advantage.
+//               common GRPO implementations: TRL's GRPOTrainer and verl both use torch.std, which
+//               is Bessel-corrected (eps: verl 1e-6, TRL 1e-4); DeepSeekMath [Shao et al. 2024,
+//               sec. 4.1.2] writes only "std". GSPO [Zheng et al. 2025] uses the same advantage.
 //   dr_grpo     A_i = r_i - mean, no std division [Liu et al. 2025, "Understanding R1-Zero-Like
-//               Training", sec. 3.2]: the std term biases towards too easy / too hard prompts.
+//               Training"]: the std term up-weights prompts that are too easy or too hard.
 //   rloo        A_i = r_i - (sum_{j != i} r_j) / (n - 1) = n / (n - 1) * (r_i - mean)
-//               [Ahmadian et al. 2024, "Back to Basics", eq. 8 / Kool et al. 2019].
+//               [Kool et al. 2019, "Buy 4 REINFORCE samples"; Ahmadian et al. 2024, "Back to
+//               Basics: Revisiting REINFORCE Style Optimization ... in LLMs"].
 // A group of one sample has advantage 0 under grpo, gspo and dr_grpo; rloo needs n >= 2.
 #pragma once
 

@@ -9,10 +9,10 @@
 //                                                 the ones the trainer recomputed before its first
 //                                                 update; clamped to [-20, 20], no gradient past.
 //   "unit"        a token, or for gspo the whole sequence with lr_s = mean_t lr_t (the log of the
-//                 geometric mean of token ratios [GSPO, Zheng et al. 2025, eq. 7]); r = exp(lr).
+//                 geometric mean of token ratios [GSPO, Zheng et al. 2025]); r = exp(lr).
 //   PPO term      pg = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high))   [PPO, DAPO clip-higher]
 //   dual clip     if A < 0 and clip_ratio_c > 0: pg = min(pg, -A * clip_ratio_c) = min(pg, c|A|)
-//                 [Ye et al. 2020, "Mastering Complex Control in MOBA Games", eq. 5]
+//                 [dual-clip PPO, Ye et al. 2020, "Mastering Complex Control in MOBA Games"]
 //   TIS weight    w (no gradient) from the trainer/rollout mismatch m = exp(old - rollout) (gspo:
 //                 exp(mean_t(old_t - rollout_t))): truncate: w = min(m, tis_cap)  [Yao et al. 2025,
 //                 "Your efficient RL framework secretly brings you off-policy RL training"];
