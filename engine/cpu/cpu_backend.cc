@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "engine/cpu/cpu_math.h"
 
 namespace rlrun::engine::cpu {
 
@@ -25,6 +26,15 @@ void expect_dtype(const char* op, const char* role, const Tensor& t, DType dtype
 void expect(const char* op, const char* role, const Tensor& t, Shape shape, DType dtype) {
   expect_dtype(op, role, t, dtype);
   RLRUN_CHECK(t.shape() == shape, std::string(op) + ": " + role + " is " + t.str() + ", expected " + shape.str());
+}
+
+bool cpu_has_avx2_fma() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+#else
+  return false;
+#endif
 }
 
 CpuBackend::CpuBackend(int num_threads) { set_num_threads(num_threads); }
