@@ -29,7 +29,7 @@ namespace rlrun::engine::cpu {
 
 namespace {
 
-constexpr int64_t kQueryBlock = 32;  // query rows per forward task
+constexpr int64_t kQueryBlock = 128;  // query rows per forward task
 constexpr int kRows = 4;             // query rows per micro-kernel call
 constexpr int64_t kLanes = 8;        // key columns per register vector (AVX2 width; tiles pad to it)
 
@@ -250,7 +250,7 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const T
   float* o = out.f32();
   float* ls = lse.defined() ? lse.f32() : nullptr;
   const int64_t num_tasks = static_cast<int64_t>(tasks.size());
-  const bool avx2 = cpu_has_avx2_fma();
+  const bool avx2 = avx2_;
 #pragma omp parallel num_threads(num_threads_)
   {
     Buffers buf(std::max<int64_t>(max_seqlen, 1), a.d, false);
@@ -354,7 +354,7 @@ void CpuBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Te
   std::stable_sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) { return x.cost > y.cost; });
   const BackwardArgs args{q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), dout.f32(), dq.f32(), dk.f32(), dv.f32()};
   const int64_t num_tasks = static_cast<int64_t>(tasks.size());
-  const bool avx2 = cpu_has_avx2_fma();
+  const bool avx2 = avx2_;
 #pragma omp parallel num_threads(num_threads_)
   {
     Buffers buf(std::max<int64_t>(max_seqlen, 1), a.d, true);

@@ -37,7 +37,9 @@ bool cpu_has_avx2_fma() {
 #endif
 }
 
-CpuBackend::CpuBackend(int num_threads) { set_num_threads(num_threads); }
+CpuBackend::CpuBackend(int num_threads) : avx2_(cpu_has_avx2_fma()) { set_num_threads(num_threads); }
+
+void CpuBackend::set_baseline_kernels(bool baseline) { avx2_ = !baseline && cpu_has_avx2_fma(); }
 
 void CpuBackend::set_num_threads(int n) {
   num_threads_ = n > 0 ? n : omp_get_num_procs();

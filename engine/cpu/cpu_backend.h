@@ -21,6 +21,10 @@ class CpuBackend final : public Backend {
   // to call this decides it. n <= 0 means all hardware threads.
   void set_num_threads(int n);
   int num_threads() const { return num_threads_; }
+  // Hot loops use AVX2 + FMA variants when the CPU has them (cpu_math.h). Tests call this with
+  // true to run the baseline x86-64 variants too.
+  void set_baseline_kernels(bool baseline);
+  bool avx2_kernels() const { return avx2_; }
 
   std::string name() const override { return "cpu"; }
   bool is_host() const override { return true; }
@@ -79,6 +83,7 @@ class CpuBackend final : public Backend {
 
  private:
   int num_threads_ = 1;
+  bool avx2_ = false;
   std::atomic<size_t> bytes_in_use_{0};
   std::atomic<size_t> peak_bytes_{0};
 };

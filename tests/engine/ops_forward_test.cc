@@ -142,6 +142,20 @@ TEST_P(OpsForward, AttentionLongSequenceMatchesNaive) {
   EXPECT_CLOSE(download(out), ref_attention(q, k, v, cu, hq, hkv, d), 1e-5 * tol_scale_);
 }
 
+// Head size of real models (64), lengths that are not multiples of the kernels' 4 rows or 8 lanes.
+TEST_P(OpsForward, AttentionRealHeadSizeOddLengths) {
+  const std::vector<int32_t> cu = {0, 37, 45, 46, 113};
+  const int64_t n = 113, hq = 4, hkv = 2, d = 64;
+  const Vec q = random_vec(n * hq * d, 28), k = random_vec(n * hkv * d, 29), v = random_vec(n * hkv * d, 30);
+  Tensor out = zeros(Shape{n, hq, d}), lse = zeros_f32(Shape{n, hq});
+  be().attention_forward(out, lse, upload(Shape{n, hq, d}, q), upload(Shape{n, hkv, d}, k),
+                         upload(Shape{n, hkv, d}, v), upload_i32(Shape{5}, cu), 67);
+  Vec want_lse;
+  const Vec want = ref_attention(q, k, v, cu, hq, hkv, d, &want_lse);
+  EXPECT_CLOSE(download(out), want, 1e-5 * tol_scale_);
+  EXPECT_CLOSE(download(lse), want_lse, 1e-5 * tol_scale_);
+}
+
 TEST_P(OpsForward, SwiGlu) {
   const Vec g = random_vec(30, 22, -6, 6), u = random_vec(30, 23);
   Tensor out = zeros(Shape{5, 6});
@@ -205,7 +219,7 @@ TEST_P(OpsForward, ConvertF32Bf16RoundTripMatchesHostRounding) {
     EXPECT_EQ(got[i], bf16_to_f32(f32_to_bf16(static_cast<float>(x[i])))) << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, OpsForward, ::testing::ValuesIn(available_backends()));
+INSTANTIATE_TEST_SUITE_P(Backends, OpsForward, ::testing::ValuesIn(backends_under_test()), backend_param_name);
 
 }  // namespace
 }  // namespace rlrun::engine::testing
