@@ -98,10 +98,13 @@ TEST_P(ModelTrain, CheckpointingKeepsOnlyLayerInputs) {
   hb.add_sequence(t, testing::shifted_targets(t));
   ASSERT_TRUE(model->forward(hb.batch()).ok());
   const int64_t full = model->saved_activation_bytes();
+  const ModelConfig& c = model->config();
+  EXPECT_EQ(full, estimate_saved_activation_bytes(c, 40, DType::kF32, false));
   model->set_gradient_checkpointing(true);
   ASSERT_TRUE(model->forward(hb.batch()).ok());
   const int64_t ckpt = model->saved_activation_bytes();
-  EXPECT_LT(ckpt * 3, full) << full << " vs " << ckpt;
+  EXPECT_EQ(ckpt, estimate_saved_activation_bytes(c, 40, DType::kF32, true));
+  EXPECT_LT(ckpt * 2, full) << full << " vs " << ckpt;
   ASSERT_TRUE(model->forward(hb.batch(), /*for_backward=*/false).ok());
   EXPECT_EQ(model->saved_activation_bytes(), 0);
 }
