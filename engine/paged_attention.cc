@@ -7,6 +7,7 @@
 
 #include "common/check.h"
 #include "engine/backend.h"
+#include "engine/cpu/cpu_backend.h"
 
 namespace rlrun::engine {
 
@@ -38,8 +39,11 @@ void paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k
   float* od = out.f32();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int64_t group = hq / hkv;
+  // The CPU backend's thread count, so this region and its own never oversubscribe the cores.
+  const auto* cpu = dynamic_cast<const cpu::CpuBackend*>(q.backend());
+  const int threads = cpu != nullptr ? cpu->num_threads() : omp_get_max_threads();
 
-#pragma omp parallel
+#pragma omp parallel num_threads(threads)
   {
     std::vector<float> scores(static_cast<size_t>(max_ctx));
 #pragma omp for schedule(dynamic, 4)
