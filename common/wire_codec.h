@@ -62,7 +62,7 @@ class WireWriter {
     RLRUN_CHECK(list.size() <= kMaxListElements, std::string("encoding list field ") + name + " over kMaxListElements");
     put_raw(static_cast<uint32_t>(list.size()));
     if constexpr (Scalar<T>) {
-      body_.append(reinterpret_cast<const char*>(list.data()), list.size() * sizeof(T));
+      if (!list.empty()) body_.append(reinterpret_cast<const char*>(list.data()), list.size() * sizeof(T));
     } else {
       for (const T& x : list) field(name, x);
     }
@@ -153,7 +153,7 @@ void WireReader::field(const char* name, std::vector<T>& list) {
   list.clear();
   if constexpr (Scalar<T>) {
     list.resize(count);
-    std::memcpy(list.data(), body_.data() + pos_, count * sizeof(T));
+    if (count > 0) std::memcpy(list.data(), body_.data() + pos_, count * sizeof(T));
     pos_ += count * sizeof(T);
   } else {
     const std::string outer = scope_;  // no reserve(): grow only as elements actually decode
