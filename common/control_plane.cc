@@ -119,8 +119,20 @@ Status zmq_status(const zmq::error_t& e, const std::string& what) {
 
 }  // namespace
 
+// libzmq's "zero-copy receive" (on by default) makes each received frame a view into a shared
+// 8 KiB read buffer at an arbitrary offset: arrays would mostly be misaligned (so copied) and a
+// kept array would pin the whole buffer. Off, each frame gets its own malloc'd (aligned) block,
+// which WireArray keeps without copying. ZMQ_ZERO_COPY_RECV (10) is a draft context option:
+// where libzmq lacks it, decoding still works, copying misaligned arrays.
+constexpr int kZmqZeroCopyRecv = 10;
+
 zmq::context_t& control_context() {
-  static zmq::context_t* context = new zmq::context_t(1);  // intentionally never destroyed
+  static zmq::context_t* context = [] {
+    auto* c = new zmq::context_t(1);  // intentionally never destroyed
+    if (zmq_ctx_set(c->handle(), kZmqZeroCopyRecv, 0) != 0)
+      log::debug("libzmq has no ZMQ_ZERO_COPY_RECV: received arrays are copied when misaligned");
+    return c;
+  }();
   return *context;
 }
 

@@ -59,10 +59,15 @@ struct SocketOptions {
   std::chrono::milliseconds heartbeat_timeout{5000};   // are disconnected after this silence
   SecurityOptions security;
   zmq::context_t* context = nullptr;          // nullptr: the process-wide control_context()
+                                              // (another context: see control_context() on alignment)
 };
 
-// One zmq context for the process (1 I/O thread). Never destroyed: destroying a context blocks
-// until every socket is closed, which must not hang process exit.
+// One zmq context for the process (1 I/O thread), with libzmq's shared-buffer receive turned off
+// so that received array frames are separately allocated and aligned (decoded WireArrays then
+// view them without a copy and pin nothing else). Never destroyed: destroying a context blocks
+// until every socket is closed, which must not hang process exit. Consequence: messages still
+// queued when the process exits are lost (sockets close with linger 0); a process that must
+// deliver a last message waits for its acknowledgement before exiting.
 zmq::context_t& control_context();
 
 // Malformed messages seen by one socket, for the rate-limited warning.

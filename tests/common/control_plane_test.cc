@@ -205,6 +205,28 @@ TEST(ControlPlane, SendingToAnUnknownPeerIsAnError) {
   EXPECT_THAT(s.message(), HasSubstr("ghost"));
 }
 
+TEST(ControlPlane, ArraysReceivedOverTcpAreNotCopied) {
+  if (zmq_ctx_get(control_context().handle(), /*ZMQ_ZERO_COPY_RECV*/ 10) != 0)
+    GTEST_SKIP() << "this libzmq cannot turn off its shared receive buffer; arrays are copied when misaligned";
+  auto server = bind_loopback();
+  auto client = connect_to(server->endpoint(), "rollout-0");
+  for (size_t n : {9, 50, 1000, 5000}) {
+    for (size_t error_len : {0, 1, 3}) {  // shifts the arrays' offsets within the TCP stream
+      GenerateResult result;
+      result.token_ids = std::vector<int32_t>(n, 11);
+      result.logprobs = std::vector<float>(n, -0.25f);
+      result.error = std::string(error_len, 'e');
+      ASSERT_TRUE(client->send(result).ok());
+      auto in = server->poll(2000ms);
+      ASSERT_TRUE(in.ok()) << in.status().to_string();
+      const GenerateResult& got = *in->message.get<GenerateResult>();
+      EXPECT_TRUE(got.token_ids == result.token_ids && got.logprobs == result.logprobs);
+      EXPECT_TRUE(got.token_ids.shares_frame()) << n << " tokens, error of " << error_len;
+      EXPECT_TRUE(got.logprobs.shares_frame()) << n << " tokens, error of " << error_len;
+    }
+  }
+}
+
 // A raw DEALER that can send arbitrary frames.
 zmq::socket_t raw_dealer(const std::string& endpoint, const std::string& identity) {
   zmq::socket_t socket(control_context(), zmq::socket_type::dealer);
