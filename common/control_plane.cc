@@ -188,6 +188,7 @@ Result<Incoming> ControlServer::poll(milliseconds timeout) {
         ErrorReply reply{StatusCode::kProtocol, header.ok() ? uint16_t(header->kind) : uint16_t(0), message.status().message()};
         (void)send(in.peer, reply, header.ok() ? header->correlation_id : 0);  // best effort
       }
+      if (Clock::now() >= deadline) break;  // a flood of garbage must not hold the caller past its timeout
     }
   } catch (const zmq::error_t& e) {
     return zmq_status(e, str("receiving on the control plane ", endpoint_));
@@ -272,6 +273,7 @@ Result<Message> ControlClient::receive_from_socket(Clock::time_point deadline) {
       Result<Message> message = got == Received::kMessage ? decode(std::move(frames)) : Result<Message>(protocol_error(why));
       if (message.ok()) return message;
       tally_malformed(tally_, milliseconds(5000), str("server ", options_.endpoint), message.status());
+      if (Clock::now() >= deadline) break;
     }
   } catch (const zmq::error_t& e) {
     return zmq_status(e, str("receiving from the control plane ", options_.endpoint));

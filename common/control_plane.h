@@ -9,7 +9,9 @@
 // before we see them; a ZMTP peer announcing a frame over max_frame_bytes is disconnected by
 // libzmq (ZMQ_MAXMSGSIZE) before the frame is allocated; a message with too many frames or bytes
 // is drained and dropped; a malformed one is counted, logged at a rate-limited warning, and
-// answered with an ErrorReply. None of it disturbs other peers.
+// answered with an ErrorReply. None of it disturbs other peers, and a flood of garbage never
+// holds poll() past its timeout. (libzmq reads a peer that skips the ZMTP/3 greeting as legacy
+// ZMTP/1.0, so raw noise may surface as a few malformed messages: counted and dropped like any.)
 // Known gap: libzmq buffers a multipart message whole before delivering it, so until CURVE
 // authentication restricts who may connect, a hostile peer can still make libzmq buffer up to
 // recv_hwm messages of (frames x max_frame_bytes) each.

@@ -290,6 +290,29 @@ TEST(ControlPlane, MalformedMessagesFromOnePeerDoNotDisturbOthers) {
   }
 }
 
+TEST(ControlPlane, AFloodOfGarbageDoesNotHoldPollPastItsTimeout) {
+  ControlServer::Options options;
+  options.bind_endpoint = "tcp://127.0.0.1:0";
+  options.reply_to_malformed = false;
+  auto server = std::move(ControlServer::bind(options)).value();
+  std::atomic<bool> stop{false};
+  std::atomic<int> sent{0};
+  std::thread flood([&] {  // at most 3 s of garbage, as fast as it goes
+    zmq::socket_t attacker = raw_dealer(server->endpoint(), "flood");
+    attacker.set(zmq::sockopt::sndtimeo, 50);
+    const auto give_up = std::chrono::steady_clock::now() + 3s;
+    while (!stop && std::chrono::steady_clock::now() < give_up) sent += attacker.send(zmq::str_buffer("junk")) ? 1 : 0;
+  });
+  while (sent < 2000) std::this_thread::sleep_for(1ms);  // garbage is queued and keeps coming
+  const auto start = std::chrono::steady_clock::now();
+  auto in = server->poll(100ms);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  stop = true;
+  flood.join();
+  EXPECT_EQ(in.status().code(), StatusCode::kTimeout);
+  EXPECT_LT(elapsed, 1500ms);
+}
+
 TEST(ControlPlane, FramesOverMaxFrameBytesNeverReachTheServer) {
   ControlServer::Options options;
   options.socket.max_frame_bytes = 1024;
