@@ -177,7 +177,8 @@ Result<Incoming> ControlServer::poll(milliseconds timeout) {
       std::string why;
       const Received got = receive_bounded(socket_, &in.peer, &frames, &why);
       if (got == Received::kNothing) continue;
-      Result<WireHeader> header = got == Received::kMessage ? decode_header(frames) : Result<WireHeader>(protocol_error(why));
+      Result<WireHeader> header =
+          got == Received::kMessage ? decode_header(frames) : Result<WireHeader>(protocol_error(why));
       Result<Message> message = header.ok() ? decode(std::move(frames)) : Result<Message>(header.status());
       if (message.ok()) {
         in.message = std::move(message).value();
@@ -185,7 +186,8 @@ Result<Incoming> ControlServer::poll(milliseconds timeout) {
       }
       tally_malformed(tally_, options_.malformed_warn_interval, str("peer ", printable(in.peer)), message.status());
       if (options_.reply_to_malformed) {
-        ErrorReply reply{StatusCode::kProtocol, header.ok() ? uint16_t(header->kind) : uint16_t(0), message.status().message()};
+        const uint16_t kind = header.ok() ? uint16_t(header->kind) : uint16_t(0);
+        ErrorReply reply{StatusCode::kProtocol, kind, message.status().message()};
         (void)send(in.peer, reply, header.ok() ? header->correlation_id : 0);  // best effort
       }
       if (Clock::now() >= deadline) break;  // a flood of garbage must not hold the caller past its timeout

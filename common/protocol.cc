@@ -17,7 +17,8 @@ template <class T> void check_consistency(const T&, wire::WireReader&) {}
 
 void check_consistency(const GenerateRequest& m, wire::WireReader& r) {
   if (m.num_samples == 0) r.fail("num_samples", "must be at least 1");
-  if (!std::isfinite(m.temperature) || m.temperature < 0) r.fail("temperature", str(m.temperature, " is not a finite value >= 0"));
+  if (!std::isfinite(m.temperature) || m.temperature < 0)
+    r.fail("temperature", str(m.temperature, " is not a finite value >= 0"));
   if (!std::isfinite(m.top_p) || m.top_p <= 0 || m.top_p > 1) r.fail("top_p", str(m.top_p, " is not in (0, 1]"));
 }
 
@@ -120,7 +121,8 @@ Result<WireHeader> decode_header(const Frames& frames) {
   RLRUN_RETURN_IF_ERROR(check_frame_sizes(frames));
   const zmq::message_t& head = frames[0];
   if (head.size() < kHeaderPrefixBytes)
-    return protocol_error(str("malformed message: header frame of ", head.size(), " bytes is shorter than ", kHeaderPrefixBytes));
+    return protocol_error(str("malformed message: header frame of ", head.size(), " bytes is shorter than ",
+                              kHeaderPrefixBytes));
   const auto* p = static_cast<const uint8_t*>(head.data());
   uint32_t magic, num_array_frames, body_bytes;
   uint16_t version, kind;
@@ -184,7 +186,8 @@ Frames encode(const T& message, uint64_t correlation_id) {
   zmq::message_t head(kHeaderPrefixBytes + body.size());
   auto* p = static_cast<uint8_t*>(head.data());
   const uint16_t version = kProtocolVersion, kind = static_cast<uint16_t>(T::kKind);
-  const uint32_t num_array_frames = static_cast<uint32_t>(frames.size() - 1), body_bytes = static_cast<uint32_t>(body.size());
+  const uint32_t num_array_frames = static_cast<uint32_t>(frames.size() - 1);
+  const uint32_t body_bytes = static_cast<uint32_t>(body.size());
   std::memcpy(p + 0, &kWireMagic, 4);
   std::memcpy(p + 4, &version, 2);
   std::memcpy(p + 6, &kind, 2);

@@ -19,7 +19,8 @@ void WireReader::field(const char* name, bool& v) {
 void WireReader::field(const char* name, std::string& s) {
   uint32_t length = 0;
   if (!get_raw(name, length)) return;
-  if (length > kMaxStringBytes) return fail(name, str("string of ", length, " bytes exceeds the limit of ", kMaxStringBytes));
+  if (length > kMaxStringBytes)
+    return fail(name, str("string of ", length, " bytes exceeds the limit of ", kMaxStringBytes));
   if (length > remaining()) return fail(name, str("truncated: string of ", length, " bytes, ", remaining(), " left"));
   s.assign(body_.data() + pos_, length);
   pos_ += length;

@@ -198,6 +198,23 @@ TEST(ControlPlane, VanishedClientBecomesUnreachableOthersStayServed) {
   EXPECT_EQ(got->get<Shutdown>()->reason, "done");
 }
 
+TEST(ControlPlane, ClientReconnectsToARestartedServer) {
+  std::string endpoint;
+  auto client = std::unique_ptr<ControlClient>();
+  {
+    ServerThread first(bind_loopback(), acking_handler());
+    endpoint = first.endpoint();
+    client = connect_to(endpoint, "trainer-0");
+    ASSERT_TRUE(client->request(Register{}, 2000ms).ok());
+  }  // the server process "restarts": same port, fresh state
+  auto rebound = bind_at(endpoint);
+  ASSERT_TRUE(rebound.ok()) << rebound.status().to_string();
+  ServerThread second(std::move(rebound).value(), acking_handler());
+  auto reply = client->request(Register{}, 3000ms);  // same client object: libzmq reconnected it
+  ASSERT_TRUE(reply.ok()) << reply.status().to_string();
+  EXPECT_EQ(reply->get<RegisterAck>()->assigned_id, 1u) << "answered by the new server";
+}
+
 TEST(ControlPlane, SendingToAnUnknownPeerIsAnError) {
   auto server = bind_loopback();
   Status s = server->send("ghost", Shutdown{});
@@ -243,7 +260,9 @@ void send_raw(zmq::socket_t& socket, const std::vector<std::string>& frames) {
   }
 }
 
-std::string header_bytes(const Frames& frames) { return std::string(static_cast<const char*>(frames[0].data()), frames[0].size()); }
+std::string header_bytes(const Frames& frames) {
+  return std::string(static_cast<const char*>(frames[0].data()), frames[0].size());
+}
 
 // Garbage that is valid ZMTP: each must be answered with an ErrorReply, not acted on.
 std::vector<std::vector<std::string>> garbage_messages() {

@@ -35,7 +35,8 @@ inline TrainBatch sample_train_batch() {
 inline std::vector<Message> sample_messages() {
   std::vector<Message> out;
   out.push_back({1, Register{Role::kRollout, 3, "node7.cluster", 4242, {"cuda:0", "cuda:1"}, "token-abc"}});
-  out.push_back({2, RegisterAck{17, "sha256:deadbeef", {{"gloo_store", "tcp://10.0.0.1:5555"}, {"nccl_id", std::string(128, '\x01')}}}});
+  out.push_back({2, RegisterAck{17, "sha256:deadbeef",
+                                {{"gloo_store", "tcp://10.0.0.1:5555"}, {"nccl_id", std::string(128, '\x01')}}}});
   out.push_back({3, Heartbeat{17, 5, 12, 3, 0.75f, 1ull << 33, 1ull << 34}});
   GenerateRequest gen;
   gen.request_id = 99;
