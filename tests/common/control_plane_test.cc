@@ -476,6 +476,16 @@ TEST(ControlPlaneProcess, ServerSurvivesGarbageAndStillAnswers) {
   EXPECT_GE(std::stoul(ack->get<RegisterAck>()->rendezvous.at("malformed")), garbage.size());
   EXPECT_TRUE(child.alive());
 
+  // Arrays survive the trip out and back (the double re-sends the frames it decoded).
+  GenerateResult result;
+  result.request_id = 5;
+  result.token_ids = std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  result.logprobs = std::vector<float>(12, -0.125f);
+  auto echoed = client->request(result, 3000ms);
+  ASSERT_TRUE(echoed.ok()) << echoed.status().to_string();
+  ASSERT_NE(echoed->get<GenerateResult>(), nullptr);
+  EXPECT_TRUE(*echoed->get<GenerateResult>() == result);
+
   // Clean shutdown.
   auto bye = client->request(Shutdown{"test done"}, 3000ms);
   ASSERT_TRUE(bye.ok()) << bye.status().to_string();
