@@ -111,7 +111,13 @@ void apply_mapping(ConfigLoad& load, const YAML::Node& map, ConfigSection sectio
 bool apply_yaml_text(ConfigLoad& load, std::string_view text, const std::string& source) {
   YAML::Node root;
   try {
-    root = YAML::Load(std::string(text));
+    const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
+    if (documents.size() > 1) {
+      load.error(where_of(source, documents[1].Mark()),
+                 "a config file holds one YAML document; remove this `---` and what follows");
+      return false;
+    }
+    if (!documents.empty()) root = documents[0];
   } catch (const YAML::ParserException& e) {
     load.error(str(source, ":", e.mark.line + 1, ":", e.mark.column + 1),
                str("YAML syntax error: ", e.msg));

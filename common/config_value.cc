@@ -41,7 +41,10 @@ std::string quoted(std::string_view s) {
 // The value as the user wrote it, for messages (long values cut).
 std::string shown(std::string_view text) {
   if (text.size() > 60) return quoted(std::string(text.substr(0, 57)) + "...");
-  return "`" + std::string(text) + "`";
+  std::string out(1, '`');  // appends, not operator+: GCC 12 warns falsely (-Wrestrict) on that
+  out.append(text);
+  out += '`';
+  return out;
 }
 
 std::string choices_text(std::string_view choices) {
@@ -97,6 +100,10 @@ Result<ConfigValue> parse_config_value(const KeySpec& key, std::string_view text
     case ValueType::kInt: {
       int64_t v = 0;
       if (!parse_int(text, &v)) {
+        double approx = 0;  // an integer too large for int64 is out of range, not malformed
+        if (text.find_first_of(".eE") == std::string_view::npos && parse_float(text, &approx)) {
+          return out_of_range(key, text);
+        }
         return invalid_argument(str("`", name, "` expects an integer, got ", shown(text)));
       }
       if (!key.bounds.contains(static_cast<double>(v))) return out_of_range(key, text);

@@ -123,6 +123,8 @@ TEST(ConfigLoad, OutOfRangeNamesTheAllowedRange) {
                                     "[-1, 1048576]")));
   EXPECT_THAT(error_lines(load_text("min_lr_ratio: 1.2\n")),
               ElementsAre(HasSubstr("`min_lr_ratio` = 1.2 is out of range: allowed [0, 1]")));
+  EXPECT_THAT(error_lines(load_text("seed: 99999999999999999999999\n")),
+              ElementsAre(HasSubstr("`seed` = 99999999999999999999999 is out of range")));
   EXPECT_THAT(error_lines(load_text("temperature: .nan\n")),
               ElementsAre(HasSubstr("`temperature` expects a number")));
 }
@@ -150,6 +152,11 @@ TEST(ConfigLoad, YamlSyntaxErrorHasFileAndLine) {
               ElementsAre(::testing::StartsWith("run.yaml:2:3: YAML syntax error")));
   EXPECT_THAT(error_lines(load_text("- 1\n- 2\n")),
               ElementsAre(HasSubstr("a config file is a mapping")));
+  EXPECT_THAT(error_lines(load_text("seed: 1\n---\nseed: 2\n")),
+              ElementsAre(HasSubstr("run.yaml:3: a config file holds one YAML document")));
+  EXPECT_THAT(error_lines(load_text("? [a]\n: 1\n")), ElementsAre(HasSubstr("plain name")));
+  EXPECT_THAT(error_lines(load_text(std::string(100000, '['))),
+              ElementsAre(HasSubstr("YAML syntax error")));  // deep nesting: an error, no crash
   EXPECT_THAT(error_lines(load_text("model: 3\n")),
               ElementsAre(HasSubstr("run.yaml:1: `model` must be a mapping")));
 }
