@@ -76,12 +76,14 @@ constexpr std::string_view enum_name(E value) {
 struct ModelSection {
 #define RLRUN_MODEL_KEY(type, name, def, allowed, comment) type name = def;
 #include "common/config_keys.def"
+  bool operator==(const ModelSection&) const = default;
 };
 
 // `task:` - where prompts and rewards come from.
 struct TaskSection {
 #define RLRUN_TASK_KEY(type, name, def, allowed, comment) type name = def;
 #include "common/config_keys.def"
+  bool operator==(const TaskSection&) const = default;
 };
 
 // The whole configuration. A default-constructed Config holds every default.
@@ -90,6 +92,7 @@ struct Config {
 #include "common/config_keys.def"
   ModelSection model;
   TaskSection task;
+  bool operator==(const Config&) const = default;  // every key equal
 };
 
 // ------------------------------------------------------------------------------ loading

@@ -22,6 +22,7 @@ TEST(ConfigLoad, EmptyFileGivesDefaults) {
   EXPECT_EQ(c->max_off_policy_steps, -1);
   EXPECT_EQ(c->metrics_bind, "127.0.0.1:9400");
   EXPECT_EQ(c->algorithm, Algorithm::kGrpo);
+  EXPECT_TRUE(*c == d);
   EXPECT_EQ(render_config(*c), render_config(d));
 }
 
@@ -227,6 +228,8 @@ TEST(ConfigLoad, RenderedConfigLoadsBackEqual) {
   Result<Config> again = load_text(yaml);
   ASSERT_TRUE(again.ok()) << again.status().message();
   EXPECT_EQ(render_config(*again), yaml);
+  EXPECT_TRUE(*again == *c);
+  EXPECT_FALSE(*again == Config{});
   EXPECT_DOUBLE_EQ(again->temperature, 0.123456789);
   EXPECT_DOUBLE_EQ(again->learning_rate, 1.5e-7);
   EXPECT_EQ(again->run_dir, "we\"ird\\path");
