@@ -370,17 +370,29 @@ Status write_safetensors(const std::string& path, std::span<const TensorToWrite>
   return write_file_atomic(path, pieces);
 }
 
-Status write_safetensors_f32(const std::string& path, std::span<const HostTensor> tensors, DType dtype,
+Status write_safetensors_f32(const std::string& path, std::span<const HostTensor* const> tensors, DType dtype,
                              const std::map<std::string, std::string>& metadata) {
-  std::vector<std::vector<uint8_t>> encoded;
+  if (dtype != DType::kF32 && dtype != DType::kBF16) return encode_f32({}, dtype).status();
+  std::vector<std::vector<uint8_t>> encoded;  // BF16 copies; F32 data is written in place
   encoded.reserve(tensors.size());
   std::vector<TensorToWrite> to_write;
-  for (const HostTensor& t : tensors) {
-    RLRUN_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, encode_f32(t.data, dtype));
-    encoded.push_back(std::move(bytes));
-    to_write.push_back({t.name, dtype, t.shape, encoded.back()});
+  for (const HostTensor* t : tensors) {
+    std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(t->data.data()), t->data.size() * sizeof(float));
+    if (dtype != DType::kF32) {
+      RLRUN_ASSIGN_OR_RETURN(std::vector<uint8_t> converted, encode_f32(t->data, dtype));
+      encoded.push_back(std::move(converted));
+      bytes = encoded.back();
+    }
+    to_write.push_back({t->name, dtype, t->shape, bytes});
   }
   return write_safetensors(path, to_write, metadata);
+}
+
+Status write_safetensors_f32(const std::string& path, std::span<const HostTensor> tensors, DType dtype,
+                             const std::map<std::string, std::string>& metadata) {
+  std::vector<const HostTensor*> pointers;
+  for (const HostTensor& t : tensors) pointers.push_back(&t);
+  return write_safetensors_f32(path, pointers, dtype, metadata);
 }
 
 }  // namespace rlrun::engine

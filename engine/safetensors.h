@@ -101,5 +101,8 @@ Status write_safetensors(const std::string& path, std::span<const TensorToWrite>
 // Writes fp32 host tensors converted to `dtype` (F32 or BF16).
 Status write_safetensors_f32(const std::string& path, std::span<const HostTensor> tensors,
                              DType dtype, const std::map<std::string, std::string>& metadata = {});
+// The same for tensors that live elsewhere (pointers must be non-null); F32 data is not copied.
+Status write_safetensors_f32(const std::string& path, std::span<const HostTensor* const> tensors,
+                             DType dtype, const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace rlrun::engine
