@@ -16,6 +16,7 @@
 #include "engine/bf16.h"
 #include "common/log.h"
 #include "engine/hf_checkpoint.h"
+#include "tests/engine/hf_reference.h"
 
 namespace rlrun::engine {
 namespace {
@@ -120,34 +121,83 @@ TEST_P(HfReference, ReferenceFilesUseTheSpecNamesAndShapes) {
   }
 }
 
-// C++ writes, transformers reads: from_pretrained must see exactly the parameters and logits.
-TEST_P(HfReference, CheckpointWrittenByRlrunLoadsInTransformers) {
-  Result<HfCheckpoint> original = load_hf_checkpoint(model_dir());
-  ASSERT_TRUE(original.ok()) << original.status().to_string();
-  std::string saved_args;
+// Writes `original` with save_hf_checkpoint in F32 and BF16 under `variant_dir`, checks that rlrun
+// reads back the same values (bf16-rounded for BF16), and returns the `--check` arguments for
+// hf_reference.py check-saved.
+std::string save_and_reload(const std::string& variant_dir, const HfCheckpoint& original) {
+  std::string check_args;
   for (auto [dtype, torch_dtype] : {std::pair{DType::kF32, "float32"}, std::pair{DType::kBF16, "bfloat16"}}) {
-    const std::string saved = variant_dir() + "/rlrun_saved_" + torch_dtype;
+    const std::string saved = variant_dir + "/rlrun_saved_" + torch_dtype;
     fs::remove_all(saved);
-    ASSERT_TRUE(save_hf_checkpoint(saved, original->config, original->tensors, dtype).ok());
-    saved_args += str(" ", saved, ":", torch_dtype);
+    EXPECT_TRUE(save_hf_checkpoint(saved, original.config, original.tensors, dtype).ok());
+    check_args += str(" --check ", variant_dir, " ", saved, " ", torch_dtype);
 
-    Result<HfCheckpoint> back = load_hf_checkpoint(saved);  // and rlrun reads its own output
-    ASSERT_TRUE(back.ok()) << back.status().to_string();
-    ASSERT_EQ(back->tensors.size(), original->tensors.size());
-    for (size_t i = 0; i < back->tensors.size(); ++i) {
-      const HostTensor &a = original->tensors[i], &b = back->tensors[i];
-      ASSERT_EQ(a.name, b.name);
-      for (size_t k = 0; k < a.data.size(); ++k) {
-        const float expected = dtype == DType::kF32 ? a.data[k] : bf16_to_f32(f32_to_bf16(a.data[k]));
-        ASSERT_EQ(b.data[k], expected) << a.name << "[" << k << "]";
+    Result<HfCheckpoint> back = load_hf_checkpoint(saved);
+    EXPECT_TRUE(back.ok()) << back.status().to_string();
+    if (!back.ok()) continue;
+    EXPECT_EQ(back->tensors.size(), original.tensors.size());
+    for (size_t i = 0; i < std::min(back->tensors.size(), original.tensors.size()); ++i) {
+      const HostTensor &a = original.tensors[i], &b = back->tensors[i];
+      EXPECT_EQ(a.name, b.name);
+      std::vector<float> expected = a.data;
+      if (dtype == DType::kBF16) {
+        for (float& v : expected) v = bf16_to_f32(f32_to_bf16(v));
       }
+      EXPECT_EQ(b.data, expected) << a.name;
     }
   }
-  const auto [status, output] = run(str(RLRUN_PYREF_PYTHON, " ", RLRUN_SOURCE_DIR, "/tests/reference/hf_reference.py",
-                                        " check-saved --ref ", variant_dir(), " --saved", saved_args));
+  return check_args;
+}
+
+// C++ writes, transformers reads: from_pretrained must see exactly the parameters and logits.
+// One Python process checks every variant (importing transformers costs seconds).
+TEST(HfReferenceRoundTrip, CheckpointsWrittenByRlrunLoadInTransformers) {
+  std::string check_args;
+  for (const char* variant : {"llama", "llama_tied", "qwen2"}) {
+    const std::string variant_dir = kReferenceDir + "/" + variant;
+    Result<HfCheckpoint> original = load_hf_checkpoint(variant_dir + "/model");
+    ASSERT_TRUE(original.ok()) << original.status().to_string();
+    check_args += save_and_reload(variant_dir, *original);
+  }
+  const auto [status, output] = run(str(RLRUN_PYREF_PYTHON, " ", RLRUN_SOURCE_DIR,
+                                        "/tests/reference/hf_reference.py check-saved", check_args));
   EXPECT_EQ(status, 0) << output;
-  EXPECT_THAT(output, ::testing::HasSubstr("float32, ")) << output;
-  EXPECT_THAT(output, ::testing::HasSubstr("bfloat16, ")) << output;
+  size_t ok_lines = 0;
+  for (size_t pos = 0; (pos = output.find(": ok (", pos)) != std::string::npos; ++pos) ++ok_lines;
+  EXPECT_EQ(ok_lines, 6u) << output;
+}
+
+// The reader the model tests use (hf_reference.h), and the reference's internal consistency:
+// logprobs are log_softmax(logits) at the next token, and the loss is their negated mean.
+TEST_P(HfReference, ReferenceOutputsAreConsistent) {
+  Result<testing::HfReference> ref = testing::load_hf_reference(variant_dir());
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  ASSERT_EQ(ref->sequences.size(), 2u);
+  EXPECT_EQ(ref->adamw.steps, 3);
+  ASSERT_EQ(ref->losses.size(), 4u);
+  EXPECT_EQ(ref->losses[0], ref->loss);
+  EXPECT_LT(ref->losses[3], ref->losses[0]);  // AdamW made progress on this loss
+  const int64_t vocab = ref->model.config.vocab_size;
+  double nll = 0;
+  int64_t count = 0;
+  for (size_t s = 0; s < ref->sequences.size(); ++s) {
+    const std::vector<int32_t>& ids = ref->sequences[s];
+    for (size_t t = 0; t + 1 < ids.size(); ++t) {
+      const float* row = ref->logits[s].data() + t * vocab;
+      double max = row[0], sum = 0;
+      for (int64_t v = 0; v < vocab; ++v) max = std::max<double>(max, row[v]);
+      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - max);
+      const double logprob = row[ids[t + 1]] - max - std::log(sum);
+      EXPECT_NEAR(ref->logprobs[s][t], logprob, 1e-5) << "sequence " << s << " token " << t;
+      nll -= logprob;
+      ++count;
+    }
+  }
+  EXPECT_NEAR(nll / count, ref->loss, 1e-5);
+  // AdamW moved every parameter that had a gradient
+  for (size_t i = 0; i < ref->grads.size(); ++i) {
+    EXPECT_NE(ref->adamw_step3[i].data, ref->model.tensors[i].data) << ref->grads[i].name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, HfReference, ::testing::Values("llama", "llama_tied", "qwen2"));

@@ -10,7 +10,7 @@ Commands
   hf_reference.py generate-set --out DIR
       the standard variants: DIR/llama (untied, seed 1), DIR/llama_tied (tied, seed 2),
       DIR/qwen2 (untied, seed 3); this is what the ctest fixture `hf_reference_setup` runs
-  hf_reference.py check-saved --ref DIR/<variant> --saved CKPT_DIR:{float32,bfloat16} [...]
+  hf_reference.py check-saved --check DIR/<variant> CKPT_DIR {float32,bfloat16} [--check ...]
       loads each CKPT_DIR (written by rlrun's save_hf_checkpoint, weights stored in that dtype)
       with transformers' from_pretrained and checks it against the reference: no missing or
       unexpected keys, every parameter equal to the reference model's (rounded to bf16 for
@@ -229,8 +229,8 @@ def main():
     s = sub.add_parser("generate-set")
     s.add_argument("--out", required=True)
     c = sub.add_parser("check-saved")
-    c.add_argument("--ref", required=True)
-    c.add_argument("--saved", required=True, nargs="+", metavar="DIR:DTYPE")
+    c.add_argument("--check", required=True, nargs=3, action="append",
+                   metavar=("REF_VARIANT_DIR", "CKPT_DIR", "DTYPE"))
     args = parser.parse_args()
     torch.set_num_threads(1)  # CI shares 2 cores; these models are tiny
     if args.command == "generate":
@@ -240,11 +240,10 @@ def main():
             generate(os.path.join(args.out, name), arch, seed, tie)
     else:
         failures = 0
-        for entry in args.saved:
-            saved, _, dtype = entry.rpartition(":")
+        for ref, saved, dtype in args.check:
             if dtype not in ("float32", "bfloat16"):
-                parser.error(f"--saved {entry}: expected DIR:float32 or DIR:bfloat16")
-            failures += check_saved(args.ref, saved, dtype)
+                parser.error(f"--check {ref} {saved} {dtype}: DTYPE must be float32 or bfloat16")
+            failures += check_saved(ref, saved, dtype)
         return 1 if failures else 0
     return 0
 
