@@ -268,6 +268,7 @@ Result<SafetensorsFile> SafetensorsFile::from_buffer(std::string source, std::sh
   for (const auto& [span, index] : spans) {
     TensorView& view = file.tensors_[index];
     view.bytes = std::span<const uint8_t>(data + span.first, static_cast<size_t>(span.second - span.first));
+    file.index_.emplace(view.name, ordered.size());
     ordered.push_back(std::move(view));
   }
   file.tensors_ = std::move(ordered);
@@ -278,9 +279,8 @@ Result<SafetensorsFile> SafetensorsFile::from_buffer(std::string source, std::sh
 // ---------------------------------------------------------------- reading tensors
 
 Result<const TensorView*> SafetensorsFile::find(std::string_view name) const {
-  for (const TensorView& view : tensors_) {
-    if (view.name == name) return &view;
-  }
+  auto it = index_.find(name);
+  if (it != index_.end()) return &tensors_[it->second];
   return not_found(str("safetensors file ", source_, " has no tensor `", name, "`"));
 }
 

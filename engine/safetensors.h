@@ -76,6 +76,7 @@ class SafetensorsFile {
   std::string source_;
   std::shared_ptr<Buffer> buffer_;
   std::vector<TensorView> tensors_;
+  std::map<std::string, size_t, std::less<>> index_;  // name -> position in tensors_
   std::map<std::string, std::string> metadata_;
 };
 
