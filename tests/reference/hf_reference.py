@@ -2,7 +2,7 @@
 """hf_reference.py - reference outputs of tiny random HF Llama/Qwen2 models, for rlrun's tests.
 
 Test references only: rlrun never runs this. Needs the venv of scripts/setup-python-ref.sh
-(transformers 4.44.2 on Debian's torch 1.13, see tests/python-ref-requirements.txt).
+(transformers on Debian's torch 1.13, pinned in tests/python-ref-requirements.txt).
 
 Commands
   hf_reference.py generate --out DIR --arch {llama,qwen2} --seed N [--tie]
