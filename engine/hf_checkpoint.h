@@ -31,8 +31,10 @@ struct HfCheckpoint {
 // read_hf_config(dir/config.json), then load_hf_checkpoint_tensors.
 Result<HfCheckpoint> load_hf_checkpoint(const std::string& dir);
 
-// Writes dir/config.json and dir/model.safetensors (each atomically; the directory is created if
-// missing). `tensors` must be exactly hf_tensor_specs(config) by name and shape, in any order.
+// Writes dir/model.safetensors, then dir/config.json, each atomically (the directory is created if
+// missing). Each file is whole after a crash, but a crash between the two can pair new weights with
+// an old config.json: a caller that needs the directory as a unit writes a fresh directory and
+// renames it into place (as the trainer's step checkpoints should). `tensors` must be exactly hf_tensor_specs(config) by name and shape, in any order.
 // dtype: F32 or BF16. The files load with transformers' from_pretrained.
 Status save_hf_checkpoint(const std::string& dir, const ModelConfig& config,
                           std::span<const HostTensor> tensors, DType dtype);
