@@ -20,9 +20,10 @@ struct Segment {
 // Added-token matching, as HF AddedVocabulary::find_matches: leftmost-longest matches; a
 // single_word token must not touch word characters; lstrip/rstrip swallow adjacent whitespace.
 void find_added_tokens(std::string_view text, const std::vector<const AddedToken*>& tokens,
-                       std::vector<Segment>* out) {
+                       const std::array<bool, 256>& first_bytes, std::vector<Segment>* out) {
   size_t start_offset = 0, pos = 0;
   while (pos < text.size() && !tokens.empty()) {
+    if (!first_bytes[static_cast<uint8_t>(text[pos])]) { ++pos; continue; }
     const AddedToken* best = nullptr;
     for (const AddedToken* t : tokens) {  // sorted longest first: the first hit is the longest
       if (text.compare(pos, t->content.size(), t->content) == 0) { best = t; break; }
@@ -100,7 +101,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   const TokenizerImpl& impl = *impl_;
   std::vector<int32_t> ids;
   std::vector<Segment> raw_segments, norm_segments;
-  find_added_tokens(text, impl.added_raw, &raw_segments);
+  find_added_tokens(text, impl.added_raw, impl.added_raw_first, &raw_segments);
   for (const Segment& seg : raw_segments) {
     if (seg.id >= 0) { ids.push_back(seg.id); continue; }
     std::string_view piece = text.substr(seg.start, seg.end - seg.start);
@@ -110,7 +111,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
       piece = normalized;
     }
     norm_segments.clear();
-    find_added_tokens(piece, impl.added_normalized, &norm_segments);
+    find_added_tokens(piece, impl.added_normalized, impl.added_normalized_first, &norm_segments);
     for (const Segment& nseg : norm_segments) {
       if (nseg.id >= 0) { ids.push_back(nseg.id); continue; }
       pre_tokenize(impl, piece.substr(nseg.start, nseg.end - nseg.start),

@@ -91,6 +91,8 @@ struct TokenizerImpl {
   std::vector<AddedToken> added;              // in file order; never resized after load
   // Pointers into `added`, longest content first: matched on the raw / the normalized text.
   std::vector<const AddedToken*> added_raw, added_normalized;
+  // Whether some added token of the set starts with this byte (skips most positions cheaply).
+  std::array<bool, 256> added_raw_first{}, added_normalized_first{};
   std::vector<NormalizerKind> normalizers;    // applied in order; empty: none
   std::vector<SplitStep> split_steps;         // pre-tokenizer steps before ByteLevel
   ByteLevelStep byte_level;

@@ -12,8 +12,12 @@ namespace {
 
 using nlohmann::json;
 
+// Nested Sequences deeper than this are refused (the parser recurses once per level).
+constexpr int kMaxSequenceDepth = 16;
+
 // Ids size per-id tables: a larger id in a file is an error, not a multi-GB allocation.
-constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+// Ids must also be dense-ish (see check_ids_dense), so memory stays proportional to the file.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
 
 // GPT-2's pre-tokenization regex, as HF's ByteLevel pre-tokenizer hard-codes it.
 constexpr const char* kGpt2Pattern =
@@ -58,8 +62,9 @@ class Parser {
   Status parse_model(const json& model, TokenizerImpl* impl) const;
   Status parse_merges(const json& merges, BpeModel* bpe) const;
   Status parse_added_tokens(const json& added, TokenizerImpl* impl) const;
-  Status parse_normalizer(const json& n, const std::string& path, TokenizerImpl* impl) const;
-  Status parse_pre_tokenizer(const json& p, const std::string& path, bool last, TokenizerImpl* impl) const;
+  Status parse_normalizer(const json& n, const std::string& path, int depth, TokenizerImpl* impl) const;
+  Status parse_pre_tokenizer(const json& p, const std::string& path, bool last, int depth,
+                             TokenizerImpl* impl) const;
   Status check_decoder(const json* decoder) const;
 
  private:
@@ -161,8 +166,9 @@ Status Parser::parse_added_tokens(const json& added, TokenizerImpl* impl) const 
   return Status::ok_status();
 }
 
-Status Parser::parse_normalizer(const json& n, const std::string& path, TokenizerImpl* impl) const {
+Status Parser::parse_normalizer(const json& n, const std::string& path, int depth, TokenizerImpl* impl) const {
   if (!n.is_object()) return error(path, str("expected an object, got ", n.type_name()));
+  if (depth > kMaxSequenceDepth) return error(path, str("Sequences nested deeper than ", kMaxSequenceDepth));
   RLRUN_ASSIGN_OR_RETURN(std::string type, get_string(n, path, "type"));
   if (type == "NFC") impl->normalizers.push_back(NormalizerKind::kNFC);
   else if (type == "NFD") impl->normalizers.push_back(NormalizerKind::kNFD);
@@ -172,7 +178,7 @@ Status Parser::parse_normalizer(const json& n, const std::string& path, Tokenize
     const json* list = member(n, "normalizers");
     if (list == nullptr || !list->is_array()) return error(path + ".normalizers", "missing or not a list");
     for (size_t i = 0; i < list->size(); ++i) {
-      RLRUN_RETURN_IF_ERROR(parse_normalizer((*list)[i], str(path, ".normalizers[", i, "]"), impl));
+      RLRUN_RETURN_IF_ERROR(parse_normalizer((*list)[i], str(path, ".normalizers[", i, "]"), depth + 1, impl));
     }
   } else {
     return error(path + ".type", str("normalizer `", type, "` is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence)"));
@@ -189,15 +195,18 @@ Result<SplitBehavior> parse_behavior(const std::string& s) {
   return invalid_argument(str("`", s, "` is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous"));
 }
 
-Status Parser::parse_pre_tokenizer(const json& p, const std::string& path, bool last, TokenizerImpl* impl) const {
+Status Parser::parse_pre_tokenizer(const json& p, const std::string& path, bool last, int depth,
+                                   TokenizerImpl* impl) const {
   if (!p.is_object()) return error(path, str("expected an object, got ", p.type_name()));
+  if (depth > kMaxSequenceDepth) return error(path, str("Sequences nested deeper than ", kMaxSequenceDepth));
   RLRUN_ASSIGN_OR_RETURN(std::string type, get_string(p, path, "type"));
   if (type == "Sequence") {
     const json* list = member(p, "pretokenizers");
     if (list == nullptr || !list->is_array()) return error(path + ".pretokenizers", "missing or not a list");
     for (size_t i = 0; i < list->size(); ++i) {
       bool is_last = last && i + 1 == list->size();
-      RLRUN_RETURN_IF_ERROR(parse_pre_tokenizer((*list)[i], str(path, ".pretokenizers[", i, "]"), is_last, impl));
+      RLRUN_RETURN_IF_ERROR(
+          parse_pre_tokenizer((*list)[i], str(path, ".pretokenizers[", i, "]"), is_last, depth + 1, impl));
     }
     return Status::ok_status();
   }
@@ -267,10 +276,15 @@ std::string token_bytes(const std::string& token) {
   return out;
 }
 
-void build_id_tables(TokenizerImpl* impl) {
+int32_t max_token_id(const TokenizerImpl& impl) {
   int32_t max_id = -1;
-  for (const auto& [token, id] : impl->bpe.vocab) max_id = std::max(max_id, id);
-  for (const AddedToken& t : impl->added) max_id = std::max(max_id, t.id);
+  for (const auto& [token, id] : impl.bpe.vocab) max_id = std::max(max_id, id);
+  for (const AddedToken& t : impl.added) max_id = std::max(max_id, t.id);
+  return max_id;
+}
+
+void build_id_tables(TokenizerImpl* impl) {
+  const int32_t max_id = max_token_id(*impl);
   const size_t n = static_cast<size_t>(max_id + 1);
   impl->id_token.assign(n, {});
   impl->id_bytes.assign(n, {});
@@ -286,7 +300,10 @@ void build_id_tables(TokenizerImpl* impl) {
     impl->id_special[t.id] = t.special;
   }
   for (size_t id = 0; id < n; ++id) impl->id_bytes[id] = token_bytes(impl->id_token[id]);
-  for (const AddedToken& t : impl->added) (t.normalized ? impl->added_normalized : impl->added_raw).push_back(&t);
+  for (const AddedToken& t : impl->added) {
+    (t.normalized ? impl->added_normalized : impl->added_raw).push_back(&t);
+    (t.normalized ? impl->added_normalized_first : impl->added_raw_first)[static_cast<uint8_t>(t.content[0])] = true;
+  }
   for (auto* list : {&impl->added_raw, &impl->added_normalized}) {
     std::stable_sort(list->begin(), list->end(), [](const AddedToken* a, const AddedToken* b) {
       return a->content.size() > b->content.size();
@@ -319,13 +336,18 @@ Result<std::shared_ptr<TokenizerImpl>> parse_tokenizer_json(std::string_view jso
     RLRUN_RETURN_IF_ERROR(parser.parse_added_tokens(*added, impl.get()));
   }
   if (const json* n = Parser::member(root, "normalizer")) {
-    RLRUN_RETURN_IF_ERROR(parser.parse_normalizer(*n, "normalizer", impl.get()));
+    RLRUN_RETURN_IF_ERROR(parser.parse_normalizer(*n, "normalizer", 0, impl.get()));
   }
   const json* pre = Parser::member(root, "pre_tokenizer");
   if (pre == nullptr) return parser.error("pre_tokenizer", "missing (byte-level BPE needs a ByteLevel pre-tokenizer)");
-  RLRUN_RETURN_IF_ERROR(parser.parse_pre_tokenizer(*pre, "pre_tokenizer", true, impl.get()));
+  RLRUN_RETURN_IF_ERROR(parser.parse_pre_tokenizer(*pre, "pre_tokenizer", true, 0, impl.get()));
   if (!impl->byte_level.present) return parser.error("pre_tokenizer", "has no ByteLevel step (only byte-level BPE is supported)");
   RLRUN_RETURN_IF_ERROR(parser.check_decoder(Parser::member(root, "decoder")));
+  const size_t n_tokens = impl->bpe.vocab.size() + impl->added.size();
+  if (static_cast<size_t>(max_token_id(*impl)) >= 2 * n_tokens + 1024) {
+    return parser.error("model.vocab", str("ids are sparse: the largest is ", max_token_id(*impl), " for only ",
+                                           n_tokens, " tokens"));
+  }
   build_id_tables(impl.get());
   return impl;
 }

@@ -169,7 +169,12 @@ void Regex::find_all(std::string_view subject, std::vector<std::pair<size_t, siz
   size_t start = 0;
   while (start < subject.size()) {
     int rc = pcre2_match(code, subj, subject.size(), start, 0, match_data.get(), nullptr);
-    if (rc < 0) break;  // no match (or a resource limit: the rest stays one unmatched piece)
+    if (rc < 0) {
+      // A resource limit (never seen with these patterns) leaves the rest as one unmatched piece:
+      // the text still round-trips, but say so, as the tokens may differ from HF's.
+      if (rc != PCRE2_ERROR_NOMATCH) log::warn(str("tokenizer regex: PCRE2 error ", rc, " at byte ", start));
+      break;
+    }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(match_data.get());
     size_t s = ov[0], e = ov[1];
     if (e <= s) {  // empty match: step over one character and search again
