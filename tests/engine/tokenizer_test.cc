@@ -115,7 +115,9 @@ void run_golden(const std::string& name) {
   EXPECT_GT(cases, 100) << "golden file too small";
   std::printf("%s: %d cases, %d failed, %zu tokens encoded in %.1f ms\n", name.c_str(), cases, failures,
               encoded_tokens, encode_seconds * 1e3);
-  EXPECT_EQ(failures, 0) << name << ": " << failures << " of " << cases << " cases differ from HF tokenizers";
+  EXPECT_EQ(failures, 0) << name << ": " << failures << " of " << cases << " cases differ from HF tokenizers "
+                         << "(if " << path << " was regenerated on purpose, rerun "
+                         << "tests/engine/tokenizer_golden/make_golden.py)";
 }
 
 TEST(TokenizerGolden, Tiny) { run_golden("tiny"); }
