@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/tokenizer.h"
@@ -159,6 +160,37 @@ TEST(TinyTokenizer, RoundTripsAnyText) {
   auto skipped = tok->decode(tok->encode("<|im_start|>a<|im_end|>"), {.skip_special_tokens = true});
   ASSERT_TRUE(skipped.ok());
   EXPECT_EQ(*skipped, "a");
+}
+
+// The word cache is shared: concurrent encodes of one Tokenizer (and of its copies) must give the
+// single-threaded answer.
+TEST(TinyTokenizer, ConcurrentEncodeMatchesSerial) {
+  auto tok = Tokenizer::load(kTinyPath);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  std::vector<std::string> texts;
+  for (int i = 0; i < 400; ++i) {
+    texts.push_back("What is " + std::to_string(i * 37) + " plus " + std::to_string(i) + "? word" +
+                    std::to_string(i % 50) + " <|im_end|>");
+  }
+  std::vector<std::vector<int32_t>> expected;
+  {
+    auto fresh = Tokenizer::load(kTinyPath);
+    for (const auto& t : texts) expected.push_back(fresh->encode(t));
+  }
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w, copy = *tok] {
+      for (int rep = 0; rep < 5; ++rep) {
+        for (size_t i = w; i < texts.size() + w; ++i) {
+          size_t k = i % texts.size();
+          if (copy.encode(texts[k]) != expected[k]) ++mismatches[w];
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int w = 0; w < 4; ++w) EXPECT_EQ(mismatches[w], 0) << "thread " << w;
 }
 
 }  // namespace
