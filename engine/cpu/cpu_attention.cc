@@ -1,0 +1,372 @@
+// cpu_attention.cc - causal grouped-query attention over packed sequences on the CPU.
+//
+// The trick: each task copies the keys and values it reads, for one kv head, into transposed
+// tiles kt, vt (D, ld) (ld = keys rounded up to 8, padding zeroed), and then works on 4 query
+// rows at a time, so the inner loops are unit-stride over keys, keep their accumulators in
+// registers and load each tile element once per 4 rows (a small register-blocked GEMM).
+// Forward: task = (sequence, kv head, block of 32 query rows); each group of 4 rows of each query
+// head builds a (4, keys) score tile, softmaxes each row, and reads the values. Nothing larger
+// than 4 score rows per thread exists, and no score crosses a sequence boundary (the tiles only
+// hold the sequence's own keys; keys after a row are masked).
+// Backward: task = (sequence, kv head), which owns dk and dv of that head over the sequence (as
+// transposed accumulators), so there are no atomics and results are deterministic; it recomputes
+// probabilities from the saved logsumexp (p = exp(s - lse)) as flash-attention does.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/check.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/cpu_math.h"
+
+// F8 (below) is passed by value only between always-inlined functions, so the AVX calling
+// convention GCC warns about never applies.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace rlrun::engine::cpu {
+
+namespace {
+
+constexpr int64_t kQueryBlock = 128;  // query rows per forward task
+constexpr int kRows = 4;             // query rows per micro-kernel call
+constexpr int64_t kLanes = 8;        // key columns per register vector (AVX2 width; tiles pad to it)
+
+struct AttnDims {
+  int64_t n, hq, hkv, d, group, num_seqs;
+};
+
+int64_t round_up(int64_t x) { return (x + kLanes - 1) / kLanes * kLanes; }
+
+AttnDims check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                         int64_t max_seqlen) {
+  expect_dtype(op, "q", q, DType::kF32);
+  expect_dtype(op, "k", k, DType::kF32);
+  RLRUN_CHECK(q.rank() == 3 && k.rank() == 3, std::string(op) + ": q " + q.str() + " and k " + k.str() +
+                                                  " must be (N, H, D)");
+  AttnDims a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), 0, 0};
+  RLRUN_CHECK(a.hkv > 0 && a.hq % a.hkv == 0, std::string(op) + ": query heads " + std::to_string(a.hq) +
+                                                  " not a multiple of kv heads " + std::to_string(a.hkv));
+  a.group = a.hq / a.hkv;
+  expect(op, "k", k, Shape{a.n, a.hkv, a.d});
+  expect(op, "v", v, Shape{a.n, a.hkv, a.d});
+  expect_dtype(op, "cu_seqlens", cu_seqlens, DType::kI32);
+  RLRUN_CHECK(cu_seqlens.rank() == 1 && cu_seqlens.dim(0) >= 1, std::string(op) + ": cu_seqlens is " + cu_seqlens.str());
+  a.num_seqs = cu_seqlens.dim(0) - 1;
+  const int32_t* cu = cu_seqlens.i32();
+  RLRUN_CHECK(cu[0] == 0 && cu[a.num_seqs] == a.n, std::string(op) + ": cu_seqlens must run from 0 to N = " +
+                                                       std::to_string(a.n));
+  for (int64_t s = 0; s < a.num_seqs; ++s) {
+    const int64_t len = cu[s + 1] - cu[s];
+    RLRUN_CHECK(len >= 0 && len <= max_seqlen, std::string(op) + ": sequence " + std::to_string(s) + " has length " +
+                                                   std::to_string(len) + ", max_seqlen is " +
+                                                   std::to_string(max_seqlen));
+  }
+  return a;
+}
+
+// dst (D, ld) = rows [begin, begin + len) of kv head g of src (N, Hkv, D), transposed; columns
+// [len, ld) zeroed.
+void gather_transposed(float* dst, int64_t ld, const float* src, int64_t begin, int64_t len, int64_t hkv, int64_t g,
+                       int64_t d) {
+  for (int64_t j = 0; j < len; ++j) {
+    const float* row = src + ((begin + j) * hkv + g) * d;
+    for (int64_t c = 0; c < d; ++c) dst[c * ld + j] = row[c];
+  }
+  for (int64_t c = 0; c < d; ++c) std::fill(dst + c * ld + len, dst + (c + 1) * ld, 0.0f);
+}
+
+// The inverse for the first len columns: rows of kv head g of dst (N, Hkv, D) = src transposed.
+void scatter_transposed(float* dst, const float* src, int64_t ld, int64_t begin, int64_t len, int64_t hkv, int64_t g,
+                        int64_t d) {
+  for (int64_t j = 0; j < len; ++j) {
+    float* row = dst + ((begin + j) * hkv + g) * d;
+    for (int64_t c = 0; c < d; ++c) row[c] = src[c * ld + j];
+  }
+}
+
+// 8 floats as one value: GCC lowers it to one AVX register in the Haswell clone and two SSE
+// registers in the baseline one. Loads and stores go through memcpy (no alignment assumed).
+typedef float F8 __attribute__((vector_size(32)));
+RLRUN_CPU_INLINE F8 load8(const float* p) {
+  F8 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+RLRUN_CPU_INLINE void store8(float* p, F8 v) { __builtin_memcpy(p, &v, sizeof v); }
+RLRUN_CPU_INLINE float sum8(F8 v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
+
+// s (kRows, ld): s[r, j] = alpha * sum_c x[r][c] t[c, j] for j < n8 (a multiple of kLanes).
+RLRUN_CPU_INLINE
+void rows_times_tile(float* s, int64_t ld, const float* const* x, const float* t, int64_t n8, int64_t d,
+                     float alpha) {
+  const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
+  for (int64_t j0 = 0; j0 < n8; j0 += kLanes) {
+    F8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    for (int64_t c = 0; c < d; ++c) {
+      const F8 tc = load8(t + c * ld + j0);
+      a0 += x0[c] * tc;
+      a1 += x1[c] * tc;
+      a2 += x2[c] * tc;
+      a3 += x3[c] * tc;
+    }
+    store8(s + j0, alpha * a0);
+    store8(s + ld + j0, alpha * a1);
+    store8(s + 2 * ld + j0, alpha * a2);
+    store8(s + 3 * ld + j0, alpha * a3);
+  }
+}
+
+// out[r][c] = alpha[r] * sum_{j < n8} s[r, j] t[c, j]: the transpose of rows_times_tile.
+RLRUN_CPU_INLINE
+void rows_dot_tile(float* const* out, const float* s, int64_t ld, const float* t, int64_t n8, int64_t d,
+                   const float* alpha) {
+  const float *s0 = s, *s1 = s + ld, *s2 = s + 2 * ld, *s3 = s + 3 * ld;
+  for (int64_t c = 0; c < d; ++c) {
+    const float* tc = t + c * ld;
+    F8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    for (int64_t j0 = 0; j0 < n8; j0 += kLanes) {
+      const F8 tv = load8(tc + j0);
+      a0 += load8(s0 + j0) * tv;
+      a1 += load8(s1 + j0) * tv;
+      a2 += load8(s2 + j0) * tv;
+      a3 += load8(s3 + j0) * tv;
+    }
+    out[0][c] = alpha[0] * sum8(a0);
+    out[1][c] = alpha[1] * sum8(a1);
+    out[2][c] = alpha[2] * sum8(a2);
+    out[3][c] = alpha[3] * sum8(a3);
+  }
+}
+
+// t[c, j] += sum_r x[r][c] s[r, j] for j < n8: a rank-4 update of the tile.
+RLRUN_CPU_INLINE
+void tile_add_rows(float* t, int64_t ld, const float* const* x, const float* s, int64_t n8, int64_t d) {
+  const float *s0 = s, *s1 = s + ld, *s2 = s + 2 * ld, *s3 = s + 3 * ld;
+  for (int64_t c = 0; c < d; ++c) {
+    float* tc = t + c * ld;
+    const float x0 = x[0][c], x1 = x[1][c], x2 = x[2][c], x3 = x[3][c];
+    for (int64_t j0 = 0; j0 < n8; j0 += kLanes)
+      store8(tc + j0, load8(tc + j0) + x0 * load8(s0 + j0) + x1 * load8(s1 + j0) + x2 * load8(s2 + j0) +
+                          x3 * load8(s3 + j0));
+  }
+}
+
+// Row r of s: entries j >= n[r] become `masked`; then s = exp(s - shift[r]) over j < n8.
+// Returns the row sums in sum[r]. shift is the row max (forward) or the saved lse (backward).
+RLRUN_CPU_INLINE
+void masked_exp(float* s, int64_t ld, const int64_t* n, int64_t n8, const float* shift, float* sum) {
+  for (int r = 0; r < kRows; ++r) {
+    float* row = s + r * ld;
+    const float sh = shift[r];
+    const int64_t valid = n[r];
+    float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+    for (int64_t j = 0; j < n8; ++j) {
+      const float e = j < valid ? fast_exp(row[j] - sh) : 0.0f;
+      row[j] = e;
+      total += e;
+    }
+    sum[r] = total;
+  }
+}
+
+RLRUN_CPU_INLINE
+float row_max(const float* s, int64_t n) {
+  float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; ++j) m = s[j] > m ? s[j] : m;
+  return m;
+}
+
+struct Buffers {  // per-thread scratch
+  std::vector<float> kt, vt, dkt, dvt, s, ds, zero, trash;
+  Buffers(int64_t max_len, int64_t d, bool backward)
+      : kt(round_up(max_len) * d), vt(round_up(max_len) * d), dkt(backward ? round_up(max_len) * d : 0),
+        dvt(backward ? round_up(max_len) * d : 0), s(kRows * round_up(max_len)),
+        ds(backward ? kRows * round_up(max_len) : 0), zero(d, 0.0f), trash(kRows * d) {}
+};
+
+// Query rows [row0, row1) of the sequence starting at `begin`, for every query head of kv head g.
+RLRUN_CPU_INLINE void forward_block_body(const AttnDims& a, const float* q, const float* k, const float* v, int64_t begin, int64_t row0,
+                   int64_t row1, int64_t g, float* out, float* lse, Buffers& buf) {
+  const int64_t len = row1 - begin, ld = round_up(len);  // keys these rows can see
+  const float scale = 1.0f / std::sqrt(static_cast<float>(a.d));
+  gather_transposed(buf.kt.data(), ld, k, begin, len, a.hkv, g, a.d);
+  gather_transposed(buf.vt.data(), ld, v, begin, len, a.hkv, g, a.d);
+  float* s = buf.s.data();
+  for (int64_t h = g * a.group; h < (g + 1) * a.group; ++h)
+    for (int64_t i0 = row0; i0 < row1; i0 += kRows) {
+      const float* x[kRows];
+      float* o[kRows];
+      int64_t n[kRows];
+      float m[kRows], sum[kRows], inv[kRows];
+      for (int r = 0; r < kRows; ++r) {
+        const bool real = i0 + r < row1;  // a short last group is padded with zero rows
+        const int64_t row = (i0 + r) * a.hq + h;
+        x[r] = real ? q + row * a.d : buf.zero.data();
+        o[r] = real ? out + row * a.d : buf.trash.data() + r * a.d;
+        n[r] = real ? i0 + r - begin + 1 : 1;
+      }
+      const int64_t n8 = round_up(std::min<int64_t>(i0 + kRows, row1) - begin);
+      rows_times_tile(s, ld, x, buf.kt.data(), n8, a.d, scale);
+      for (int r = 0; r < kRows; ++r) m[r] = row_max(s + r * ld, n[r]);
+      masked_exp(s, ld, n, n8, m, sum);
+      for (int r = 0; r < kRows; ++r) inv[r] = 1.0f / sum[r];
+      rows_dot_tile(o, s, ld, buf.vt.data(), n8, a.d, inv);
+      if (lse)
+        for (int r = 0; r < kRows && i0 + r < row1; ++r) lse[(i0 + r) * a.hq + h] = m[r] + std::log(sum[r]);
+    }
+}
+
+RLRUN_CPU_AVX2 void forward_block_avx2(const AttnDims& a, const float* q, const float* k, const float* v,
+                                       int64_t begin, int64_t row0, int64_t row1, int64_t g, float* out, float* lse,
+                                       Buffers& buf) {
+  forward_block_body(a, q, k, v, begin, row0, row1, g, out, lse, buf);
+}
+
+void forward_block_base(const AttnDims& a, const float* q, const float* k, const float* v, int64_t begin,
+                        int64_t row0, int64_t row1, int64_t g, float* out, float* lse, Buffers& buf) {
+  forward_block_body(a, q, k, v, begin, row0, row1, g, out, lse, buf);
+}
+
+}  // namespace
+
+void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                                   const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen) {
+  const AttnDims a = check_attention("attention_forward", q, k, v, cu_seqlens, max_seqlen);
+  expect("attention_forward", "out", out, q.shape());
+  if (lse.defined()) expect("attention_forward", "lse", lse, Shape{a.n, a.hq});
+  const int32_t* cu = cu_seqlens.i32();
+  struct Task { int64_t seq, row0, kv_head, cost; };
+  std::vector<Task> tasks;
+  for (int64_t s = 0; s < a.num_seqs; ++s)
+    for (int64_t r = cu[s]; r < cu[s + 1]; r += kQueryBlock)
+      for (int64_t g = 0; g < a.hkv; ++g) tasks.push_back({s, r, g, r - cu[s]});
+  // Latest rows (most keys) first, so the dynamic schedule ends with the short tasks.
+  std::stable_sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) { return x.cost > y.cost; });
+  const float *qq = q.f32(), *kk = k.f32(), *vv = v.f32();
+  float* o = out.f32();
+  float* ls = lse.defined() ? lse.f32() : nullptr;
+  const int64_t num_tasks = static_cast<int64_t>(tasks.size());
+  const bool avx2 = avx2_;
+#pragma omp parallel num_threads(num_threads_)
+  {
+    Buffers buf(std::max<int64_t>(max_seqlen, 1), a.d, false);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < num_tasks; ++t) {
+      const Task& task = tasks[t];
+      const int64_t row1 = std::min<int64_t>(task.row0 + kQueryBlock, cu[task.seq + 1]);
+      if (avx2)
+        forward_block_avx2(a, qq, kk, vv, cu[task.seq], task.row0, row1, task.kv_head, o, ls, buf);
+      else
+        forward_block_base(a, qq, kk, vv, cu[task.seq], task.row0, row1, task.kv_head, o, ls, buf);
+    }
+  }
+}
+
+namespace {
+
+struct BackwardArgs {
+  const float *q, *k, *v, *out, *lse, *dout;
+  float *dq, *dk, *dv;
+};
+
+// Sequence [begin, end), kv head g: dq for the group's query heads, dk and dv for head g.
+// With p = exp(s - lse), dp_j = dout . v_j, D = dout . out = sum_j p_j dp_j, ds = p (dp - D):
+//   dq_i = scale sum_j ds_ij k_j,  dk_j = scale sum_i ds_ij q_i,  dv_j = sum_i p_ij dout_i.
+RLRUN_CPU_INLINE void backward_task_body(const AttnDims& a, const BackwardArgs& x, int64_t begin, int64_t end,
+                                         int64_t g, Buffers& buf) {
+  const int64_t len = end - begin, ld = round_up(len);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(a.d));
+  gather_transposed(buf.kt.data(), ld, x.k, begin, len, a.hkv, g, a.d);
+  gather_transposed(buf.vt.data(), ld, x.v, begin, len, a.hkv, g, a.d);
+  std::fill(buf.dkt.begin(), buf.dkt.begin() + ld * a.d, 0.0f);
+  std::fill(buf.dvt.begin(), buf.dvt.begin() + ld * a.d, 0.0f);
+  float *p = buf.s.data(), *ds = buf.ds.data();
+  for (int64_t h = g * a.group; h < (g + 1) * a.group; ++h)
+    for (int64_t i0 = begin; i0 < end; i0 += kRows) {
+      const float *qr[kRows], *dor[kRows];
+      float* dqr[kRows];
+      int64_t n[kRows];
+      float lse[kRows], di[kRows], sum[kRows], ones[kRows];
+      for (int r = 0; r < kRows; ++r) {
+        const bool real = i0 + r < end;  // padding rows: zero q and dout, no keys -> contribute 0
+        const int64_t row = (i0 + r) * a.hq + h;
+        qr[r] = real ? x.q + row * a.d : buf.zero.data();
+        dor[r] = real ? x.dout + row * a.d : buf.zero.data();
+        dqr[r] = real ? x.dq + row * a.d : buf.trash.data() + r * a.d;
+        n[r] = real ? i0 + r - begin + 1 : 0;
+        lse[r] = real ? x.lse[row] : 0.0f;
+        di[r] = 0.0f;
+        if (real)
+          for (int64_t c = 0; c < a.d; ++c) di[r] += dor[r][c] * x.out[row * a.d + c];
+        ones[r] = 1.0f;
+      }
+      const int64_t n8 = round_up(std::min<int64_t>(i0 + kRows, end) - begin);
+      rows_times_tile(p, ld, qr, buf.kt.data(), n8, a.d, scale);
+      masked_exp(p, ld, n, n8, lse, sum);
+      rows_times_tile(ds, ld, dor, buf.vt.data(), n8, a.d, 1.0f);
+      for (int r = 0; r < kRows; ++r) {
+        float *dsr = ds + r * ld, *pr = p + r * ld;
+        const float dr = di[r];
+#pragma omp simd
+        for (int64_t j = 0; j < n8; ++j) dsr[j] = pr[j] * (dsr[j] - dr) * scale;
+      }
+      rows_dot_tile(dqr, ds, ld, buf.kt.data(), n8, a.d, ones);
+      tile_add_rows(buf.dkt.data(), ld, qr, ds, n8, a.d);
+      tile_add_rows(buf.dvt.data(), ld, dor, p, n8, a.d);
+    }
+  scatter_transposed(x.dk, buf.dkt.data(), ld, begin, len, a.hkv, g, a.d);
+  scatter_transposed(x.dv, buf.dvt.data(), ld, begin, len, a.hkv, g, a.d);
+}
+
+RLRUN_CPU_AVX2 void backward_task_avx2(const AttnDims& a, const BackwardArgs& x, int64_t begin, int64_t end,
+                                       int64_t g, Buffers& buf) {
+  backward_task_body(a, x, begin, end, g, buf);
+}
+
+void backward_task_base(const AttnDims& a, const BackwardArgs& x, int64_t begin, int64_t end, int64_t g,
+                        Buffers& buf) {
+  backward_task_body(a, x, begin, end, g, buf);
+}
+
+}  // namespace
+
+void CpuBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                                    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                    const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen) {
+  const AttnDims a = check_attention("attention_backward", q, k, v, cu_seqlens, max_seqlen);
+  expect("attention_backward", "out", out, q.shape());
+  expect("attention_backward", "dout", dout, q.shape());
+  expect("attention_backward", "dq", dq, q.shape());
+  expect("attention_backward", "dk", dk, k.shape());
+  expect("attention_backward", "dv", dv, v.shape());
+  expect("attention_backward", "lse", lse, Shape{a.n, a.hq});
+  const int32_t* cu = cu_seqlens.i32();
+  struct Task { int64_t seq, kv_head, cost; };
+  std::vector<Task> tasks;
+  for (int64_t s = 0; s < a.num_seqs; ++s) {
+    const int64_t len = cu[s + 1] - cu[s];
+    for (int64_t g = 0; g < a.hkv; ++g) tasks.push_back({s, g, len * len});
+  }
+  std::stable_sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) { return x.cost > y.cost; });
+  const BackwardArgs args{q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), dout.f32(), dq.f32(), dk.f32(), dv.f32()};
+  const int64_t num_tasks = static_cast<int64_t>(tasks.size());
+  const bool avx2 = avx2_;
+#pragma omp parallel num_threads(num_threads_)
+  {
+    Buffers buf(std::max<int64_t>(max_seqlen, 1), a.d, true);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < num_tasks; ++t) {
+      const int64_t begin = cu[tasks[t].seq], end = cu[tasks[t].seq + 1];
+      if (avx2)
+        backward_task_avx2(a, args, begin, end, tasks[t].kv_head, buf);
+      else
+        backward_task_base(a, args, begin, end, tasks[t].kv_head, buf);
+    }
+  }
+}
+
+}  // namespace rlrun::engine::cpu

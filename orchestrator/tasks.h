@@ -1,0 +1,56 @@
+// tasks.h - where prompts come from and how completions are scored.
+//
+// A Task yields training problems and holds a fixed held-out evaluation set that training never
+// sees. Rewards come from the decoded completion with exact rules (no model judges): the answer
+// is the completion's first line, trimmed. Built-in generators (arithmetic, countdown, reverse,
+// sort) are reproducible from a seed; `jsonl` reads a dataset file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace rlrun::orchestrator {
+
+struct Problem {
+  std::string prompt;  // the text given to the model
+  std::string answer;  // the reference answer (exact-match tasks) or a known solution (countdown)
+  std::vector<int64_t> numbers;  // countdown: the numbers that may be used
+  int64_t target = 0;            // countdown: the value to reach
+};
+
+struct TaskSpec {
+  std::string name = "arithmetic";  // arithmetic | countdown | reverse | sort | jsonl
+  std::string dataset;              // jsonl: training file
+  std::string eval_dataset;         // jsonl: held-out file (default: the last eval_size lines of dataset)
+  int eval_size = 64;
+  int min_digits = 1, max_digits = 2;  // arithmetic operands
+  int num_numbers = 3, max_number = 20;  // countdown
+  int min_length = 3, max_length = 6;    // reverse / sort strings
+  uint64_t seed = 1;
+};
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual std::string name() const = 0;
+  // The next training problem; never one of eval_set().
+  virtual Problem next_train() = 0;
+  virtual const std::vector<Problem>& eval_set() const = 0;
+  // 1 for a correct completion, 0 otherwise.
+  virtual double reward(const Problem& problem, std::string_view completion) const = 0;
+};
+
+Result<std::unique_ptr<Task>> make_task(const TaskSpec& spec);
+// The jsonl task alone (make_task dispatches to it); errors name the file and line.
+Result<std::unique_ptr<Task>> make_jsonl_task(const TaskSpec& spec);
+
+// The answer a completion gives: its first line, without surrounding spaces.
+std::string_view extract_answer(std::string_view completion);
+
+}  // namespace rlrun::orchestrator
