@@ -5,11 +5,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <exception>
 #include <sstream>
+#include <thread>
 
 #include <prometheus/check_names.h>
 #include <prometheus/exposer.h>
@@ -209,7 +212,46 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(
   return server;
 }
 
-MetricsServer::~MetricsServer() = default;
+namespace {
+
+// civetweb's listener thread polls with a 2 s timeout and looks at its stop flag only between
+// polls, so stopping it idle takes ~2 s. Connecting to it while it stops wakes the poll at once.
+void poke_listener(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  int rc;
+  if (v6) {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(static_cast<uint16_t>(port));
+    if (host == "::") a.sin6_addr = in6addr_loopback; else ::inet_pton(AF_INET6, host.c_str(), &a.sin6_addr);
+    rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    if (host == "0.0.0.0") a.sin_addr.s_addr = htonl(INADDR_LOOPBACK); else ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+    rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+  (void)rc;  // refused once the listener is closed: nothing to do
+  ::close(fd);
+}
+
+}  // namespace
+
+MetricsServer::~MetricsServer() {
+  std::atomic<bool> stopped{false};
+  std::thread poker([&] {
+    while (!stopped.load()) {
+      poke_listener(host_, port_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  exposer_.reset();
+  stopped.store(true);
+  poker.join();
+}
 
 std::string MetricsServer::address() const {
   return host_.find(':') != std::string::npos ? str("[", host_, "]:", port_) : str(host_, ":", port_);
