@@ -199,8 +199,15 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(
   try {
     server->exposer_ = std::make_unique<prometheus::Exposer>(bind, /*num_threads=*/2);
   } catch (const std::exception& e) {
-    std::string cause = bind_failure_cause(host, port);
-    if (cause.empty()) cause = e.what();
+    const std::string cause = bind_failure_cause(host, port);
+    if (cause.empty()) {  // the address itself is usable: the HTTP server refused it
+      const bool v6 = host.find(':') != std::string::npos;
+      return unavailable(str("metrics_bind: cannot listen on ", bind, ": the HTTP server (civetweb) ",
+                             "failed: ", e.what(),
+                             v6 ? "; this build may lack IPv6 support: use an IPv4 address such "
+                                  "as 127.0.0.1 or 0.0.0.0"
+                                : "; try another port, e.g. port 0 to let the system choose"));
+    }
     return unavailable(str("metrics_bind: cannot listen on ", bind, ": ", cause,
                            "; set metrics_bind to a free address, e.g. ", host,
                            ":0 to let the system choose a port, or stop what listens there"));

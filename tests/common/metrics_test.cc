@@ -19,10 +19,10 @@ using ::testing::StartsWith;
 
 // One server shared by the tests that only need a running endpoint.
 MetricsServer& shared_server() {
-  static MetricsServer* server = [] {
+  static std::unique_ptr<MetricsServer> server = [] {
     Result<std::unique_ptr<MetricsServer>> s = MetricsServer::start("127.0.0.1:0");
     EXPECT_TRUE(s.ok()) << s.status().message();
-    return std::move(s).value().release();  // lives until exit, like a process's real server
+    return std::move(s).value();
   }();
   return *server;
 }
@@ -127,21 +127,23 @@ TEST(MetricsServer, PortInUseNamesTheKeyAndTheAddress) {
 }
 
 TEST(MetricsServer, StopsPromptlyAndFreesThePort) {
-  Result<std::unique_ptr<MetricsServer>> s = MetricsServer::start("127.0.0.1:0");
-  ASSERT_TRUE(s.ok()) << s.status().message();
-  const int port = (*s)->port();
-  ASSERT_EQ(testing::http_get(port, "/metrics").status, 200);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // listener idle in its poll
-  const auto t0 = std::chrono::steady_clock::now();
-  s = Result<std::unique_ptr<MetricsServer>>(nullptr);
-  const double stop_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // civetweb alone takes ~2 s (its listener poll); the destructor wakes it.
-  EXPECT_LT(stop_seconds, 1.5);
-  std::printf("metrics server stopped in %.3f s\n", stop_seconds);
-  EXPECT_EQ(testing::http_get(port, "/metrics").status, 0) << "still serving after destruction";
-  Result<std::unique_ptr<MetricsServer>> again = MetricsServer::start(str("127.0.0.1:", port));
-  EXPECT_TRUE(again.ok()) << again.status().message();
+  for (const std::string host : {"127.0.0.1", "0.0.0.0"}) {
+    Result<std::unique_ptr<MetricsServer>> s = MetricsServer::start(host + ":0");
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    const int port = (*s)->port();
+    ASSERT_EQ(testing::http_get(port, "/metrics").status, 200) << host;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // listener idle in its poll
+    const auto t0 = std::chrono::steady_clock::now();
+    s = Result<std::unique_ptr<MetricsServer>>(nullptr);
+    const double stop_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // civetweb alone takes ~2 s (its listener poll); the destructor wakes it.
+    EXPECT_LT(stop_seconds, 1.5) << host;
+    std::printf("metrics server on %s stopped in %.3f s\n", host.c_str(), stop_seconds);
+    EXPECT_EQ(testing::http_get(port, "/metrics").status, 0) << "still serving after destruction";
+    Result<std::unique_ptr<MetricsServer>> again = MetricsServer::start(str(host, ":", port));
+    EXPECT_TRUE(again.ok()) << again.status().message();
+  }
 }
 
 TEST(MetricsServer, BadBindAddressIsAnInvalidArgument) {
