@@ -13,12 +13,6 @@
 // Thread-safety: prometheus-cpp counters, gauges, histograms and registries are thread-safe.
 #pragma once
 
-#include <functional>
-#include <memory>
-#include <string>
-#include <string_view>
-#include <vector>
-
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -26,6 +20,12 @@
 #include <prometheus/histogram.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -47,13 +47,12 @@ std::string metric_name(std::string_view name);
 // again returns the existing family (same const labels) so components may share a name; a name
 // already used by another type is a bug (RLRUN_CHECK). Add a labelled child with
 // `family.Add({{"worker", "3"}})` (histograms: `family.Add(labels, buckets)`).
-prometheus::Family<prometheus::Counter>& counter_family(prometheus::Registry& registry,
-                                                         std::string_view name,
-                                                         const std::string& help,
-                                                         const prometheus::Labels& const_labels = {});
+prometheus::Family<prometheus::Counter>& counter_family(
+    prometheus::Registry& registry, std::string_view name, const std::string& help,
+    const prometheus::Labels& const_labels = {});
 prometheus::Family<prometheus::Gauge>& gauge_family(prometheus::Registry& registry,
-                                                     std::string_view name, const std::string& help,
-                                                     const prometheus::Labels& const_labels = {});
+                                                    std::string_view name, const std::string& help,
+                                                    const prometheus::Labels& const_labels = {});
 prometheus::Family<prometheus::Histogram>& histogram_family(
     prometheus::Registry& registry, std::string_view name, const std::string& help,
     const prometheus::Labels& const_labels = {});
@@ -106,10 +105,10 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
-  int port() const { return port_; }              // the port actually listened on
+  int port() const { return port_; }  // the port actually listened on
   const std::string& host() const { return host_; }
-  std::string address() const;                    // "127.0.0.1:40123"
-  std::string url() const;                        // "http://127.0.0.1:40123/metrics"
+  std::string address() const;  // "127.0.0.1:40123"
+  std::string url() const;      // "http://127.0.0.1:40123/metrics"
 
   prometheus::Registry& registry() { return *registry_; }
   const std::shared_ptr<prometheus::Registry>& shared_registry() const { return registry_; }

@@ -3,6 +3,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -50,11 +51,21 @@ void append_json_string(std::string& out, std::string_view s) {
   out += '"';
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -96,6 +107,17 @@ Timeline& global_timeline() {
   return timeline;
 }
 
+std::string timeline_path(const std::string& dir, const std::string& process) {
+  std::string name = "timeline-";
+  for (char c : process) {
+    const bool safe =
+        std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+    name += safe ? c : '_';
+  }
+  name += ".json";
+  return dir.empty() ? name : (dir.back() == '/' ? dir + name : dir + "/" + name);
+}
+
 Timeline::~Timeline() { close(); }
 
 Status Timeline::open(const std::string& path, const std::string& process_name, int pid,
@@ -113,7 +135,8 @@ Status Timeline::open(const std::string& path, const std::string& process_name, 
   flush_interval_ = flush_interval;
   origin_ = std::chrono::steady_clock::now();
   epoch_us_ = std::chrono::duration_cast<std::chrono::microseconds>(
-                  std::chrono::system_clock::now().time_since_epoch()).count();
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
   std::fputs("[\n", file_);
   first_event_ = true;
   buffer_.clear();
@@ -122,7 +145,8 @@ Status Timeline::open(const std::string& path, const std::string& process_name, 
   std::string head = metadata("process_name", 0, process_name);
   buffer_ += head;
   first_event_ = false;
-  for (const auto& [tid, name] : thread_names_) buffer_ += ",\n" + metadata("thread_name", tid, name);
+  for (const auto& [tid, name] : thread_names_)
+    buffer_ += ",\n" + metadata("thread_name", tid, name);
   flush_locked();
   flusher_ = std::thread([this] { flusher_loop(); });
   return Status();
@@ -166,7 +190,8 @@ void Timeline::flusher_loop() {
 
 int64_t Timeline::now_us() const {
   return epoch_us_ + std::chrono::duration_cast<std::chrono::microseconds>(
-                         std::chrono::steady_clock::now() - origin_).count();
+                         std::chrono::steady_clock::now() - origin_)
+                         .count();
 }
 
 std::string Timeline::metadata(std::string_view what, int tid, std::string_view value) const {
@@ -206,7 +231,8 @@ void Timeline::complete(std::string_view name, std::string_view category, int64_
                         int64_t dur_us, std::string_view args_json) {
   if (!enabled()) return;
   std::string e = event_head('X', name, category, pid_, this_thread_id());
-  e += ",\"ts\":" + std::to_string(start_us) + ",\"dur\":" + std::to_string(dur_us < 0 ? 0 : dur_us);
+  e +=
+      ",\"ts\":" + std::to_string(start_us) + ",\"dur\":" + std::to_string(dur_us < 0 ? 0 : dur_us);
   if (!args_json.empty()) {
     e += ",\"args\":";
     e += args_json;
@@ -222,7 +248,8 @@ void Timeline::counter(std::string_view name,
   JsonArgs args;
   for (const auto& [key, value] : series) args.add(key, value);
   const std::string args_json = args.str();
-  e += ",\"ts\":" + std::to_string(now_us()) + ",\"args\":" + (args_json.empty() ? "{}" : args_json) + '}';
+  e += ",\"ts\":" + std::to_string(now_us()) +
+       ",\"args\":" + (args_json.empty() ? "{}" : args_json) + '}';
   append(std::move(e));
 }
 

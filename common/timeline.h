@@ -64,7 +64,8 @@ class Timeline {
   void complete(std::string_view name, std::string_view category, int64_t start_us, int64_t dur_us,
                 std::string_view args_json = {});
   // A counter sample ("ph":"C"): each series is drawn as a stacked track named `name`.
-  void counter(std::string_view name, std::initializer_list<std::pair<std::string_view, double>> series);
+  void counter(std::string_view name,
+               std::initializer_list<std::pair<std::string_view, double>> series);
   // An instant event ("ph":"i", thread scope), e.g. a discarded group.
   void instant(std::string_view name, std::string_view category, std::string_view args_json = {});
 
@@ -90,11 +91,16 @@ class Timeline {
   std::thread flusher_;
 };
 
-// The process's timeline, used by ScopedSpan and the free functions by default. Opened by the
-// process's main() when the config asks for a timeline; closed at exit.
+// The process's timeline, used by ScopedSpan by default. The process's main() opens it when the
+// config asks for a timeline, e.g. global_timeline().open(timeline_path(dir, name), name), and
+// closes it at exit (its destructor would too).
 Timeline& global_timeline();
 
-// Appends `"key":value` pairs to build an args object: JsonArgs().add("step", 3).add("rank", 0).str()
+// "<dir>/timeline-<process>.json", the one naming rule writers and the merging orchestrator share.
+// Characters of `process` outside [A-Za-z0-9._-] become '_'.
+std::string timeline_path(const std::string& dir, const std::string& process);
+
+// Builds an args object from `"key":value` pairs: JsonArgs().add("step", 3).add("rank", 0).str()
 class JsonArgs {
  public:
   JsonArgs& add(std::string_view key, double value);
@@ -119,7 +125,9 @@ class ScopedSpan {
     if (timeline_) start_us_ = timeline_->now_us();
   }
   ~ScopedSpan() {
-    if (timeline_) timeline_->complete(name_, category_, start_us_, timeline_->now_us() - start_us_, args_.str());
+    if (timeline_)
+      timeline_->complete(name_, category_, start_us_, timeline_->now_us() - start_us_,
+                          args_.str());
   }
   ScopedSpan(const ScopedSpan&) = delete;
   ScopedSpan& operator=(const ScopedSpan&) = delete;

@@ -1,8 +1,7 @@
 #include "common/memory.h"
 
-#include <sys/mman.h>
-
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cstdlib>
 #include <thread>
@@ -94,7 +93,8 @@ void check_phase_attribution(PeakMemoryTracker& tracker) {
 TEST(PeakMemoryTracker, AttributesPeaksToPhasesWithClearRefs) {
   PeakMemoryTracker tracker;
   if (tracker.mode() != PeakMemoryTracker::Mode::kClearRefs) {
-    GTEST_SKIP() << "/proc/self/clear_refs is not writable here; the sampling test covers the fallback";
+    GTEST_SKIP()
+        << "/proc/self/clear_refs is not writable here; the sampling test covers the fallback";
   }
   check_phase_attribution(tracker);
 }

@@ -1,9 +1,8 @@
 #include "common/timeline.h"
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
@@ -49,7 +48,8 @@ class TimelineTest : public ::testing::Test {
 
 int64_t wall_us_now() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch()).count();
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 TEST_F(TimelineTest, SpansFromSeveralThreadsNestAndParse) {
@@ -118,7 +118,10 @@ TEST_F(TimelineTest, DisabledTimelineRecordsNothing) {
   Timeline t;
   EXPECT_FALSE(t.enabled());
   EXPECT_FALSE(global_timeline().enabled());
-  { ScopedSpan s("idle", "test", t); s.arg("x", 1); }
+  {
+    ScopedSpan s("idle", "test", t);
+    s.arg("x", 1);
+  }
   t.counter("depth", {{"n", 1}});
   ASSERT_TRUE(t.open(path("a.json"), "a").ok());
   t.close();
@@ -129,7 +132,8 @@ TEST_F(TimelineTest, DisabledTimelineRecordsNothing) {
 TEST_F(TimelineTest, NamesAndArgsAreEscaped) {
   Timeline t;
   ASSERT_TRUE(t.open(path("e.json"), "proc \"q\"\n").ok());
-  t.complete("say \"hi\"\\\n", "c\t", t.now_us(), 5, JsonArgs().add("text", "a\"b").add("nan", std::nan("")).str());
+  t.complete("say \"hi\"\\\n", "c\t", t.now_us(), 5,
+             JsonArgs().add("text", "a\"b").add("nan", std::nan("")).str());
   t.instant("discard", "rollout", JsonArgs().add("reason", "stale").str());
   t.close();
   json events = parse(path("e.json"));
@@ -175,7 +179,8 @@ TEST_F(TimelineTest, MergesProcessesInTimeOrder) {
   b.close();
 
   ASSERT_TRUE(merge_timelines({path("timeline-orchestrator.json"), path("timeline-trainer-0.json")},
-                              path("timeline.json")).ok());
+                              path("timeline.json"))
+                  .ok());
   json merged = parse(path("timeline.json"));
   std::map<int, std::string> names;
   size_t i = 0;
@@ -211,7 +216,8 @@ TEST_F(TimelineTest, MergeSkipsATornEventAndKeepsTheRest) {
 
   ASSERT_TRUE(merge_timelines({path("timeline-rollout-1.json"), path("missing.json"),
                                path("timeline-rollout-2.json")},
-                              path("timeline.json")).ok());
+                              path("timeline.json"))
+                  .ok());
   json merged = parse(path("timeline.json"));
   std::map<int, std::string> names;
   std::map<int, int> spans_per_pid;
@@ -223,6 +229,12 @@ TEST_F(TimelineTest, MergeSkipsATornEventAndKeepsTheRest) {
   for (const auto& [pid, name] : names) {
     EXPECT_EQ(spans_per_pid[pid], name == "rollout-1" ? 9 : 1) << name;  // the torn 10th is gone
   }
+}
+
+TEST(TimelinePath, NamesOneFilePerProcess) {
+  EXPECT_EQ(timeline_path("/run/x", "trainer-0"), "/run/x/timeline-trainer-0.json");
+  EXPECT_EQ(timeline_path("/run/x/", "rollout 1/a"), "/run/x/timeline-rollout_1_a.json");
+  EXPECT_EQ(timeline_path("", "orchestrator"), "timeline-orchestrator.json");
 }
 
 TEST_F(TimelineTest, MergeReportsAnUnwritableOutput) {
