@@ -39,7 +39,8 @@ Result<ProcessMemory> read_process_memory();
 ProcessMemory parse_proc_status(const std::string& text);
 
 // Resets the kernel's VmHWM to the current VmRSS, first folding the old VmHWM into the
-// process-lifetime peak that read_process_memory() reports. Returns false where not permitted.
+// process-lifetime peak that read_process_memory() reports and into the open phases of every
+// PeakMemoryTracker. Returns false where not permitted.
 bool reset_peak_resident();
 
 // Records the peak resident memory of named phases ("forward_backward", "optimizer",
@@ -71,6 +72,9 @@ class PeakMemoryTracker {
   void begin(const std::string& phase);
   void end();  // ends the innermost open phase; RLRUN_CHECK-fails if none is open
 
+  // Samples the sampler has taken so far (0 in clear_refs mode): diagnostics and tests.
+  int64_t samples() const;
+
   // Completed phases, in order of first completion.
   std::vector<PhasePeak> peaks() const;
   // Peak of a completed phase, 0 if it never completed.
@@ -90,6 +94,8 @@ class PeakMemoryTracker {
   };
 
  private:
+  friend bool reset_peak_resident();  // folds VmHWM into open phases before each reset
+
   struct Open {
     std::string phase;
     int64_t start_bytes = 0;
@@ -106,6 +112,7 @@ class PeakMemoryTracker {
   bool stop_ = false;
   std::vector<Open> open_;
   std::vector<PhasePeak> done_;
+  int64_t samples_ = 0;
   std::thread sampler_;
 };
 

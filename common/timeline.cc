@@ -103,7 +103,7 @@ JsonArgs& JsonArgs::add(std::string_view key, std::string_view value) {
 }
 
 Timeline& global_timeline() {
-  static Timeline timeline;  // never destroyed before exit handlers run; close() is explicit
+  static Timeline timeline;  // its destructor closes the file at exit if main() did not
   return timeline;
 }
 
@@ -141,14 +141,14 @@ Status Timeline::open(const std::string& path, const std::string& process_name, 
   first_event_ = true;
   buffer_.clear();
   stop_ = false;
-  enabled_.store(true, std::memory_order_relaxed);
-  std::string head = metadata("process_name", 0, process_name);
-  buffer_ += head;
+  write_failed_ = false;
+  buffer_ += metadata("process_name", 0, process_name);
   first_event_ = false;
   for (const auto& [tid, name] : thread_names_)
     buffer_ += ",\n" + metadata("thread_name", tid, name);
   flush_locked();
   flusher_ = std::thread([this] { flusher_loop(); });
+  enabled_.store(true, std::memory_order_release);  // publishes the clock origin to now_us()
   return Status();
 }
 
@@ -156,7 +156,7 @@ void Timeline::close() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!file_) return;
-    enabled_.store(false, std::memory_order_relaxed);
+    enabled_.store(false, std::memory_order_release);
     stop_ = true;
   }
   wake_.notify_all();
@@ -175,8 +175,13 @@ void Timeline::flush() {
 
 void Timeline::flush_locked() {
   if (!file_ || buffer_.empty()) return;
-  std::fwrite(buffer_.data(), 1, buffer_.size(), file_);
-  std::fflush(file_);  // to the kernel: survives a crash of this process, not of the machine
+  const bool ok = std::fwrite(buffer_.data(), 1, buffer_.size(), file_) == buffer_.size() &&
+                  std::fflush(file_) == 0;  // to the kernel: survives a crash of this process
+  if (!ok && !write_failed_) {
+    write_failed_ = true;  // warn once; later events are still attempted
+    log::warn(str("timeline: writing `", path_, "` failed: ", std::strerror(errno),
+                  "; the timeline will miss events (disk full?)"));
+  }
   buffer_.clear();
 }
 

@@ -15,9 +15,10 @@
 // (and possibly a torn last line): Perfetto accepts that, and merge_timelines skips the torn event.
 // Events still in the buffer (at most one flush interval, default 500 ms) are lost in a crash.
 //
-// Cost: with no timeline open, a ScopedSpan is one relaxed atomic load. With one open, an event
-// is formatted on the calling thread and appended to a buffer under a mutex; a background thread
-// writes the buffer every flush interval (or sooner when it passes 256 KiB).
+// Cost (bench/observability_bench): with no timeline open a ScopedSpan is one atomic load, ~5 ns.
+// With one open, ~1 us: the event is formatted on the calling thread and appended to a buffer
+// under a mutex; a background thread writes the buffer every flush interval (or sooner when it
+// passes 256 KiB). Each span is ~100 bytes of file.
 #pragma once
 
 #include <atomic>
@@ -51,7 +52,7 @@ class Timeline {
               std::chrono::milliseconds flush_interval = std::chrono::milliseconds(500));
   // Writes what is buffered and the closing `]`. Safe to call twice.
   void close();
-  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  bool enabled() const { return enabled_.load(std::memory_order_acquire); }
   // Writes what is buffered now (e.g. before an expected exit).
   void flush();
 
@@ -87,6 +88,7 @@ class Timeline {
   std::string buffer_;
   std::vector<std::pair<int, std::string>> thread_names_;  // tid -> name, re-emitted by open()
   bool first_event_ = true;
+  bool write_failed_ = false;
   bool stop_ = false;
   std::thread flusher_;
 };

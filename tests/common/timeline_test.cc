@@ -231,6 +231,22 @@ TEST_F(TimelineTest, MergeSkipsATornEventAndKeepsTheRest) {
   }
 }
 
+TEST(TimelineWrite, AFullDiskWarnsOnceAndLosesOnlyEvents) {
+  Timeline t;
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(t.open("/dev/full", "p").ok());  // every write fails with ENOSPC
+  for (int i = 0; i < 3; ++i) {
+    t.complete("x", "c", t.now_us(), 1);
+    t.flush();
+  }
+  t.close();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("timeline: writing `/dev/full` failed: No space left on device"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("failed", err.find("failed") + 1), std::string::npos) << "warned twice";
+}
+
 TEST(TimelinePath, NamesOneFilePerProcess) {
   EXPECT_EQ(timeline_path("/run/x", "trainer-0"), "/run/x/timeline-trainer-0.json");
   EXPECT_EQ(timeline_path("/run/x/", "rollout 1/a"), "/run/x/timeline-rollout_1_a.json");
