@@ -21,6 +21,7 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -59,6 +60,31 @@ prometheus::Family<prometheus::Histogram>& histogram_family(
 
 // {start, start*factor, ..., start*factor^(count-1)}: histogram bucket upper bounds.
 prometheus::Histogram::BucketBoundaries exponential_buckets(double start, double factor, int count);
+
+// Adds the seconds it lives (steady clock) to a counter and/or observes them in a histogram, at
+// destruction. Idle time as a counter (rlrun_trainer_idle_seconds_total) lets rate() give the
+// idle fraction; a histogram per phase gives step time by phase. Either pointer may be null.
+class ScopedSeconds {
+ public:
+  explicit ScopedSeconds(prometheus::Counter* counter, prometheus::Histogram* histogram = nullptr)
+      : counter_(counter), histogram_(histogram), start_(std::chrono::steady_clock::now()) {}
+  ~ScopedSeconds() {
+    const double s = elapsed();
+    if (counter_) counter_->Increment(s);
+    if (histogram_) histogram_->Observe(s);
+  }
+  ScopedSeconds(const ScopedSeconds&) = delete;
+  ScopedSeconds& operator=(const ScopedSeconds&) = delete;
+
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  prometheus::Counter* counter_;
+  prometheus::Histogram* histogram_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 // A collectable whose families are computed on every scrape by `collect` (called on a civetweb
 // thread: it must be thread-safe and quick).

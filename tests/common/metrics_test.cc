@@ -73,6 +73,26 @@ TEST(MetricFamilies, RegisterUnderPrefixAndSerialize) {
   EXPECT_THAT(text, HasSubstr("# TYPE rlrun_discarded_samples_total counter"));
 }
 
+TEST(ScopedSeconds, AddsItsLifetimeToACounterAndAHistogram) {
+  prometheus::Registry registry;
+  auto& idle = counter_family(registry, "trainer_idle_seconds_total", "Idle").Add({});
+  auto& step = histogram_family(registry, "step_seconds", "Step")
+                   .Add({{"phase", "wait"}}, exponential_buckets(0.001, 10, 4));
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    ScopedSeconds wait(&idle, &step);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  const double outer = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  { ScopedSeconds counter_only(&idle); }
+  EXPECT_GE(idle.Value(), 0.030);
+  EXPECT_LE(idle.Value(), outer + 0.001);
+  const std::string text = serialize_metrics(registry);
+  EXPECT_EQ(sample_value(text, "rlrun_step_seconds_count{phase=\"wait\"}"), 1);
+  EXPECT_EQ(sample_value(text, "rlrun_step_seconds_bucket{phase=\"wait\",le=\"0.01\"}"), 0);
+  EXPECT_GE(sample_value(text, "rlrun_step_seconds_sum{phase=\"wait\"}"), 0.030);
+}
+
 TEST(MetricFamiliesDeathTest, NameUsedByAnotherTypeIsABug) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   prometheus::Registry registry;
