@@ -139,7 +139,8 @@ class MetricsServer {
   prometheus::Registry& registry() { return *registry_; }
   const std::shared_ptr<prometheus::Registry>& shared_registry() const { return registry_; }
 
-  // Scraped on every GET /metrics from now on, kept alive by the server.
+  // Scraped on every GET /metrics from now on, kept alive by the server. Call from the thread that
+  // owns the server (registries and metrics themselves are thread-safe; this list is not).
   void add_collectable(std::shared_ptr<prometheus::Collectable> collectable);
 
  private:

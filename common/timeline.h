@@ -149,10 +149,12 @@ class ScopedSpan {
   JsonArgs args_;
 };
 
-// Merges per-process timeline files into one (`output`, a JSON array, events in time order,
-// metadata first). Inputs may be truncated (crashed process): complete events are kept, a torn
-// one is skipped with a warning. A missing or unreadable input is skipped with a warning; events
-// of two inputs that share a pid get distinct pids. Fails only when `output` cannot be written.
+// Merges per-process timeline files into one (`output`: a JSON array, one event per line, input
+// by input; not sorted, Perfetto sorts on load), streaming in constant memory. Inputs may be
+// truncated (crashed process): complete events are kept, a torn one is skipped with a warning.
+// A missing or unreadable input is skipped with a warning. Processes of two inputs that share a
+// pid (two hosts) get distinct pids: the later one is renumbered from 2^22 up. Any Chrome trace
+// JSON file is accepted as an input too. Fails only when `output` cannot be written.
 Status merge_timelines(const std::vector<std::string>& inputs, const std::string& output);
 
 }  // namespace rlrun

@@ -166,7 +166,7 @@ TEST_F(TimelineTest, CrashedProcessLeavesReadableEvents) {
   EXPECT_EQ(of_phase(parse(path("timeline.json")), "X").size(), 5u);
 }
 
-TEST_F(TimelineTest, MergesProcessesInTimeOrder) {
+TEST_F(TimelineTest, MergesProcessesIntoOneFile) {
   Timeline a, b;
   ASSERT_TRUE(a.open(path("timeline-orchestrator.json"), "orchestrator", 100).ok());
   ASSERT_TRUE(b.open(path("timeline-trainer-0.json"), "trainer-0", 200).ok());
@@ -177,26 +177,30 @@ TEST_F(TimelineTest, MergesProcessesInTimeOrder) {
   a.counter("async_level", {{"level", 1}});
   a.close();
   b.close();
+  // A Chrome trace written by another tool, laid out differently (object form, pretty-printed).
+  json other = {
+      {"traceEvents",
+       {{{"ph", "X"}, {"name", "external"}, {"pid", 300}, {"tid", 1}, {"ts", t0}, {"dur", 5}}}}};
+  std::ofstream(path("other.json")) << other.dump(2);
 
-  ASSERT_TRUE(merge_timelines({path("timeline-orchestrator.json"), path("timeline-trainer-0.json")},
+  ASSERT_TRUE(merge_timelines({path("timeline-orchestrator.json"), path("timeline-trainer-0.json"),
+                               path("other.json")},
                               path("timeline.json"))
                   .ok());
   json merged = parse(path("timeline.json"));
   std::map<int, std::string> names;
-  size_t i = 0;
-  for (; i < merged.size() && merged[i].at("ph") == "M"; ++i) {
-    names[merged[i].at("pid")] = merged[i].at("args").at("name");
+  std::map<std::string, std::pair<int, int64_t>> spans;  // name -> {pid, ts}
+  for (const json& e : merged) {
+    if (e.at("ph") == "M") names[e.at("pid")] = e.at("args").at("name");
+    if (e.at("ph") == "X") spans[e.at("name")] = {e.at("pid"), e.at("ts")};
   }
   EXPECT_EQ(names, (std::map<int, std::string>{{100, "orchestrator"}, {200, "trainer-0"}}));
-  std::vector<std::string> order;
-  int64_t last_ts = 0;
-  for (; i < merged.size(); ++i) {
-    EXPECT_NE(merged[i].at("ph"), "M") << "metadata comes first";
-    EXPECT_GE(merged[i].at("ts").get<int64_t>(), last_ts);
-    last_ts = merged[i].at("ts");
-    if (merged[i].at("ph") == "X") order.push_back(merged[i].at("name"));
-  }
-  EXPECT_EQ(order, (std::vector<std::string>{"dispatch", "weight_send", "train_step"}));
+  EXPECT_EQ(spans["dispatch"], std::make_pair(100, t0 + 100));
+  EXPECT_EQ(spans["train_step"], std::make_pair(200, t0 + 300));
+  EXPECT_EQ(spans["weight_send"], std::make_pair(200, t0 + 200));
+  EXPECT_EQ(spans["external"], std::make_pair(300, t0));
+  EXPECT_EQ(of_phase(merged, "C").size(), 1u);
+  EXPECT_EQ(merged.size(), 2u + 4u + 1u);  // process names, spans, counter
 }
 
 TEST_F(TimelineTest, MergeSkipsATornEventAndKeepsTheRest) {
@@ -251,6 +255,30 @@ TEST(TimelinePath, NamesOneFilePerProcess) {
   EXPECT_EQ(timeline_path("/run/x", "trainer-0"), "/run/x/timeline-trainer-0.json");
   EXPECT_EQ(timeline_path("/run/x/", "rollout 1/a"), "/run/x/timeline-rollout_1_a.json");
   EXPECT_EQ(timeline_path("", "orchestrator"), "timeline-orchestrator.json");
+}
+
+TEST_F(TimelineTest, MergeRenumbersOnlyTheTopLevelPid) {
+  Timeline a, b;
+  ASSERT_TRUE(a.open(path("a.json"), "a", 7).ok());
+  ASSERT_TRUE(b.open(path("b.json"), "b", 7).ok());
+  a.complete("x", "c", 1, 1);
+  // A name and args that mention "pid" must survive the renumbering untouched.
+  b.complete("say \"pid\":1", "c", 2, 1, JsonArgs().add("pid", 99).add("q", "\"pid\":3").str());
+  a.close();
+  b.close();
+  ASSERT_TRUE(merge_timelines({path("a.json"), path("b.json")}, path("m.json")).ok());
+  json merged = parse(path("m.json"));
+  std::map<std::string, int64_t> pid_of;
+  for (const json& e : merged) {
+    if (e.at("ph") == "M") pid_of[e.at("args").at("name")] = e.at("pid");
+  }
+  EXPECT_EQ(pid_of["a"], 7);
+  EXPECT_EQ(pid_of["b"], int64_t{1} << 22);
+  const json x = of_phase(merged, "X").at(1);
+  EXPECT_EQ(x.at("pid"), int64_t{1} << 22);
+  EXPECT_EQ(x.at("name"), "say \"pid\":1");
+  EXPECT_EQ(x.at("args").at("pid"), 99);
+  EXPECT_EQ(x.at("args").at("q"), "\"pid\":3");
 }
 
 TEST_F(TimelineTest, MergeReportsAnUnwritableOutput) {
