@@ -48,8 +48,7 @@ struct ForwardOutput {
   Tensor entropy;   // (N, f32)
 };
 
-// Checks a config can be built (head counts divide, head_dim even, sizes positive).
-Status validate_model_config(const ModelConfig& config);
+// validate_model_config(): model_config.h.
 
 class Model {
  public:
