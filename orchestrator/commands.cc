@@ -10,6 +10,7 @@ namespace rlrun::orchestrator {
 
 int cmd_version(const Args& args);
 int cmd_validate(const Args& args);
+int cmd_generate(const Args& args);
 
 namespace {
 
@@ -32,6 +33,35 @@ constexpr Command kCommands[] = {
      "--set key=value: message), and exits 2.\n\n"
      "  --print-defaults   print every key with its default and meaning (configs/defaults.yaml)\n",
      cmd_validate},
+    {"generate", "generate one completion from an HF checkpoint folder (KV cache, sampler)",
+     "usage: rlrun generate --checkpoint DIR (--prompt TEXT | --prompt-ids IDS) [options]\n\n"
+     "Loads the HF model folder DIR (config.json, model.safetensors or a sharded index, and\n"
+     "tokenizer.json when --prompt is used or text is wanted) and generates one completion on the\n"
+     "CPU: the prompt is prefilled into a paged KV cache, then tokens are decoded one at a time\n"
+     "and sampled (the rollout workers' path). Generation stops after a stop token (config.json's\n"
+     "eos_token_id, and the tokenizer's <|im_end|> and <|endoftext|> when present) or after\n"
+     "--max-tokens new tokens (or at the model's max_position_embeddings).\n\n"
+     "The prompt is used as given: no BOS and no chat template are added (write ChatML yourself,\n"
+     "e.g. \"<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n\").\n\n"
+     "  --checkpoint DIR     the HF model folder\n"
+     "  --prompt TEXT        prompt text, encoded with DIR/tokenizer.json\n"
+     "  --prompt-ids IDS     prompt token ids, comma-separated (e.g. 1,2,3); no tokenizer needed\n"
+     "  --max-tokens N       new tokens at most (default 64)\n"
+     "  --temperature T      sampling temperature, 0 = greedy (default 1)\n"
+     "  --top-p P            nucleus sampling mass in (0, 1] (default 1)\n"
+     "  --seed S             random seed of the sampler (default 0); same seed, same output\n"
+     "  --threads N          CPU threads (default 0 = every core)\n"
+     "  --json               print one JSON object instead of the text:\n"
+     "                       {\"prompt_ids\": [...], \"ids\": [...], \"logprobs\": [...],\n"
+     "                        \"text\": \"...\" (null without a tokenizer),\n"
+     "                        \"finish_reason\": \"stop\" | \"length\"}\n\n"
+     "ids are the completion's tokens (the stop token included when one ended it); logprobs are\n"
+     "their log-probabilities under the distribution sampled from (temperature and top-p\n"
+     "applied; at temperature 0, under the model's own softmax). The text omits special tokens.\n"
+     "Without --json the text is printed (the ids when DIR has no tokenizer). A timing line\n"
+     "goes to stderr. Exit 0 on success, 2 for bad flags, a missing or invalid checkpoint, or\n"
+     "prompt ids outside the vocabulary, 1 when generation fails.\n",
+     cmd_generate},
 };
 
 void print_overview() {
