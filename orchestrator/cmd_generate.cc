@@ -82,7 +82,7 @@ Result<GenerateRequest> parse_request(const Args& args) {
   RLRUN_ASSIGN_OR_RETURN(r.options.sampling.temperature, parse_number<float>("--temperature", a.value("--temperature", "1")));
   RLRUN_ASSIGN_OR_RETURN(r.options.sampling.top_p, parse_number<float>("--top-p", a.value("--top-p", "1")));
   RLRUN_ASSIGN_OR_RETURN(int64_t seed, parse_number<int64_t>("--seed", a.value("--seed", "0")));
-  RLRUN_ASSIGN_OR_RETURN(int64_t threads, parse_number<int64_t>("--threads", a.value("--threads", "0")));
+  RLRUN_ASSIGN_OR_RETURN(int64_t threads, parse_number<int64_t>("--threads", a.value("--threads", "1")));
   if (r.options.max_tokens < 1) return invalid_argument("--max-tokens must be >= 1");
   if (!(r.options.sampling.temperature >= 0)) return invalid_argument("--temperature must be >= 0 (0 = greedy)");
   if (!(r.options.sampling.top_p > 0 && r.options.sampling.top_p <= 1)) return invalid_argument("--top-p must be in (0, 1]");

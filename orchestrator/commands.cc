@@ -50,7 +50,7 @@ constexpr Command kCommands[] = {
      "  --temperature T      sampling temperature, 0 = greedy (default 1)\n"
      "  --top-p P            nucleus sampling mass in (0, 1] (default 1)\n"
      "  --seed S             random seed of the sampler (default 0); same seed, same output\n"
-     "  --threads N          CPU threads (default 0 = every core)\n"
+     "  --threads N          CPU threads (default 1; 0 = every core)\n"
      "  --json               print one JSON object instead of the text:\n"
      "                       {\"prompt_ids\": [...], \"ids\": [...], \"logprobs\": [...],\n"
      "                        \"text\": \"...\" (null without a tokenizer),\n"
