@@ -1,0 +1,180 @@
+// backend.h - the compute interface every device implements (cpu/ now, cuda/ later).
+//
+// A Backend owns memory (zeros/free), moves bytes (host <-> backend, backend <-> backend) and runs
+// the ops a Llama-family decoder needs for training and inference, each forward with its backward.
+// The model is written once against this class; engine/cpu/ is the reference every other backend
+// is tested against, and every backward op is tested against finite differences.
+//
+// Layout: activations are FLAT and token-major. A packed micro-batch of several sequences is N
+// tokens in a row; sequence boundaries come from `cu_seqlens` (int32, (S+1): cu[0] = 0,
+// cu[s+1] - cu[s] = length of sequence s >= 1, cu[S] = N), exactly like flash-attn's varlen API.
+// Per-head activations are (N, H, D) = the (N, H*D) output of a projection viewed per head.
+//
+// Dtypes: `compute_dtype()` is the dtype of weights-for-compute and activations (f32 on CPU;
+// bf16 on CUDA, accumulating in fp32). Statistics saved for backward (rstd, lse), log-probs,
+// entropies, master weights, gradients of weights and optimizer state are always f32; ids,
+// positions and cu_seqlens always i32. Unless stated, "f32" below means compute_dtype().
+//
+// Conventions for every op:
+// - All tensors are on this backend, contiguous, with exactly the documented shapes (checked:
+//   a mismatch is a bug in the caller and aborts with the shapes in the message).
+// - Outputs are preallocated by the caller. Activation outputs and activation gradients
+//   (out, dx, dq, ...) are OVERWRITTEN. Parameter gradients (dweight, dtable, dbias) are
+//   ACCUMULATED (+=), so micro-batches sum into one gradient buffer; zero them per step.
+// - Outputs must not alias inputs unless the op says so.
+// - Ops are asynchronous with respect to the host on device backends; synchronize() waits, and
+//   copy_to_host / sum_squares synchronize themselves.
+//
+// Threads: one host thread drives a Backend at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/tensor.h"
+
+namespace rlrun::engine {
+
+struct AdamWParams {
+  float lr = 1e-6f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled: param -= lr * weight_decay * param
+  int64_t step = 1;           // 1-based step count, for bias correction
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;   // "cpu", "cuda:0"
+  virtual bool is_host() const = 0;       // memory directly addressable by the CPU
+  virtual DType compute_dtype() const = 0;
+
+  // ---- memory ---------------------------------------------------------------------------------
+  // A new zero-filled tensor. Aborts when out of memory (a device failure, not a user error).
+  Tensor zeros(Shape shape, DType dtype);
+  // Raw allocation of `bytes` zeroed bytes (256-byte aligned) and its release; used by zeros()
+  // and Storage. Prefer zeros().
+  virtual void* raw_alloc(size_t bytes) = 0;
+  virtual void raw_free(void* ptr) = 0;
+  // Bytes currently allocated through this backend and the peak since construction.
+  virtual size_t bytes_in_use() const = 0;
+  virtual size_t peak_bytes() const = 0;
+
+  // ---- copies -----------------------------------------------------------------------------------
+  virtual void copy_from_host(const Tensor& dst, const void* src, size_t bytes) = 0;  // bytes == dst.nbytes()
+  virtual void copy_to_host(void* dst, const Tensor& src, size_t bytes) = 0;         // bytes == src.nbytes()
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;  // same dtype and numel, same backend
+  virtual void fill_zero(const Tensor& t) = 0;
+  // dst = src converted between f32 and bf16 (round to nearest even), or a plain copy when the
+  // dtypes match. Same numel.
+  virtual void convert(const Tensor& dst, const Tensor& src) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- dense algebra ----------------------------------------------------------------------------
+  // out = alpha * op(a) @ op(b) + beta * out, row-major; op(x) = x^T when the flag is set.
+  // Each tensor is read as a matrix (Shape::rows(), Shape::cols()):
+  //   a: (M, K), or (K, M) with trans_a;  b: (K, N), or (N, K) with trans_b;  out: (M, N).
+  // Linear layer with HF weight W (out_features, in_features), x (T, in), y (T, out):
+  //   forward   matmul(y, x, W, false, true)                    y  = x W^T
+  //   dx        matmul(dx, dy, W, false, false)                 dx = dy W
+  //   dW       matmul(dW, dy, x, true, false, 1, 1)             dW += dy^T x
+  // beta == 0 ignores out's previous contents (NaNs included).
+  virtual void matmul(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+                      float alpha = 1.0f, float beta = 0.0f) = 0;
+
+  // out (T, C) += bias (C) on every row (qwen2's q/k/v biases).
+  virtual void add_bias(const Tensor& out, const Tensor& bias) = 0;
+  // dbias (C, f32) += column sums of dout (T, C).
+  virtual void add_bias_backward(const Tensor& dbias, const Tensor& dout) = 0;
+
+  // ---- elementwise (same numel everywhere) ------------------------------------------------------
+  virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out = a + b; out may alias a or b
+  virtual void axpy(const Tensor& y, float alpha, const Tensor& x) = 0;       // y += alpha * x (residuals: alpha 1)
+  virtual void scale(const Tensor& x, float alpha) = 0;                       // x *= alpha, in place
+
+  // ---- embedding ----------------------------------------------------------------------------------
+  // out (N, H) = table (V, H) rows at ids (N, i32). Every id must be in [0, V) (aborts otherwise:
+  // ids are validated where they enter the process).
+  virtual void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;
+  // dtable (V, H, f32) += scatter of dout (N, H) rows to ids (repeated ids sum).
+  virtual void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) = 0;
+
+  // ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * weight ------------------------------------------------
+  // x, out (N, H); weight (H); rstd (N, f32) saved = 1 / sqrt(mean(x^2) + eps).
+  // rstd may be undefined (inference: nothing saved).
+  virtual void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                               float eps) = 0;
+  // dx (N, H) = d/dx; dweight (H, f32) += sum over rows of dout * x * rstd.
+  virtual void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                                const Tensor& weight, const Tensor& rstd) = 0;
+
+  // ---- rotary position embedding (HF Llama "rotate_half": pairs (i, i + D/2), not interleaved) ----
+  // x (N, H, D) rotated IN PLACE: for i < D/2, angle = positions[n] * theta^(-2i/D),
+  //   x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin   with x1 = x[..., i], x2 = x[..., i + D/2].
+  // positions (N, i32) restart at 0 for each packed sequence. D must be even. Angles are computed
+  // in fp32 like HF (inv_freq rounded to f32, angle = f32(position) * inv_freq in f32).
+  virtual void rope_forward(const Tensor& x, const Tensor& positions, float theta) = 0;
+  // dx (N, H, D) IN PLACE: the inverse rotation (rotation by -angle), which is the transpose.
+  virtual void rope_backward(const Tensor& dx, const Tensor& positions, float theta) = 0;
+
+  // ---- grouped-query causal attention over packed sequences --------------------------------------
+  // q, out (N, Hq, D); k, v (N, Hkv, D), Hq % Hkv == 0 (query head h reads kv head h / (Hq/Hkv));
+  // cu_seqlens (S+1, i32) as above; max_seqlen = the longest sequence (a host-side hint for device
+  // launch sizes; must be >= every length). Token t of sequence s attends to tokens cu[s]..t only,
+  // with scale 1/sqrt(D). lse (N, Hq, f32) saved = log sum_j exp(scale q.k_j) per query row.
+  // lse may be undefined (inference).
+  virtual void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                                 const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen) = 0;
+  // dq (N, Hq, D), dk, dv (N, Hkv, D) overwritten, from dout (N, Hq, D) and the forward's q, k, v,
+  // out and lse.
+  virtual void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                                  const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen) = 0;
+
+  // ---- SwiGLU: out = silu(gate) * up, silu(g) = g * sigmoid(g) -----------------------------------
+  // gate, up, out (N, I).
+  virtual void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  // dgate, dup (N, I) from dout (N, I). dgate may alias gate and dup may alias up (in place).
+  virtual void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                               const Tensor& up) = 0;
+
+  // ---- fused log-softmax + gather + entropy over the vocabulary -------------------------------------
+  // logits (N, V); targets (N, i32): a target < 0 means "no target" (logprob 0, no gradient).
+  // Writes, all (N, f32): logprob[n] = log softmax(logits[n])[targets[n]],
+  // entropy[n] = -sum_v p log p, lse[n] = logsumexp(logits[n]) (saved for backward).
+  // Never materialises more than one row of probabilities per thread.
+  virtual void logprob_forward(const Tensor& logprob, const Tensor& entropy, const Tensor& lse,
+                               const Tensor& logits, const Tensor& targets) = 0;
+  // dlogits (N, V) = dlogprob[n] * (onehot(target) - p) + dentropy[n] * (-p * (log p + entropy[n])),
+  // with dlogprob, dentropy (N, f32); dentropy may be undefined (zero). dlogits MAY BE THE SAME
+  // TENSOR as logits (computed in place, saving an (N, V) buffer); any other overlap is not allowed.
+  virtual void logprob_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                                const Tensor& lse, const Tensor& entropy, const Tensor& dlogprob,
+                                const Tensor& dentropy) = 0;
+
+  // ---- optimizer ------------------------------------------------------------------------------------
+  // One AdamW step on flat f32 tensors of equal numel (param, grad, m, v; m and v start at zero):
+  //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  mhat = m / (1-b1^t);  vhat = v / (1-b2^t)
+  //   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
+  virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                          const AdamWParams& p) = 0;
+  // sum of x^2 over all elements, accumulated in double, returned to the host (synchronizes).
+  // Global grad norm = sqrt(sum over grads); clip with scale(grad, max_norm / norm).
+  virtual double sum_squares(const Tensor& x) = 0;
+};
+
+// Names accepted by create_backend in this build: "cpu" always, "cuda" when built.
+std::vector<std::string> available_backends();
+// num_threads: host threads for CPU compute (0 = all hardware threads). Fails with a message
+// when the name is unknown or the device is absent.
+Result<std::unique_ptr<Backend>> create_backend(std::string_view name, int num_threads = 0);
+
+}  // namespace rlrun::engine

@@ -1,0 +1,92 @@
+// cpu_backend.h - the reference backend: fp32 on the host, OpenBLAS sgemm for every matmul, our
+// own OpenMP loops for everything else.
+//
+// Threads: the thread count is set once (constructor or set_num_threads) and configures both
+// OpenBLAS (openblas_set_num_threads, a process-wide setting) and every OpenMP region here, so the
+// two pools never oversubscribe the cores. Regions never nest and never run while sgemm runs.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include "engine/backend.h"
+
+namespace rlrun::engine::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int num_threads = 0);  // 0: all hardware threads
+
+  // Threads for OpenBLAS and our loops. OpenBLAS's setting is process-wide: the last CpuBackend
+  // to call this decides it. n <= 0 means all hardware threads.
+  void set_num_threads(int n);
+  int num_threads() const { return num_threads_; }
+
+  std::string name() const override { return "cpu"; }
+  bool is_host() const override { return true; }
+  DType compute_dtype() const override { return DType::kF32; }
+
+  void* raw_alloc(size_t bytes) override;
+  void raw_free(void* ptr) override;
+  size_t bytes_in_use() const override { return bytes_in_use_.load(); }
+  size_t peak_bytes() const override { return peak_bytes_.load(); }
+
+  void copy_from_host(const Tensor& dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* dst, const Tensor& src, size_t bytes) override;
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void fill_zero(const Tensor& t) override;
+  void convert(const Tensor& dst, const Tensor& src) override;
+  void synchronize() override {}
+
+  void matmul(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha,
+              float beta) override;
+  void add_bias(const Tensor& out, const Tensor& bias) override;
+  void add_bias_backward(const Tensor& dbias, const Tensor& dout) override;
+
+  void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void axpy(const Tensor& y, float alpha, const Tensor& x) override;
+  void scale(const Tensor& x, float alpha) override;
+
+  void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) override;
+  void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) override;
+
+  void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                       float eps) override;
+  void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                        const Tensor& weight, const Tensor& rstd) override;
+
+  void rope_forward(const Tensor& x, const Tensor& positions, float theta) override;
+  void rope_backward(const Tensor& dx, const Tensor& positions, float theta) override;
+
+  void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& cu_seqlens, int64_t max_seqlen) override;
+  void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                          const Tensor& cu_seqlens, int64_t max_seqlen) override;
+
+  void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                       const Tensor& up) override;
+
+  void logprob_forward(const Tensor& logprob, const Tensor& entropy, const Tensor& lse, const Tensor& logits,
+                       const Tensor& targets) override;
+  void logprob_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                        const Tensor& entropy, const Tensor& dlogprob, const Tensor& dentropy) override;
+
+  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                  const AdamWParams& p) override;
+  double sum_squares(const Tensor& x) override;
+
+ private:
+  int num_threads_ = 1;
+  std::atomic<size_t> bytes_in_use_{0};
+  std::atomic<size_t> peak_bytes_{0};
+};
+
+// Shape/dtype/backend checks shared by the CPU op files: abort with `op`, the tensor's role and
+// both shapes when `t` is not an f32 (or `dtype`) host tensor of exactly `shape`.
+void expect(const char* op, const char* role, const Tensor& t, Shape shape, DType dtype = DType::kF32);
+// The same, for the dtype only (any shape).
+void expect_dtype(const char* op, const char* role, const Tensor& t, DType dtype);
+
+}  // namespace rlrun::engine::cpu

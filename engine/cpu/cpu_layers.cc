@@ -1,0 +1,207 @@
+// cpu_layers.cc - embedding, RMSNorm, rotary embedding and SwiGLU on the CPU.
+//
+// Parameter gradients (dtable, dweight) are accumulated without races: either each thread owns a
+// slice of columns (embedding), or each thread sums into its own buffer and the buffers are
+// reduced at the end (RMSNorm).
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "common/check.h"
+#include "engine/cpu/cpu_backend.h"
+
+namespace rlrun::engine::cpu {
+
+// ---- embedding ----------------------------------------------------------------------------------
+
+void CpuBackend::embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) {
+  expect_dtype("embedding_forward", "table", table, DType::kF32);
+  const int64_t vocab = table.shape().rows(), h = table.shape().cols(), n = ids.numel();
+  expect("embedding_forward", "ids", ids, Shape{n}, DType::kI32);
+  expect("embedding_forward", "out", out, Shape{n, h});
+  const int32_t* id = ids.i32();
+  const float* t = table.f32();
+  float* o = out.f32();
+#pragma omp parallel for num_threads(num_threads_) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    RLRUN_CHECK(id[i] >= 0 && id[i] < vocab, "embedding_forward: id " + std::to_string(id[i]) + " outside [0, " +
+                                                 std::to_string(vocab) + ")");
+    const float* src = t + static_cast<int64_t>(id[i]) * h;
+    float* dst = o + i * h;
+    for (int64_t c = 0; c < h; ++c) dst[c] = src[c];
+  }
+}
+
+void CpuBackend::embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
+  expect_dtype("embedding_backward", "dtable", dtable, DType::kF32);
+  const int64_t vocab = dtable.shape().rows(), h = dtable.shape().cols(), n = ids.numel();
+  expect("embedding_backward", "ids", ids, Shape{n}, DType::kI32);
+  expect("embedding_backward", "dout", dout, Shape{n, h});
+  const int32_t* id = ids.i32();
+  for (int64_t i = 0; i < n; ++i)
+    RLRUN_CHECK(id[i] >= 0 && id[i] < vocab, "embedding_backward: id " + std::to_string(id[i]) + " outside [0, " +
+                                                 std::to_string(vocab) + ")");
+  float* dt = dtable.f32();
+  const float* d = dout.f32();
+  // Each thread owns a contiguous slice of the columns, so repeated ids never race.
+#pragma omp parallel num_threads(num_threads_)
+  {
+    const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    const int64_t c0 = h * tid / nt, c1 = h * (tid + 1) / nt;
+    for (int64_t i = 0; i < n; ++i) {
+      float* dst = dt + static_cast<int64_t>(id[i]) * h;
+      const float* src = d + i * h;
+      for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+    }
+  }
+}
+
+// ---- RMSNorm ------------------------------------------------------------------------------------------
+
+void CpuBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                                 float eps) {
+  expect_dtype("rmsnorm_forward", "x", x, DType::kF32);
+  const int64_t n = x.shape().rows(), h = x.shape().cols();
+  expect("rmsnorm_forward", "out", out, x.shape());
+  expect("rmsnorm_forward", "weight", weight, Shape{h});
+  if (rstd.defined()) expect("rmsnorm_forward", "rstd", rstd, Shape{n});
+  const float *xx = x.f32(), *w = weight.f32();
+  float* o = out.f32();
+  float* rs = rstd.defined() ? rstd.f32() : nullptr;
+#pragma omp parallel for num_threads(num_threads_) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = xx + i * h;
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t c = 0; c < h; ++c) ss += row[c] * row[c];
+    const float r = 1.0f / std::sqrt(ss / static_cast<float>(h) + eps);
+    float* orow = o + i * h;
+#pragma omp simd
+    for (int64_t c = 0; c < h; ++c) orow[c] = row[c] * r * w[c];
+    if (rs) rs[i] = r;
+  }
+}
+
+// y_c = x_c r w_c with r = (mean(x^2) + eps)^-1/2, so
+// dx_c = r (dy_c w_c) - r^3 / H * x_c * sum_j dy_j w_j x_j, and dw_c += dy_c x_c r.
+void CpuBackend::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                                  const Tensor& weight, const Tensor& rstd) {
+  expect_dtype("rmsnorm_backward", "x", x, DType::kF32);
+  const int64_t n = x.shape().rows(), h = x.shape().cols();
+  expect("rmsnorm_backward", "dx", dx, x.shape());
+  expect("rmsnorm_backward", "dout", dout, x.shape());
+  expect("rmsnorm_backward", "weight", weight, Shape{h});
+  expect("rmsnorm_backward", "dweight", dweight, Shape{h});
+  expect("rmsnorm_backward", "rstd", rstd, Shape{n});
+  const float *xx = x.f32(), *w = weight.f32(), *dy = dout.f32(), *rs = rstd.f32();
+  float *dxx = dx.f32(), *dw = dweight.f32();
+  const int nt = num_threads_;
+  std::vector<float> partial(static_cast<size_t>(nt) * h, 0.0f);  // per-thread dweight
+#pragma omp parallel num_threads(nt)
+  {
+    float* mine = partial.data() + static_cast<int64_t>(omp_get_thread_num()) * h;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const float *xr = xx + i * h, *dyr = dy + i * h;
+      const float r = rs[i];
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t c = 0; c < h; ++c) dot += dyr[c] * w[c] * xr[c];
+      const float k = r * r * r * dot / static_cast<float>(h);
+      float* dxr = dxx + i * h;
+#pragma omp simd
+      for (int64_t c = 0; c < h; ++c) {
+        dxr[c] = r * dyr[c] * w[c] - k * xr[c];
+        mine[c] += dyr[c] * xr[c] * r;
+      }
+    }
+  }
+  for (int t = 0; t < nt; ++t)
+    for (int64_t c = 0; c < h; ++c) dw[c] += partial[static_cast<size_t>(t) * h + c];
+}
+
+// ---- rotary embedding ---------------------------------------------------------------------------------
+
+namespace {
+
+// Rotates x (N, H, D) in place by +angle (sign 1) or -angle (sign -1), HF rotate_half layout.
+void rope_apply(const char* op, int num_threads, const Tensor& x, const Tensor& positions, float theta, float sign) {
+  expect_dtype(op, "x", x, DType::kF32);
+  RLRUN_CHECK(x.rank() == 3 && x.dim(2) % 2 == 0, std::string(op) + ": x must be (N, H, D) with even D, got " + x.str());
+  const int64_t n = x.dim(0), heads = x.dim(1), d = x.dim(2), half = d / 2;
+  expect(op, "positions", positions, Shape{n}, DType::kI32);
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)  // f32 like HF: 1 / theta ** (arange(0, D, 2).float() / D)
+    inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(d));
+  const int32_t* pos = positions.i32();
+  float* xx = x.f32();
+#pragma omp parallel num_threads(num_threads)
+  {
+    std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < n; ++t) {
+      const float p = static_cast<float>(pos[t]);
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = p * inv_freq[i];
+        cs[i] = std::cos(angle);
+        sn[i] = sign * std::sin(angle);
+      }
+      for (int64_t hd = 0; hd < heads; ++hd) {
+        float* x1 = xx + (t * heads + hd) * d;
+        float* x2 = x1 + half;
+#pragma omp simd
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = x1[i], b = x2[i];
+          x1[i] = a * cs[i] - b * sn[i];
+          x2[i] = b * cs[i] + a * sn[i];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::rope_forward(const Tensor& x, const Tensor& positions, float theta) {
+  rope_apply("rope_forward", num_threads_, x, positions, theta, 1.0f);
+}
+
+void CpuBackend::rope_backward(const Tensor& dx, const Tensor& positions, float theta) {
+  rope_apply("rope_backward", num_threads_, dx, positions, theta, -1.0f);
+}
+
+// ---- SwiGLU -------------------------------------------------------------------------------------------
+
+void CpuBackend::swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  expect_dtype("swiglu_forward", "gate", gate, DType::kF32);
+  expect("swiglu_forward", "up", up, gate.shape());
+  expect("swiglu_forward", "out", out, gate.shape());
+  const float *g = gate.f32(), *u = up.f32();
+  float* o = out.f32();
+  const int64_t n = gate.numel();
+#pragma omp parallel for simd num_threads(num_threads_) schedule(static)
+  for (int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+// d up = dout silu(g);  d gate = dout up sig(g) (1 + g (1 - sig(g))).
+void CpuBackend::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                                 const Tensor& up) {
+  expect_dtype("swiglu_backward", "gate", gate, DType::kF32);
+  expect("swiglu_backward", "up", up, gate.shape());
+  expect("swiglu_backward", "dout", dout, gate.shape());
+  expect("swiglu_backward", "dgate", dgate, gate.shape());
+  expect("swiglu_backward", "dup", dup, gate.shape());
+  const float *g = gate.f32(), *u = up.f32(), *dy = dout.f32();
+  float *dg = dgate.f32(), *du = dup.f32();
+  const int64_t n = gate.numel();
+#pragma omp parallel for simd num_threads(num_threads_) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i], ui = u[i], dyi = dy[i];  // read before writing: dgate/dup may alias gate/up
+    const float sig = 1.0f / (1.0f + std::exp(-gi));
+    du[i] = dyi * gi * sig;
+    dg[i] = dyi * ui * sig * (1.0f + gi * (1.0f - sig));
+  }
+}
+
+}  // namespace rlrun::engine::cpu

@@ -1,0 +1,211 @@
+// Forward ops of every backend against double-precision references (op_reference.h).
+// Tolerance: error relative to the reference's largest magnitude (rel_error) <= 1e-5 for f32
+// backends (most ops are exact to a few ulps; attention and logprob accumulate in f32), times
+// tol_scale_ for lower-precision backends.
+#include <cstring>
+
+#include "op_test_util.h"
+
+namespace rlrun::engine::testing {
+namespace {
+
+using OpsForward = BackendTest;
+
+TEST_P(OpsForward, MatmulAllTransposesWithAlphaBeta) {
+  const int64_t m = 5, n = 7, k = 3;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const Vec a = random_vec(m * k, 1), b = random_vec(k * n, 2), init = random_vec(m * n, 3);
+      Tensor out = upload(Shape{m, n}, init);
+      be().matmul(out, upload(ta ? Shape{k, m} : Shape{m, k}, a), upload(tb ? Shape{n, k} : Shape{k, n}, b), ta, tb,
+                  0.5f, 2.0f);
+      Vec want = ref_matmul(a, b, m, n, k, ta, tb);
+      for (size_t i = 0; i < want.size(); ++i) want[i] = 0.5 * want[i] + 2.0 * init[i];
+      EXPECT_CLOSE(download(out), want, 1e-5 * tol_scale_) << "ta=" << ta << " tb=" << tb;
+    }
+}
+
+TEST_P(OpsForward, MatmulFlattensLeadingDimsAndBetaZeroIgnoresGarbage) {
+  const int64_t k = 4, n = 3;
+  const Vec a = random_vec(2 * 3 * k, 4), b = random_vec(n * k, 5);
+  Tensor out = upload(Shape{2, 3, n}, Vec(2 * 3 * n, NAN));
+  be().matmul(out, upload(Shape{2, 3, k}, a), upload(Shape{n, k}, b), false, true);
+  EXPECT_CLOSE(download(out), ref_matmul(a, b, 6, n, k, false, true), 1e-5 * tol_scale_);
+}
+
+TEST_P(OpsForward, ElementwiseAddAxpyScaleBias) {
+  const Vec a = random_vec(12, 6), b = random_vec(12, 7), bias = random_vec(4, 8);
+  Tensor ta = upload(Shape{3, 4}, a), tb = upload(Shape{3, 4}, b), out = zeros(Shape{3, 4});
+  be().add(out, ta, tb);
+  be().axpy(ta, -2.0f, tb);  // a - 2 b
+  be().scale(tb, 3.0f);
+  be().add_bias(out, upload(Shape{4}, bias));
+  Vec want_add(12), want_axpy(12), want_scale(12);
+  for (int i = 0; i < 12; ++i) {
+    want_add[i] = a[i] + b[i] + bias[i % 4];
+    want_axpy[i] = a[i] - 2 * b[i];
+    want_scale[i] = 3 * b[i];
+  }
+  EXPECT_CLOSE(download(out), want_add, 1e-6 * tol_scale_);
+  EXPECT_CLOSE(download(ta), want_axpy, 1e-6 * tol_scale_);
+  EXPECT_CLOSE(download(tb), want_scale, 1e-6 * tol_scale_);
+}
+
+TEST_P(OpsForward, EmbeddingGathersRows) {
+  const int64_t vocab = 6, h = 5;
+  const Vec table = random_vec(vocab * h, 9);
+  const std::vector<int32_t> ids = {3, 0, 5, 3};
+  Tensor out = zeros(Shape{4, h});
+  be().embedding_forward(out, upload(Shape{vocab, h}, table), upload_i32(Shape{4}, ids));
+  Vec want;
+  for (int32_t id : ids) want.insert(want.end(), table.begin() + id * h, table.begin() + (id + 1) * h);
+  EXPECT_CLOSE(download(out), want, 1e-7 * tol_scale_);
+}
+
+TEST_P(OpsForward, RmsNormAndSavedRstd) {
+  const int64_t n = 4, h = 33;
+  const Vec x = random_vec(n * h, 10, -3, 3), w = random_vec(h, 11);
+  Tensor out = zeros(Shape{n, h}), rstd = zeros_f32(Shape{n});
+  be().rmsnorm_forward(out, rstd, upload(Shape{n, h}, x), upload(Shape{h}, w), 1e-5f);
+  Vec want_rstd;
+  const Vec want = ref_rmsnorm(x, w, n, h, 1e-5, &want_rstd);
+  EXPECT_CLOSE(download(out), want, 1e-5 * tol_scale_);
+  EXPECT_CLOSE(download(rstd), want_rstd, 1e-5 * tol_scale_);
+}
+
+TEST_P(OpsForward, RopeMatchesReferenceAndBackwardInverts) {
+  const int64_t h = 3, d = 8;
+  const std::vector<int32_t> pos = {0, 1, 2, 3, 0, 1, 70, 0};  // restarts, as in packed rows
+  const int64_t n = static_cast<int64_t>(pos.size());
+  const Vec x = random_vec(n * h * d, 12);
+  Tensor t = upload(Shape{n, h, d}, x), positions = upload_i32(Shape{n}, pos);
+  be().rope_forward(t, positions, 10000.0f);
+  EXPECT_CLOSE(download(t), ref_rope(x, pos, h, d, 10000.0), 1e-5 * tol_scale_);
+  be().rope_backward(t, positions, 10000.0f);
+  EXPECT_CLOSE(download(t), x, 1e-5 * tol_scale_);
+  // Position 0 is the identity.
+  Tensor one = upload(Shape{1, h, d}, Vec(x.begin(), x.begin() + h * d));
+  be().rope_forward(one, upload_i32(Shape{1}, {0}), 500000.0f);
+  EXPECT_CLOSE(download(one), Vec(x.begin(), x.begin() + h * d), 1e-7);
+}
+
+// Packed sequences of unequal lengths (one of length 1), GQA ratio 3.
+TEST_P(OpsForward, AttentionPackedGqaMatchesNaive) {
+  const std::vector<int32_t> cu = {0, 5, 6, 15, 18};
+  const int64_t n = 18, hq = 6, hkv = 2, d = 8;
+  const Vec q = random_vec(n * hq * d, 13, -2, 2), k = random_vec(n * hkv * d, 14, -2, 2),
+            v = random_vec(n * hkv * d, 15);
+  Tensor out = zeros(Shape{n, hq, d}), lse = zeros_f32(Shape{n, hq});
+  be().attention_forward(out, lse, upload(Shape{n, hq, d}, q), upload(Shape{n, hkv, d}, k),
+                         upload(Shape{n, hkv, d}, v), upload_i32(Shape{5}, cu), 9);
+  Vec want_lse;
+  const Vec want = ref_attention(q, k, v, cu, hq, hkv, d, &want_lse);
+  EXPECT_CLOSE(download(out), want, 1e-5 * tol_scale_);
+  EXPECT_CLOSE(download(lse), want_lse, 1e-5 * tol_scale_);
+}
+
+// Changing every key and value of one sequence changes nothing in the others.
+TEST_P(OpsForward, AttentionNoCrossSequenceLeakage) {
+  const std::vector<int32_t> cu = {0, 4, 11, 14};
+  const int64_t n = 14, hq = 4, hkv = 1, d = 4;
+  const Vec q = random_vec(n * hq * d, 16), k = random_vec(n * hkv * d, 17), v = random_vec(n * hkv * d, 18);
+  Vec k2 = k, v2 = v;
+  for (int64_t t = cu[1]; t < cu[2]; ++t)  // rewrite sequence 1 entirely
+    for (int64_t c = 0; c < hkv * d; ++c) {
+      k2[t * hkv * d + c] = 5.0 + c;
+      v2[t * hkv * d + c] = -7.0;
+    }
+  auto run = [&](const Vec& kk, const Vec& vv) {
+    Tensor out = zeros(Shape{n, hq, d});
+    be().attention_forward(out, Tensor(), upload(Shape{n, hq, d}, q), upload(Shape{n, hkv, d}, kk),
+                           upload(Shape{n, hkv, d}, vv), upload_i32(Shape{4}, cu), 7);
+    return download(out);
+  };
+  const Vec a = run(k, v), b = run(k2, v2);
+  for (int64_t t = 0; t < n; ++t) {
+    const bool in_changed = t >= cu[1] && t < cu[2];
+    for (int64_t c = 0; c < hq * d; ++c) {
+      if (in_changed) continue;
+      ASSERT_EQ(a[t * hq * d + c], b[t * hq * d + c]) << "token " << t << " saw another sequence";
+    }
+  }
+}
+
+TEST_P(OpsForward, AttentionLongSequenceMatchesNaive) {
+  const std::vector<int32_t> cu = {0, 70};
+  const int64_t n = 70, hq = 2, hkv = 2, d = 16;
+  const Vec q = random_vec(n * hq * d, 19, -3, 3), k = random_vec(n * hkv * d, 20, -3, 3),
+            v = random_vec(n * hkv * d, 21);
+  Tensor out = zeros(Shape{n, hq, d});
+  be().attention_forward(out, Tensor(), upload(Shape{n, hq, d}, q), upload(Shape{n, hkv, d}, k),
+                         upload(Shape{n, hkv, d}, v), upload_i32(Shape{2}, cu), 128);
+  EXPECT_CLOSE(download(out), ref_attention(q, k, v, cu, hq, hkv, d), 1e-5 * tol_scale_);
+}
+
+TEST_P(OpsForward, SwiGlu) {
+  const Vec g = random_vec(30, 22, -6, 6), u = random_vec(30, 23);
+  Tensor out = zeros(Shape{5, 6});
+  be().swiglu_forward(out, upload(Shape{5, 6}, g), upload(Shape{5, 6}, u));
+  EXPECT_CLOSE(download(out), ref_swiglu(g, u), 1e-6 * tol_scale_);
+}
+
+TEST_P(OpsForward, LogprobEntropyMatchNaiveAndAreShiftStable) {
+  const int64_t n = 5, v = 37;
+  Vec logits = random_vec(n * v, 24, -4, 4);
+  for (int64_t c = 0; c < v; ++c) logits[3 * v + c] += 1000.0;  // overflow in a naive exp
+  const std::vector<int32_t> targets = {0, 36, -1, 17, 5};
+  Tensor lp = zeros_f32(Shape{n}), ent = zeros_f32(Shape{n}), lse = zeros_f32(Shape{n});
+  be().logprob_forward(lp, ent, lse, upload(Shape{n, v}, logits), upload_i32(Shape{n}, targets));
+  Vec want_lp, want_ent, want_lse;
+  ref_logprob(logits, targets, v, &want_lp, &want_ent, &want_lse);
+  EXPECT_CLOSE(download(lp), want_lp, 1e-5 * tol_scale_);
+  EXPECT_CLOSE(download(ent), want_ent, 1e-5 * tol_scale_);
+  EXPECT_CLOSE(download(lse), want_lse, 1e-6 * tol_scale_);  // relative to |lse| ~ 1000
+  EXPECT_EQ(download(lp)[2], 0.0);  // no target
+}
+
+TEST_P(OpsForward, AdamWMatchesScalarFormulaOverThreeSteps) {
+  const int64_t n = 17;
+  Vec w = random_vec(n, 25), m(n, 0.0), vv(n, 0.0);
+  Tensor param = upload_f32(Shape{n}, w), mt = zeros_f32(Shape{n}), vt = zeros_f32(Shape{n});
+  AdamWParams p{.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 1};
+  for (int step = 1; step <= 3; ++step) {
+    const Vec g = random_vec(n, 100 + step);
+    p.step = step;
+    be().adamw_step(param, upload_f32(Shape{n}, g), mt, vt, p);
+    for (int64_t i = 0; i < n; ++i) {
+      m[i] = 0.9 * m[i] + 0.1 * g[i];
+      vv[i] = 0.95 * vv[i] + 0.05 * g[i] * g[i];
+      const double mhat = m[i] / (1 - std::pow(0.9, step)), vhat = vv[i] / (1 - std::pow(0.95, step));
+      w[i] -= 1e-2 * (mhat / (std::sqrt(vhat) + 1e-8) + 0.1 * w[i]);
+    }
+  }
+  EXPECT_CLOSE(download(param), w, 1e-6);
+  EXPECT_CLOSE(download(mt), m, 1e-6);
+  EXPECT_CLOSE(download(vt), vv, 1e-6);
+}
+
+TEST_P(OpsForward, SumSquaresAndClipScale) {
+  const Vec x = random_vec(1001, 26, -2, 2);
+  Tensor t = upload_f32(Shape{1001}, x);
+  double want = 0.0;
+  for (double e : x) want += e * e;
+  EXPECT_NEAR(be().sum_squares(t), want, 1e-6 * want);
+  be().scale(t, 0.5f);
+  EXPECT_NEAR(be().sum_squares(t), want / 4, 1e-6 * want);
+}
+
+TEST_P(OpsForward, ConvertF32Bf16RoundTripMatchesHostRounding) {
+  const Vec x = random_vec(64, 27, -100, 100);
+  Tensor f = upload_f32(Shape{64}, x), b = be().zeros(Shape{64}, DType::kBF16), back = zeros_f32(Shape{64});
+  be().convert(b, f);
+  be().convert(back, b);
+  const Vec got = download(back);
+  for (size_t i = 0; i < x.size(); ++i)
+    EXPECT_EQ(got[i], bf16_to_f32(f32_to_bf16(static_cast<float>(x[i])))) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, OpsForward, ::testing::ValuesIn(available_backends()));
+
+}  // namespace
+}  // namespace rlrun::engine::testing
