@@ -100,6 +100,12 @@ class Model {
   std::unique_ptr<TrainState> state_;
 };
 
+// Bytes a forward(for_backward = true) of `tokens` tokens keeps until backward (what
+// saved_activation_bytes() reports), for `rlrun plan`. Backward adds about one layer's
+// activations when checkpointing, plus gradient scratch of a few (tokens, hidden) tensors.
+int64_t estimate_saved_activation_bytes(const ModelConfig& config, int64_t tokens, DType compute_dtype,
+                                        bool checkpointing, int64_t logits_chunk_elements = int64_t{1} << 24);
+
 // ---- conveniences for tests and tools --------------------------------------------------------
 // Mean negative log-likelihood over tokens with a target >= 0 (no gradients kept).
 Result<double> mean_nll(Model& model, const PackedBatch& batch);

@@ -59,6 +59,14 @@ int64_t layer_acts_bytes(const ModelConfig& c, int64_t n, DType dtype) {
   return stats + elems * static_cast<int64_t>(dtype_size(dtype));
 }
 
+int64_t bytes_of(const LayerActs& a) {
+  int64_t total = 0;
+  for (const Tensor* t : {&a.rstd1, &a.h1, &a.q, &a.k, &a.v, &a.attn, &a.lse, &a.x_mid, &a.rstd2, &a.h2, &a.gate,
+                          &a.up, &a.m})
+    if (t->defined()) total += static_cast<int64_t>(t->nbytes());
+  return total;
+}
+
 LayerGradScratch alloc_layer_grad_scratch(Backend& b, const ModelConfig& c, int64_t n) {
   const Dims d = dims(c);
   const DType t = b.compute_dtype();

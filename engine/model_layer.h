@@ -25,8 +25,10 @@ struct LayerActs {
   Tensor rstd1, h1, q, k, v, attn, lse, x_mid, rstd2, h2, gate, up, m;
 };
 LayerActs alloc_layer_acts(Backend& backend, const ModelConfig& config, int64_t n, bool save_stats);
-// Bytes alloc_layer_acts allocates (for the memory plan and the benchmark).
+// Bytes alloc_layer_acts(..., save_stats = true) allocates, computed from the shapes (the memory
+// plan's estimate), and bytes actually held by `acts`.
 int64_t layer_acts_bytes(const ModelConfig& config, int64_t n, DType dtype);
+int64_t bytes_of(const LayerActs& acts);
 
 // Gradient scratch shared by every layer of one backward pass.
 struct LayerGradScratch {

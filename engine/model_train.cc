@@ -117,9 +117,9 @@ Result<ForwardOutput> Model::forward(const PackedBatch& batch, bool for_backward
     state_.reset();
     return out;
   }
-  st.saved_bytes = static_cast<int64_t>(st.xs.size()) * st.xs[0].nbytes() + st.hf.nbytes() +
-                   (st.logits.defined() ? st.logits.nbytes() : 0) +
-                   static_cast<int64_t>(st.acts.size()) * layer_acts_bytes(c, n, b.compute_dtype());
+  st.saved_bytes = static_cast<int64_t>(st.xs.size() * st.xs[0].nbytes() + st.hf.nbytes() + st.rstd_f.nbytes() +
+                                        st.lse.nbytes() + (st.logits.defined() ? st.logits.nbytes() : 0));
+  for (const LayerActs& a : st.acts) st.saved_bytes += bytes_of(a);
   return out;
 }
 
@@ -199,6 +199,16 @@ void Model::backward(const Tensor& dlogprob, const Tensor& dentropy) {
   for (int64_t l = c.num_layers - 1; l >= 0; --l) layer_backward_at(st, l, dx);
   b.embedding_backward(weights_.grad_embed_tokens(), dx, st.ids);
   state_.reset();
+}
+
+int64_t estimate_saved_activation_bytes(const ModelConfig& c, int64_t n, DType compute, bool checkpointing,
+                                        int64_t logits_chunk_elements) {
+  const int64_t dt = static_cast<int64_t>(dtype_size(compute));
+  int64_t bytes = (c.num_layers + 2) * n * c.hidden_size * dt  // residual stream + final norm output
+                  + 2 * n * 4;                                 // final rstd, logsumexp
+  if (logits_chunk_elements / c.vocab_size >= n) bytes += n * c.vocab_size * dt;  // logits kept
+  if (!checkpointing) bytes += c.num_layers * layer_acts_bytes(c, n, compute);
+  return bytes;
 }
 
 int64_t Model::saved_activation_bytes() const { return state_ ? state_->saved_bytes : 0; }

@@ -1,12 +1,16 @@
-// cpu_attention.cc - causal grouped-query attention over packed sequences, one query row at a time.
+// cpu_attention.cc - causal grouped-query attention over packed sequences on the CPU.
 //
-// Forward: for each (sequence, query head, block of query rows), each row computes its scores
-// against the keys of its own sequence up to itself into a per-thread row buffer (at most
-// max_seqlen floats), takes the softmax and the weighted sum of values. Nothing larger than one
-// score row per thread exists, and no score ever crosses a sequence boundary.
-// Backward: one task per (sequence, kv head) owns dk and dv of that head's rows of the sequence,
-// so accumulation needs no atomics and is deterministic; it recomputes each probability row from
-// the saved logsumexp (p = exp(s - lse)) like flash-attention does.
+// The trick: each task copies the keys and values it reads, for one kv head, into transposed
+// tiles kt, vt (D, ld) (ld = keys rounded up to 8, padding zeroed), and then works on 4 query
+// rows at a time, so the inner loops are unit-stride over keys, keep their accumulators in
+// registers and load each tile element once per 4 rows (a small register-blocked GEMM).
+// Forward: task = (sequence, kv head, block of 32 query rows); each group of 4 rows of each query
+// head builds a (4, keys) score tile, softmaxes each row, and reads the values. Nothing larger
+// than 4 score rows per thread exists, and no score crosses a sequence boundary (the tiles only
+// hold the sequence's own keys; keys after a row are masked).
+// Backward: task = (sequence, kv head), which owns dk and dv of that head over the sequence (as
+// transposed accumulators), so there are no atomics and results are deterministic; it recomputes
+// probabilities from the saved logsumexp (p = exp(s - lse)) as flash-attention does.
 #include <omp.h>
 
 #include <algorithm>
@@ -15,28 +19,25 @@
 
 #include "common/check.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/cpu_math.h"
+
+// F8 (below) is passed by value only between always-inlined functions, so the AVX calling
+// convention GCC warns about never applies.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace rlrun::engine::cpu {
 
 namespace {
 
-constexpr int64_t kQueryBlock = 16;  // query rows per forward task
+constexpr int64_t kQueryBlock = 128;  // query rows per forward task
+constexpr int kRows = 4;             // query rows per micro-kernel call
+constexpr int64_t kLanes = 8;        // key columns per register vector (AVX2 width; tiles pad to it)
 
 struct AttnDims {
   int64_t n, hq, hkv, d, group, num_seqs;
 };
 
-inline float dot(const float* a, const float* b, int64_t d) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < d; ++i) s += a[i] * b[i];
-  return s;
-}
-
-inline void axpy_row(float* y, float alpha, const float* x, int64_t d) {
-#pragma omp simd
-  for (int64_t i = 0; i < d; ++i) y[i] += alpha * x[i];
-}
+int64_t round_up(int64_t x) { return (x + kLanes - 1) / kLanes * kLanes; }
 
 AttnDims check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
                          int64_t max_seqlen) {
@@ -65,26 +66,188 @@ AttnDims check_attention(const char* op, const Tensor& q, const Tensor& k, const
   return a;
 }
 
-// One query row: out_row (D) and its logsumexp, over keys [begin, end) of kv head `g`.
-float attend_row(const AttnDims& a, const float* qi, const float* k, const float* v, int64_t g, int64_t begin,
-                 int64_t end, float scale, float* scores, float* out_row) {
+// dst (D, ld) = rows [begin, begin + len) of kv head g of src (N, Hkv, D), transposed; columns
+// [len, ld) zeroed.
+void gather_transposed(float* dst, int64_t ld, const float* src, int64_t begin, int64_t len, int64_t hkv, int64_t g,
+                       int64_t d) {
+  for (int64_t j = 0; j < len; ++j) {
+    const float* row = src + ((begin + j) * hkv + g) * d;
+    for (int64_t c = 0; c < d; ++c) dst[c * ld + j] = row[c];
+  }
+  for (int64_t c = 0; c < d; ++c) std::fill(dst + c * ld + len, dst + (c + 1) * ld, 0.0f);
+}
+
+// dst (D, ld) = positions [0, len) of one sequence's kv head g in a paged cache (slots, Hkv, D),
+// transposed; columns [len, ld) zeroed. Aborts on a slot outside the cache.
+void gather_paged_transposed(float* dst, int64_t ld, const float* cache, int64_t num_slots, const int32_t* table,
+                             int64_t block_size, int64_t len, int64_t hkv, int64_t g, int64_t d) {
+  for (int64_t p = 0; p < len; ++p) {
+    const int64_t slot = static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
+    RLRUN_CHECK(slot >= 0 && slot < num_slots, "paged_attention_forward: position " + std::to_string(p) +
+                                                   " maps to slot " + std::to_string(slot) + " outside the cache");
+    const float* row = cache + (slot * hkv + g) * d;
+    for (int64_t c = 0; c < d; ++c) dst[c * ld + p] = row[c];
+  }
+  for (int64_t c = 0; c < d; ++c) std::fill(dst + c * ld + len, dst + (c + 1) * ld, 0.0f);
+}
+
+// The inverse for the first len columns: rows of kv head g of dst (N, Hkv, D) = src transposed.
+void scatter_transposed(float* dst, const float* src, int64_t ld, int64_t begin, int64_t len, int64_t hkv, int64_t g,
+                        int64_t d) {
+  for (int64_t j = 0; j < len; ++j) {
+    float* row = dst + ((begin + j) * hkv + g) * d;
+    for (int64_t c = 0; c < d; ++c) row[c] = src[c * ld + j];
+  }
+}
+
+// 8 floats as one value: GCC lowers it to one AVX register in the Haswell clone and two SSE
+// registers in the baseline one. Loads and stores go through memcpy (no alignment assumed).
+typedef float F8 __attribute__((vector_size(32)));
+RLRUN_CPU_INLINE F8 load8(const float* p) {
+  F8 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+RLRUN_CPU_INLINE void store8(float* p, F8 v) { __builtin_memcpy(p, &v, sizeof v); }
+RLRUN_CPU_INLINE float sum8(F8 v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
+
+// s (kRows, ld): s[r, j] = alpha * sum_c x[r][c] t[c, j] for j < n8 (a multiple of kLanes).
+RLRUN_CPU_INLINE
+void rows_times_tile(float* s, int64_t ld, const float* const* x, const float* t, int64_t n8, int64_t d,
+                     float alpha) {
+  const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
+  for (int64_t j0 = 0; j0 < n8; j0 += kLanes) {
+    F8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    for (int64_t c = 0; c < d; ++c) {
+      const F8 tc = load8(t + c * ld + j0);
+      a0 += x0[c] * tc;
+      a1 += x1[c] * tc;
+      a2 += x2[c] * tc;
+      a3 += x3[c] * tc;
+    }
+    store8(s + j0, alpha * a0);
+    store8(s + ld + j0, alpha * a1);
+    store8(s + 2 * ld + j0, alpha * a2);
+    store8(s + 3 * ld + j0, alpha * a3);
+  }
+}
+
+// out[r][c] = alpha[r] * sum_{j < n8} s[r, j] t[c, j]: the transpose of rows_times_tile.
+RLRUN_CPU_INLINE
+void rows_dot_tile(float* const* out, const float* s, int64_t ld, const float* t, int64_t n8, int64_t d,
+                   const float* alpha) {
+  const float *s0 = s, *s1 = s + ld, *s2 = s + 2 * ld, *s3 = s + 3 * ld;
+  for (int64_t c = 0; c < d; ++c) {
+    const float* tc = t + c * ld;
+    F8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    for (int64_t j0 = 0; j0 < n8; j0 += kLanes) {
+      const F8 tv = load8(tc + j0);
+      a0 += load8(s0 + j0) * tv;
+      a1 += load8(s1 + j0) * tv;
+      a2 += load8(s2 + j0) * tv;
+      a3 += load8(s3 + j0) * tv;
+    }
+    out[0][c] = alpha[0] * sum8(a0);
+    out[1][c] = alpha[1] * sum8(a1);
+    out[2][c] = alpha[2] * sum8(a2);
+    out[3][c] = alpha[3] * sum8(a3);
+  }
+}
+
+// t[c, j] += sum_r x[r][c] s[r, j] for j < n8: a rank-4 update of the tile.
+RLRUN_CPU_INLINE
+void tile_add_rows(float* t, int64_t ld, const float* const* x, const float* s, int64_t n8, int64_t d) {
+  const float *s0 = s, *s1 = s + ld, *s2 = s + 2 * ld, *s3 = s + 3 * ld;
+  for (int64_t c = 0; c < d; ++c) {
+    float* tc = t + c * ld;
+    const float x0 = x[0][c], x1 = x[1][c], x2 = x[2][c], x3 = x[3][c];
+    for (int64_t j0 = 0; j0 < n8; j0 += kLanes)
+      store8(tc + j0, load8(tc + j0) + x0 * load8(s0 + j0) + x1 * load8(s1 + j0) + x2 * load8(s2 + j0) +
+                          x3 * load8(s3 + j0));
+  }
+}
+
+// Row r of s: entries j >= n[r] become `masked`; then s = exp(s - shift[r]) over j < n8.
+// Returns the row sums in sum[r]. shift is the row max (forward) or the saved lse (backward).
+RLRUN_CPU_INLINE
+void masked_exp(float* s, int64_t ld, const int64_t* n, int64_t n8, const float* shift, float* sum) {
+  for (int r = 0; r < kRows; ++r) {
+    float* row = s + r * ld;
+    const float sh = shift[r];
+    const int64_t valid = n[r];
+    float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+    for (int64_t j = 0; j < n8; ++j) {
+      const float e = j < valid ? fast_exp(row[j] - sh) : 0.0f;
+      row[j] = e;
+      total += e;
+    }
+    sum[r] = total;
+  }
+}
+
+RLRUN_CPU_INLINE
+float row_max(const float* s, int64_t n) {
   float m = -INFINITY;
-  for (int64_t j = begin; j < end; ++j) {
-    const float s = scale * dot(qi, k + (j * a.hkv + g) * a.d, a.d);
-    scores[j - begin] = s;
-    m = std::max(m, s);
-  }
-  float sum = 0.0f;
-  for (int64_t j = 0; j < end - begin; ++j) {
-    const float p = std::exp(scores[j] - m);
-    scores[j] = p;
-    sum += p;
-  }
-  std::fill(out_row, out_row + a.d, 0.0f);
-  for (int64_t j = begin; j < end; ++j) axpy_row(out_row, scores[j - begin], v + (j * a.hkv + g) * a.d, a.d);
-  const float inv = 1.0f / sum;
-  for (int64_t c = 0; c < a.d; ++c) out_row[c] *= inv;
-  return m + std::log(sum);
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; ++j) m = s[j] > m ? s[j] : m;
+  return m;
+}
+
+struct Buffers {  // per-thread scratch
+  std::vector<float> kt, vt, dkt, dvt, s, ds, zero, trash;
+  Buffers(int64_t max_len, int64_t d, bool backward)
+      : kt(round_up(max_len) * d), vt(round_up(max_len) * d), dkt(backward ? round_up(max_len) * d : 0),
+        dvt(backward ? round_up(max_len) * d : 0), s(kRows * round_up(max_len)),
+        ds(backward ? kRows * round_up(max_len) : 0), zero(d, 0.0f), trash(kRows * d) {}
+};
+
+// Query rows [row0, row1), for every query head of kv head g, against the keys and values already
+// gathered in buf.kt, buf.vt (D, ld): row i sees tile columns [0, i - key0 + 1) (causal).
+RLRUN_CPU_INLINE void forward_rows_body(const AttnDims& a, const float* q, int64_t ld, int64_t key0, int64_t row0,
+                                        int64_t row1, int64_t g, float* out, float* lse, Buffers& buf) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(a.d));
+  float* s = buf.s.data();
+  for (int64_t h = g * a.group; h < (g + 1) * a.group; ++h)
+    for (int64_t i0 = row0; i0 < row1; i0 += kRows) {
+      const float* x[kRows];
+      float* o[kRows];
+      int64_t n[kRows];
+      float m[kRows], sum[kRows], inv[kRows];
+      for (int r = 0; r < kRows; ++r) {
+        const bool real = i0 + r < row1;  // a short last group is padded with zero rows
+        const int64_t row = (i0 + r) * a.hq + h;
+        x[r] = real ? q + row * a.d : buf.zero.data();
+        o[r] = real ? out + row * a.d : buf.trash.data() + r * a.d;
+        n[r] = real ? i0 + r - key0 + 1 : 1;
+      }
+      const int64_t n8 = round_up(std::min<int64_t>(i0 + kRows, row1) - key0);
+      rows_times_tile(s, ld, x, buf.kt.data(), n8, a.d, scale);
+      for (int r = 0; r < kRows; ++r) m[r] = row_max(s + r * ld, n[r]);
+      masked_exp(s, ld, n, n8, m, sum);
+      for (int r = 0; r < kRows; ++r) inv[r] = 1.0f / sum[r];
+      rows_dot_tile(o, s, ld, buf.vt.data(), n8, a.d, inv);
+      if (lse)
+        for (int r = 0; r < kRows && i0 + r < row1; ++r) lse[(i0 + r) * a.hq + h] = m[r] + std::log(sum[r]);
+    }
+}
+
+RLRUN_CPU_AVX2 void forward_rows_avx2(const AttnDims& a, const float* q, int64_t ld, int64_t key0, int64_t row0,
+                                      int64_t row1, int64_t g, float* out, float* lse, Buffers& buf) {
+  forward_rows_body(a, q, ld, key0, row0, row1, g, out, lse, buf);
+}
+
+void forward_rows_base(const AttnDims& a, const float* q, int64_t ld, int64_t key0, int64_t row0, int64_t row1,
+                       int64_t g, float* out, float* lse, Buffers& buf) {
+  forward_rows_body(a, q, ld, key0, row0, row1, g, out, lse, buf);
+}
+
+void forward_rows(bool avx2, const AttnDims& a, const float* q, int64_t ld, int64_t key0, int64_t row0, int64_t row1,
+                  int64_t g, float* out, float* lse, Buffers& buf) {
+  if (avx2)
+    forward_rows_avx2(a, q, ld, key0, row0, row1, g, out, lse, buf);
+  else
+    forward_rows_base(a, q, ld, key0, row0, row1, g, out, lse, buf);
 }
 
 }  // namespace
@@ -95,69 +258,153 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const T
   expect("attention_forward", "out", out, q.shape());
   if (lse.defined()) expect("attention_forward", "lse", lse, Shape{a.n, a.hq});
   const int32_t* cu = cu_seqlens.i32();
-  // Tasks: (sequence, query block, head), longest-running (latest rows) first.
-  struct Task { int64_t seq, row0, head; };
+  struct Task { int64_t seq, row0, kv_head, cost; };
   std::vector<Task> tasks;
   for (int64_t s = 0; s < a.num_seqs; ++s)
     for (int64_t r = cu[s]; r < cu[s + 1]; r += kQueryBlock)
-      for (int64_t h = 0; h < a.hq; ++h) tasks.push_back({s, r, h});
-  std::sort(tasks.begin(), tasks.end(), [&](const Task& x, const Task& y) { return x.row0 - cu[x.seq] > y.row0 - cu[y.seq]; });
-
-  const float scale = 1.0f / std::sqrt(static_cast<float>(a.d));
+      for (int64_t g = 0; g < a.hkv; ++g) tasks.push_back({s, r, g, r - cu[s]});
+  // Latest rows (most keys) first, so the dynamic schedule ends with the short tasks.
+  std::stable_sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) { return x.cost > y.cost; });
   const float *qq = q.f32(), *kk = k.f32(), *vv = v.f32();
   float* o = out.f32();
   float* ls = lse.defined() ? lse.f32() : nullptr;
   const int64_t num_tasks = static_cast<int64_t>(tasks.size());
+  const bool avx2 = avx2_;
 #pragma omp parallel num_threads(num_threads_)
   {
-    std::vector<float> scores(static_cast<size_t>(std::max<int64_t>(max_seqlen, 1)));
+    Buffers buf(std::max<int64_t>(max_seqlen, 1), a.d, false);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < num_tasks; ++t) {
       const Task& task = tasks[t];
-      const int64_t begin = cu[task.seq], row_end = std::min<int64_t>(task.row0 + kQueryBlock, cu[task.seq + 1]);
-      const int64_t g = task.head / a.group;
-      for (int64_t i = task.row0; i < row_end; ++i) {
-        const int64_t row = i * a.hq + task.head;
-        const float l = attend_row(a, qq + row * a.d, kk, vv, g, begin, i + 1, scale, scores.data(), o + row * a.d);
-        if (ls) ls[row] = l;
-      }
+      const int64_t begin = cu[task.seq], row1 = std::min<int64_t>(task.row0 + kQueryBlock, cu[task.seq + 1]);
+      const int64_t len = row1 - begin, ld = round_up(len);  // the keys these rows can see
+      gather_transposed(buf.kt.data(), ld, kk, begin, len, a.hkv, task.kv_head, a.d);
+      gather_transposed(buf.vt.data(), ld, vv, begin, len, a.hkv, task.kv_head, a.d);
+      forward_rows(avx2, a, qq, ld, begin, task.row0, row1, task.kv_head, o, ls, buf);
+    }
+  }
+}
+
+void CpuBackend::paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                                         const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
+                                         const Tensor& block_tables, int64_t block_size, int64_t max_context) {
+  const char* op = "paged_attention_forward";
+  expect_dtype(op, "q", q, DType::kF32);
+  expect_dtype(op, "k_cache", k_cache, DType::kF32);
+  RLRUN_CHECK(q.rank() == 3 && k_cache.rank() == 3, std::string(op) + ": q " + q.str() + " and k_cache " +
+                                                        k_cache.str() + " must be (rows, H, D)");
+  AttnDims a{q.dim(0), q.dim(1), k_cache.dim(1), q.dim(2), 0, 0};
+  RLRUN_CHECK(a.hkv > 0 && a.hq % a.hkv == 0 && k_cache.dim(2) == a.d, std::string(op) + ": q " + q.str() +
+                                                                           " does not fit k_cache " + k_cache.str());
+  a.group = a.hq / a.hkv;
+  expect(op, "out", out, q.shape());
+  expect(op, "v_cache", v_cache, k_cache.shape());
+  expect_dtype(op, "cu_q", cu_q, DType::kI32);
+  a.num_seqs = cu_q.numel() - 1;
+  expect(op, "seq_start", seq_start, Shape{a.num_seqs}, DType::kI32);
+  expect_dtype(op, "block_tables", block_tables, DType::kI32);
+  RLRUN_CHECK(block_size > 0 && block_tables.rank() == 2 && block_tables.dim(0) == a.num_seqs,
+              std::string(op) + ": block_tables " + block_tables.str() + " for " + std::to_string(a.num_seqs) +
+                  " sequences, block_size " + std::to_string(block_size));
+  const int32_t *cu = cu_q.i32(), *start = seq_start.i32(), *tables = block_tables.i32();
+  const int64_t max_blocks = block_tables.dim(1);
+  RLRUN_CHECK(cu[0] == 0 && cu[a.num_seqs] == a.n, std::string(op) + ": cu_q must run from 0 to " +
+                                                       std::to_string(a.n));
+  for (int64_t s = 0; s < a.num_seqs; ++s) {
+    const int64_t ctx = int64_t{start[s]} + cu[s + 1] - cu[s];
+    RLRUN_CHECK(start[s] >= 0 && cu[s + 1] >= cu[s] && ctx <= max_context && ctx <= max_blocks * block_size,
+                std::string(op) + ": sequence " + std::to_string(s) + " has context " + std::to_string(ctx) +
+                    ", max_context " + std::to_string(max_context) + ", table room " +
+                    std::to_string(max_blocks * block_size));
+  }
+  struct Task { int64_t seq, kv_head; };
+  std::vector<Task> tasks;
+  for (int64_t s = 0; s < a.num_seqs; ++s)
+    for (int64_t g = 0; g < a.hkv; ++g)
+      if (cu[s + 1] > cu[s]) tasks.push_back({s, g});
+  const int64_t num_tasks = static_cast<int64_t>(tasks.size()), num_slots = k_cache.dim(0);
+  const bool avx2 = avx2_;
+#pragma omp parallel num_threads(num_threads_)
+  {
+    Buffers buf(std::max<int64_t>(max_context, 1), a.d, false);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < num_tasks; ++t) {
+      const int64_t s = tasks[t].seq, g = tasks[t].kv_head;
+      const int64_t ctx = int64_t{start[s]} + cu[s + 1] - cu[s], ld = round_up(ctx);
+      gather_paged_transposed(buf.kt.data(), ld, k_cache.f32(), num_slots, tables + s * max_blocks, block_size, ctx,
+                              a.hkv, g, a.d);
+      gather_paged_transposed(buf.vt.data(), ld, v_cache.f32(), num_slots, tables + s * max_blocks, block_size, ctx,
+                              a.hkv, g, a.d);
+      // Row cu[s] + r is at position start[s] + r, so it sees tile columns [0, row - key0 + 1).
+      forward_rows(avx2, a, q.f32(), ld, int64_t{cu[s]} - start[s], cu[s], cu[s + 1], g, out.f32(), nullptr, buf);
     }
   }
 }
 
 namespace {
 
-// Backward of one (sequence [begin, end), kv head g): writes dq for the group's query heads and
-// dk, dv for head g over the sequence's rows.
-void attention_backward_task(const AttnDims& a, int64_t begin, int64_t end, int64_t g, float scale, const float* q,
-                             const float* k, const float* v, const float* out, const float* lse, const float* dout,
-                             float* dq, float* dk, float* dv, float* dp_row) {
-  for (int64_t j = begin; j < end; ++j) {
-    std::fill(dk + (j * a.hkv + g) * a.d, dk + (j * a.hkv + g + 1) * a.d, 0.0f);
-    std::fill(dv + (j * a.hkv + g) * a.d, dv + (j * a.hkv + g + 1) * a.d, 0.0f);
-  }
-  for (int64_t h = g * a.group; h < (g + 1) * a.group; ++h) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t row = i * a.hq + h;
-      const float *qi = q + row * a.d, *doi = dout + row * a.d;
-      const float di = dot(doi, out + row * a.d, a.d);  // sum_j p_j dp_j
-      const float l = lse[row];
-      float* dqi = dq + row * a.d;
-      std::fill(dqi, dqi + a.d, 0.0f);
-      for (int64_t j = begin; j <= i; ++j) {
-        const int64_t kv = (j * a.hkv + g) * a.d;
-        const float p = std::exp(scale * dot(qi, k + kv, a.d) - l);
-        const float ds = p * (dot(doi, v + kv, a.d) - di) * scale;
-        dp_row[j - begin] = ds;
-        axpy_row(dv + kv, p, doi, a.d);
+struct BackwardArgs {
+  const float *q, *k, *v, *out, *lse, *dout;
+  float *dq, *dk, *dv;
+};
+
+// Sequence [begin, end), kv head g: dq for the group's query heads, dk and dv for head g.
+// With p = exp(s - lse), dp_j = dout . v_j, D = dout . out = sum_j p_j dp_j, ds = p (dp - D):
+//   dq_i = scale sum_j ds_ij k_j,  dk_j = scale sum_i ds_ij q_i,  dv_j = sum_i p_ij dout_i.
+RLRUN_CPU_INLINE void backward_task_body(const AttnDims& a, const BackwardArgs& x, int64_t begin, int64_t end,
+                                         int64_t g, Buffers& buf) {
+  const int64_t len = end - begin, ld = round_up(len);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(a.d));
+  gather_transposed(buf.kt.data(), ld, x.k, begin, len, a.hkv, g, a.d);
+  gather_transposed(buf.vt.data(), ld, x.v, begin, len, a.hkv, g, a.d);
+  std::fill(buf.dkt.begin(), buf.dkt.begin() + ld * a.d, 0.0f);
+  std::fill(buf.dvt.begin(), buf.dvt.begin() + ld * a.d, 0.0f);
+  float *p = buf.s.data(), *ds = buf.ds.data();
+  for (int64_t h = g * a.group; h < (g + 1) * a.group; ++h)
+    for (int64_t i0 = begin; i0 < end; i0 += kRows) {
+      const float *qr[kRows], *dor[kRows];
+      float* dqr[kRows];
+      int64_t n[kRows];
+      float lse[kRows], di[kRows], sum[kRows], ones[kRows];
+      for (int r = 0; r < kRows; ++r) {
+        const bool real = i0 + r < end;  // padding rows: zero q and dout, no keys -> contribute 0
+        const int64_t row = (i0 + r) * a.hq + h;
+        qr[r] = real ? x.q + row * a.d : buf.zero.data();
+        dor[r] = real ? x.dout + row * a.d : buf.zero.data();
+        dqr[r] = real ? x.dq + row * a.d : buf.trash.data() + r * a.d;
+        n[r] = real ? i0 + r - begin + 1 : 0;
+        lse[r] = real ? x.lse[row] : 0.0f;
+        di[r] = 0.0f;
+        if (real)
+          for (int64_t c = 0; c < a.d; ++c) di[r] += dor[r][c] * x.out[row * a.d + c];
+        ones[r] = 1.0f;
       }
-      for (int64_t j = begin; j <= i; ++j) {
-        const int64_t kv = (j * a.hkv + g) * a.d;
-        axpy_row(dqi, dp_row[j - begin], k + kv, a.d);
-        axpy_row(dk + kv, dp_row[j - begin], qi, a.d);
+      const int64_t n8 = round_up(std::min<int64_t>(i0 + kRows, end) - begin);
+      rows_times_tile(p, ld, qr, buf.kt.data(), n8, a.d, scale);
+      masked_exp(p, ld, n, n8, lse, sum);
+      rows_times_tile(ds, ld, dor, buf.vt.data(), n8, a.d, 1.0f);
+      for (int r = 0; r < kRows; ++r) {
+        float *dsr = ds + r * ld, *pr = p + r * ld;
+        const float dr = di[r];
+#pragma omp simd
+        for (int64_t j = 0; j < n8; ++j) dsr[j] = pr[j] * (dsr[j] - dr) * scale;
       }
+      rows_dot_tile(dqr, ds, ld, buf.kt.data(), n8, a.d, ones);
+      tile_add_rows(buf.dkt.data(), ld, qr, ds, n8, a.d);
+      tile_add_rows(buf.dvt.data(), ld, dor, p, n8, a.d);
     }
-  }
+  scatter_transposed(x.dk, buf.dkt.data(), ld, begin, len, a.hkv, g, a.d);
+  scatter_transposed(x.dv, buf.dvt.data(), ld, begin, len, a.hkv, g, a.d);
+}
+
+RLRUN_CPU_AVX2 void backward_task_avx2(const AttnDims& a, const BackwardArgs& x, int64_t begin, int64_t end,
+                                       int64_t g, Buffers& buf) {
+  backward_task_body(a, x, begin, end, g, buf);
+}
+
+void backward_task_base(const AttnDims& a, const BackwardArgs& x, int64_t begin, int64_t end, int64_t g,
+                        Buffers& buf) {
+  backward_task_body(a, x, begin, end, g, buf);
 }
 
 }  // namespace
@@ -179,17 +426,20 @@ void CpuBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Te
     const int64_t len = cu[s + 1] - cu[s];
     for (int64_t g = 0; g < a.hkv; ++g) tasks.push_back({s, g, len * len});
   }
-  std::sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) { return x.cost > y.cost; });
-  const float scale = 1.0f / std::sqrt(static_cast<float>(a.d));
+  std::stable_sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) { return x.cost > y.cost; });
+  const BackwardArgs args{q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), dout.f32(), dq.f32(), dk.f32(), dv.f32()};
   const int64_t num_tasks = static_cast<int64_t>(tasks.size());
+  const bool avx2 = avx2_;
 #pragma omp parallel num_threads(num_threads_)
   {
-    std::vector<float> dp_row(static_cast<size_t>(std::max<int64_t>(max_seqlen, 1)));
+    Buffers buf(std::max<int64_t>(max_seqlen, 1), a.d, true);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < num_tasks; ++t) {
-      const Task& task = tasks[t];
-      attention_backward_task(a, cu[task.seq], cu[task.seq + 1], task.kv_head, scale, q.f32(), k.f32(), v.f32(),
-                              out.f32(), lse.f32(), dout.f32(), dq.f32(), dk.f32(), dv.f32(), dp_row.data());
+      const int64_t begin = cu[tasks[t].seq], end = cu[tasks[t].seq + 1];
+      if (avx2)
+        backward_task_avx2(a, args, begin, end, tasks[t].kv_head, buf);
+      else
+        backward_task_base(a, args, begin, end, tasks[t].kv_head, buf);
     }
   }
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "engine/cpu/cpu_math.h"
 
 namespace rlrun::engine::cpu {
 
@@ -27,7 +28,18 @@ void expect(const char* op, const char* role, const Tensor& t, Shape shape, DTyp
   RLRUN_CHECK(t.shape() == shape, std::string(op) + ": " + role + " is " + t.str() + ", expected " + shape.str());
 }
 
-CpuBackend::CpuBackend(int num_threads) { set_num_threads(num_threads); }
+bool cpu_has_avx2_fma() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+#else
+  return false;
+#endif
+}
+
+CpuBackend::CpuBackend(int num_threads) : avx2_(cpu_has_avx2_fma()) { set_num_threads(num_threads); }
+
+void CpuBackend::set_baseline_kernels(bool baseline) { avx2_ = !baseline && cpu_has_avx2_fma(); }
 
 void CpuBackend::set_num_threads(int n) {
   num_threads_ = n > 0 ? n : omp_get_num_procs();

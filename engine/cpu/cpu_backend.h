@@ -21,6 +21,10 @@ class CpuBackend final : public Backend {
   // to call this decides it. n <= 0 means all hardware threads.
   void set_num_threads(int n);
   int num_threads() const { return num_threads_; }
+  // Hot loops use AVX2 + FMA variants when the CPU has them (cpu_math.h). Tests call this with
+  // true to run the baseline x86-64 variants too.
+  void set_baseline_kernels(bool baseline);
+  bool avx2_kernels() const { return avx2_; }
 
   std::string name() const override { return "cpu"; }
   bool is_host() const override { return true; }
@@ -64,6 +68,10 @@ class CpuBackend final : public Backend {
                           const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                           const Tensor& cu_seqlens, int64_t max_seqlen) override;
 
+  void paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                               const Tensor& cu_q, const Tensor& seq_start, const Tensor& block_tables,
+                               int64_t block_size, int64_t max_context) override;
+
   void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                        const Tensor& up) override;
@@ -79,6 +87,7 @@ class CpuBackend final : public Backend {
 
  private:
   int num_threads_ = 1;
+  bool avx2_ = false;
   std::atomic<size_t> bytes_in_use_{0};
   std::atomic<size_t> peak_bytes_{0};
 };

@@ -32,8 +32,10 @@ inline ModelConfig tiny_config(bool qwen2) {
   return c;
 }
 
+// One thread: the tiny model gains nothing from more, and on shared CI cores the spinning of
+// several OpenMP/OpenBLAS pools costs seconds per test (threading is the op tests' subject).
 inline std::unique_ptr<Backend> cpu_backend() {
-  auto b = create_backend("cpu", 2);
+  auto b = create_backend("cpu", 1);
   EXPECT_TRUE(b.ok());
   return std::move(b).value();
 }

@@ -16,17 +16,42 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/cpu/cpu_backend.h"
 
 namespace rlrun::engine::testing {
 
 using Vec = std::vector<double>;
 
+// The CPU backend with its baseline x86-64 kernels (no AVX2/FMA variants), tested beside "cpu".
+inline const std::string kCpuBaseline = "cpu-baseline";
+
+// Every backend of this build, plus the CPU baseline-kernel variant.
+inline std::vector<std::string> backends_under_test() {
+  std::vector<std::string> names = available_backends();
+  names.push_back(kCpuBaseline);
+  return names;
+}
+
+// gtest parameter names allow only [A-Za-z0-9_]: "cpu-baseline" -> "cpu_baseline".
+inline std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  for (char& c : name)
+    if (c == '-' || c == ':') c = '_';
+  return name;
+}
+
 class BackendTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    auto created = create_backend(GetParam(), 2);
-    ASSERT_TRUE(created.ok()) << created.status().to_string();
-    backend_ = std::move(created.value());
+    if (GetParam() == kCpuBaseline) {
+      auto cpu = std::make_unique<cpu::CpuBackend>(2);
+      cpu->set_baseline_kernels(true);
+      backend_ = std::move(cpu);
+    } else {
+      auto created = create_backend(GetParam(), 2);
+      ASSERT_TRUE(created.ok()) << created.status().to_string();
+      backend_ = std::move(created.value());
+    }
     tol_scale_ = backend_->compute_dtype() == DType::kF32 ? 1.0 : 100.0;
   }
 

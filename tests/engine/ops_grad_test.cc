@@ -152,7 +152,7 @@ TEST_P(OpsGrad, LogprobWithoutEntropyGradient) {
   EXPECT_CLOSE(download(dz), finite_diff(loss, logits), kTol * tol_scale_);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, OpsGrad, ::testing::ValuesIn(available_backends()));
+INSTANTIATE_TEST_SUITE_P(Backends, OpsGrad, ::testing::ValuesIn(backends_under_test()), backend_param_name);
 
 }  // namespace
 }  // namespace rlrun::engine::testing
