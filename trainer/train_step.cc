@@ -96,7 +96,8 @@ Trainer::Trainer(const TrainerOptions& options, TrainableModel& model, engine::C
   if (weight_comm_ != nullptr) {
     engine::FlatLayout layout{model_.param_specs(), model_.flat_size(), "f32"};
     sender_ = std::make_unique<WeightSender>(model_.backend(), std::move(layout), *weight_comm_,
-                                             options_.weight_broadcast_bucket_mb << 20);
+                                             options_.weight_broadcast_bucket_mb << 20,
+                                             options_.weight_broadcast_cpu_staging);
   }
 }
 
@@ -130,6 +131,9 @@ Result<PolicyLossResult> Trainer::run_micro_batch(const MicroBatch& mb, std::spa
   PolicyLossInputs in;
   in.logprobs = logprobs;
   in.old_logprobs = clip_ref.empty() ? std::span<const float>(mb.rollout_logprobs) : clip_ref;
+  // ppo_clip_ref_logprobs: batch with one minibatch: the weights have not moved yet, so the
+  // reference IS this forward's log-probs (detached); no recomputation pass was run.
+  if (clip_ref.empty() && cfg.ppo_clip_ref == ClipReference::kBatch) in.old_logprobs = logprobs;
   if (cfg.use_tis) in.rollout_logprobs = mb.rollout_logprobs;
   if (cfg.kl_coef > 0) in.ref_logprobs = mb.ref_logprobs;
   in.entropy = entropy;
@@ -202,7 +206,7 @@ Result<StepReport> Trainer::train(std::span<const MicroBatch> micro_batches) {
   if (!model_.has_grads()) model_.restore_grads();
   StepReport report;
   std::vector<std::vector<float>> clip_ref;
-  if (options_.loss.ppo_clip_ref == ClipReference::kBatch) {
+  if (options_.loss.ppo_clip_ref == ClipReference::kBatch && options_.number_of_minibatches > 1) {
     const auto start = std::chrono::steady_clock::now();
     RLRUN_ASSIGN_OR_RETURN(clip_ref, recompute_logprobs(micro_batches));
     report.seconds_recompute = seconds_since(start);

@@ -2,7 +2,8 @@
 //
 // One train(batch) call (design "A sample's life", step 7) on every trainer rank, collectively:
 //   0. ppo_clip_ref_logprobs: batch -> recompute every micro-batch's log-probs with the current
-//      weights (no grad) as the PPO clip reference; rollout -> use the rollout log-probs.
+//      weights (no grad) as the PPO clip reference (with one minibatch the training forward's own
+//      log-probs are that reference: no extra pass); rollout -> use the rollout log-probs.
 //   for each of number_of_minibatches consecutive slices of the micro-batches:
 //   1. D = sum over all micro-batches of all ranks of policy_loss_normaliser (exact, in double);
 //   2. per micro-batch: model forward (log-probs, entropy) -> policy_loss share with D -> model
@@ -44,6 +45,7 @@ struct TrainerOptions {
   double learning_rate = 1e-5;
   int64_t weight_broadcast_bucket_mb = 256;
   bool weight_broadcast_free_grad_buffers = false;
+  bool weight_broadcast_cpu_staging = true;  // weight_comm moves host memory (Gloo); see weight_sender.h
 };
 
 // Memory of one phase. Backend bytes are the backend's allocator (device memory on cuda, heap on

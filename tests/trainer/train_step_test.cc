@@ -113,6 +113,15 @@ TEST(TrainStep, BatchClipReferenceStartsAtRatioOne) {
   EXPECT_NEAR(first.ratio_max, 1.0, 1e-6);
   const PolicyLossStats& second = reports[0].minibatches[1].loss.stats;
   EXPECT_GT(second.ratio_max - second.ratio_min, 1e-6);  // after one update the policy moved
+  EXPECT_GT(reports[0].seconds_recompute, 0.0);
+  // One minibatch: no recomputation pass, and the ratio is exactly 1.
+  o.number_of_minibatches = 1;
+  reports.clear();
+  train_single(o, mbs, 1, &reports);
+  EXPECT_EQ(reports[0].seconds_recompute, 0.0);
+  EXPECT_EQ(reports[0].minibatches[0].loss.stats.ratio_min, 1.0);
+  EXPECT_EQ(reports[0].minibatches[0].loss.stats.ratio_max, 1.0);
+  o.number_of_minibatches = 2;
   // With the rollout reference the ratios reflect the (random) rollout log-probs.
   o.loss.ppo_clip_ref = ClipReference::kRollout;
   reports.clear();
