@@ -197,12 +197,33 @@ Result<MinibatchReport> Trainer::run_minibatch(std::span<const MicroBatch> micro
   return mb_report;
 }
 
-Result<StepReport> Trainer::train(std::span<const MicroBatch> micro_batches) {
+Status Trainer::check_batch_everywhere(std::span<const MicroBatch> micro_batches) {
   const int64_t count = static_cast<int64_t>(micro_batches.size());
+  Status mine;
   if (count < options_.number_of_minibatches) {
-    return invalid_argument(str("trainer: ", count, " micro-batches cannot make number_of_minibatches = ",
+    mine = invalid_argument(str("trainer: ", count, " micro-batches cannot make number_of_minibatches = ",
                                 options_.number_of_minibatches, " minibatches"));
   }
+  for (size_t i = 0; i < micro_batches.size() && mine.ok(); ++i) {
+    mine = validate_micro_batch(micro_batches[i], options_.loss.kl_coef > 0).with_context(str("micro-batch ", i));
+  }
+  // Every rank learns whether all ranks can run the same collectives, before the first one.
+  const double local[2] = {static_cast<double>(count), mine.ok() ? 0.0 : 1.0};
+  RLRUN_ASSIGN_OR_RETURN(std::vector<double> all, all_gather_doubles(trainer_comm_, local));
+  if (!mine.ok()) return mine;
+  for (size_t r = 0; 2 * r < all.size(); ++r) {
+    if (all[2 * r + 1] != 0.0) return invalid_argument(str("trainer: rank ", r, " rejected its micro-batches"));
+    if (all[2 * r] != static_cast<double>(count)) {
+      return invalid_argument(str("trainer: rank ", r, " got ", all[2 * r], " micro-batches, this rank ", count,
+                                  "; every rank must get the same number"));
+    }
+  }
+  return Status();
+}
+
+Result<StepReport> Trainer::train(std::span<const MicroBatch> micro_batches) {
+  RLRUN_RETURN_IF_ERROR(check_batch_everywhere(micro_batches));
+  const int64_t count = static_cast<int64_t>(micro_batches.size());
   if (!model_.has_grads()) model_.restore_grads();
   StepReport report;
   std::vector<std::vector<float>> clip_ref;

@@ -116,6 +116,8 @@ class Trainer {
  private:
   Trainer(const TrainerOptions& options, TrainableModel& model, engine::Communicator* trainer_comm,
           engine::Communicator* weight_comm, PeakMemoryTracker* memory, std::unique_ptr<Optimizer> optimizer);
+  // Validates this rank's micro-batches and agrees with every rank that all of them can train.
+  Status check_batch_everywhere(std::span<const MicroBatch> micro_batches);
   Result<std::vector<std::vector<float>>> recompute_logprobs(std::span<const MicroBatch> micro_batches);
   Result<MinibatchReport> run_minibatch(std::span<const MicroBatch> micro_batches,
                                         const std::vector<std::vector<float>>* clip_ref, size_t first,

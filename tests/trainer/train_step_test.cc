@@ -88,6 +88,27 @@ TEST(TrainStep, TwoRanksWithHalfTheBatchEachEqualOneRank) {
   }
 }
 
+TEST(TrainStep, ABadBatchOnOneRankFailsEveryRankWithoutHanging) {
+  const auto seqs = testing::random_sequences(4, kVocab, 6);
+  for (int bad_kind : {0, 1}) {
+    std::vector<Status> results(2);
+    run_group(2, [&](int rank, engine::Communicator& comm) {
+      auto backend = cpu_backend();
+      BigramTestDouble model(*backend, kVocab, 7);
+      auto trainer = Trainer::create(base_options(), model, &comm);
+      ASSERT_TRUE(trainer.ok());
+      std::vector<MicroBatch> mbs = {pack(seqs, {2 * rank}), pack(seqs, {2 * rank + 1})};
+      if (rank == 1 && bad_kind == 0) mbs[1].loss_mask.pop_back();  // malformed
+      if (rank == 1 && bad_kind == 1) mbs.push_back(pack(seqs, {0}));  // one micro-batch too many
+      results[rank] = (*trainer)->train(mbs).status();
+    }, "bad" + std::to_string(bad_kind));
+    EXPECT_FALSE(results[0].ok());
+    EXPECT_FALSE(results[1].ok());
+    EXPECT_NE(results[bad_kind == 0 ? 1 : 0].message().find(bad_kind == 0 ? "loss_mask" : "same number"),
+              std::string::npos) << results[0].message() << " / " << results[1].message();
+  }
+}
+
 TEST(TrainStep, MoreMicroBatchesGiveTheSameUpdate) {
   const auto seqs = testing::random_sequences(9, kVocab, 2);
   TrainerOptions o = base_options();
