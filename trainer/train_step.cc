@@ -14,6 +14,14 @@ using engine::Tensor;
 
 namespace {
 
+// Resident peak of the latest occurrence of `phase` (-1 if it never completed).
+int64_t last_rss_peak(const PeakMemoryTracker& tracker, const std::string& phase) {
+  for (const PeakMemoryTracker::PhasePeak& p : tracker.peaks()) {
+    if (p.phase == phase) return p.last_peak_bytes;
+  }
+  return -1;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -34,7 +42,7 @@ class PhaseScope {
     out_.raised_peak = out_.raised_peak || out_.backend_peak_bytes > peak_before_;
     if (tracker_ != nullptr) {
       tracker_->end();
-      out_.rss_peak_bytes = tracker_->peak(name_);
+      out_.rss_peak_bytes = std::max(out_.rss_peak_bytes, last_rss_peak(*tracker_, name_));
     }
   }
 
@@ -269,7 +277,7 @@ Result<WeightSendReport> Trainer::send_weights(uint64_t version) {
   if (!sent.ok()) return sent.status();
   WeightSendReport report = std::move(sent).value();
   report.freed_grad_buffers = free_grads;
-  if (memory_ != nullptr) report.rss_peak_bytes = memory_->peak("weight_send");
+  if (memory_ != nullptr) report.rss_peak_bytes = last_rss_peak(*memory_, "weight_send");
   return report;
 }
 

@@ -189,6 +189,21 @@ TEST(TrainStep, ReportsMetricsAndValidates) {
   EXPECT_FALSE(Trainer::create(zero, model, nullptr).ok());
 }
 
+TEST(TrainStep, PhaseMemoryWithAResidentMemoryTracker) {
+  const auto seqs = testing::random_sequences(4, kVocab, 8);
+  auto backend = cpu_backend();
+  BigramTestDouble model(*backend, kVocab, 7);
+  PeakMemoryTracker memory;
+  auto trainer = Trainer::create(base_options(), model, nullptr, nullptr, &memory);
+  ASSERT_TRUE(trainer.ok());
+  auto r = (*trainer)->train(std::vector<MicroBatch>{pack(seqs, {0, 1}), pack(seqs, {2, 3})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_GT(r->memory_forward_backward.rss_peak_bytes, 0);
+  EXPECT_GT(r->memory_optimizer.rss_peak_bytes, 0);
+  EXPECT_GE(r->memory_forward_backward.backend_peak_bytes, r->memory_forward_backward.backend_in_use_begin);
+  EXPECT_GT(r->metrics().at("memory_optimizer_rss_peak_bytes"), 0.0);
+}
+
 TEST(MicroBatch, ShiftsTokenAlignedArraysToPredictions) {
   // two sequences: [5 6 7] mask [0 1 1], [8 9] mask [0 1]
   auto mb = make_micro_batch(std::vector<int32_t>{5, 6, 7, 8, 9}, std::vector<int32_t>{0, 1, 2, 0, 1},
