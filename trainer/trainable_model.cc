@@ -1,5 +1,7 @@
 #include "trainer/trainable_model.h"
 
+#include <cmath>
+
 #include "common/log.h"
 
 namespace rlrun::trainer {
@@ -42,6 +44,14 @@ Status validate_micro_batch(const MicroBatch& mb, bool with_ref) {
   if (mb.advantages.size() != seqs && mb.advantages.size() != n) {
     return invalid_argument(str("micro-batch: `advantages` has ", mb.advantages.size(), " entries; expected one per "
                                 "sequence (", seqs, ") or per token (", n, ")"));
+  }
+  for (size_t i = 0; i < mb.advantages.size(); ++i) {
+    if (!std::isfinite(mb.advantages[i])) return invalid_argument(str("micro-batch: advantages[", i, "] is not finite"));
+  }
+  for (size_t t = 0; t < n; ++t) {
+    if (mb.loss_mask[t] && !std::isfinite(mb.rollout_logprobs[t])) {
+      return invalid_argument(str("micro-batch: rollout_logprobs[", t, "] of a trained token is not finite"));
+    }
   }
   return Status();
 }

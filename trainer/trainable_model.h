@@ -53,7 +53,8 @@ Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<c
                                     std::span<const float> advantages, std::span<const float> rollout_logprobs);
 
 // invalid_argument naming the array at fault unless every array has its documented size,
-// cu_seqlens is valid and (with_ref) ref_logprobs is present. Token ids are the model's to check.
+// cu_seqlens is valid, advantages and trained tokens' rollout log-probs are finite and (with_ref)
+// ref_logprobs is present. Token ids are the model's to check.
 Status validate_micro_batch(const MicroBatch& mb, bool with_ref);
 
 struct ModelForward {

@@ -184,6 +184,16 @@ TEST(TrainStep, ReportsMetricsAndValidates) {
   MicroBatch bad = pack(seqs, {0, 1});
   bad.cu_seqlens.back() += 1;
   EXPECT_FALSE((*trainer)->train(std::vector<MicroBatch>{bad, bad}).ok());
+  bad = pack(seqs, {0, 1});
+  bad.advantages[1] = NAN;
+  EXPECT_FALSE((*trainer)->train(std::vector<MicroBatch>{bad, bad}).ok());
+  bad = pack(seqs, {0, 1});
+  for (size_t t = 0; t < bad.loss_mask.size(); ++t) {
+    if (bad.loss_mask[t]) bad.rollout_logprobs[t] = INFINITY;
+  }
+  auto inf = (*trainer)->train(std::vector<MicroBatch>{bad, bad});
+  ASSERT_FALSE(inf.ok());
+  EXPECT_NE(inf.status().message().find("rollout_logprobs"), std::string::npos) << inf.status().message();
   TrainerOptions zero = base_options();
   zero.number_of_minibatches = 0;
   EXPECT_FALSE(Trainer::create(zero, model, nullptr).ok());
