@@ -27,6 +27,8 @@ endfunction()
 # tests/<component>/*_test.cc, labelled <component> for `ctest -L`; `LABELS foo_test=bar` adds the
 # label bar to the tests of foo_test.cc (e.g. tests that need an external program).
 # Tests run in parallel under ctest; a test that needs a resource alone sets RESOURCE_LOCK itself.
+# Extra ctest properties for one binary's tests: set RLRUN_TEST_PROPERTIES_<stem> before the call,
+# e.g. set(RLRUN_TEST_PROPERTIES_hf_checkpoint_test FIXTURES_REQUIRED hf_reference).
 function(rlrun_tests component)
   cmake_parse_arguments(ARG "" "" "DEPS;LABELS" ${ARGN})
   file(GLOB test_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cc)
@@ -37,7 +39,8 @@ function(rlrun_tests component)
     target_link_libraries(${target} PRIVATE ${ARG_DEPS} GTest::gtest_main GTest::gmock)
     target_compile_definitions(${target} PRIVATE
         RLRUN_SOURCE_DIR="${PROJECT_SOURCE_DIR}" RLRUN_BINARY="$<TARGET_FILE:rlrun>")
-    gtest_discover_tests(${target} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS ${component})
+    gtest_discover_tests(${target} DISCOVERY_TIMEOUT 60
+        PROPERTIES LABELS ${component} ${RLRUN_TEST_PROPERTIES_${stem}})
     set(extra_labels "")
     foreach(entry ${ARG_LABELS})
       if(entry MATCHES "^${stem}=(.+)$")

@@ -18,6 +18,12 @@ namespace {
 // Every VmHWM value seen just before a reset: the process-lifetime peak survives clear_refs.
 std::atomic<int64_t> g_peak_before_reset{0};
 
+// Live trackers. Every reset of VmHWM first folds the mark into their open phases, so a reset by
+// one tracker (or by anyone calling reset_peak_resident) never hides a peak from another.
+// Lock order: g_reset_mutex, then a tracker's mutex_.
+std::mutex g_reset_mutex;
+std::vector<PeakMemoryTracker*> g_trackers;  // guarded by g_reset_mutex
+
 void atomic_max(std::atomic<int64_t>& target, int64_t value) {
   int64_t seen = target.load(std::memory_order_relaxed);
   while (value > seen && !target.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
@@ -82,10 +88,15 @@ Result<ProcessMemory> read_process_memory() {
 }
 
 bool reset_peak_resident() {
+  std::lock_guard<std::mutex> lock(g_reset_mutex);
   Result<ProcessMemory> before = read_raw();
   if (!before.ok()) return false;
   // A peak reached between this read and the write below is lost; the window is microseconds.
   atomic_max(g_peak_before_reset, before->peak_resident_bytes);
+  for (PeakMemoryTracker* tracker : g_trackers) {
+    std::lock_guard<std::mutex> tracker_lock(tracker->mutex_);
+    tracker->fold_locked(*before);
+  }
   return write_clear_refs();
 }
 
@@ -103,9 +114,15 @@ PeakMemoryTracker::PeakMemoryTracker(bool force_sampling, std::chrono::milliseco
     }
     sampler_ = std::thread([this] { sampler_loop(); });
   }
+  std::lock_guard<std::mutex> lock(g_reset_mutex);
+  g_trackers.push_back(this);
 }
 
 PeakMemoryTracker::~PeakMemoryTracker() {
+  {
+    std::lock_guard<std::mutex> lock(g_reset_mutex);
+    g_trackers.erase(std::find(g_trackers.begin(), g_trackers.end(), this));
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -132,16 +149,14 @@ void PeakMemoryTracker::fold_locked(const ProcessMemory& now) {
 }
 
 void PeakMemoryTracker::begin(const std::string& phase) {
+  // Folds VmHWM into every open phase (of every tracker), then resets it to VmRSS.
+  if (mode_ == Mode::kClearRefs && !reset_peak_resident()) {
+    RLRUN_CHECK(false, "/proc/self/clear_refs worked at start-up and failed later");
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   Result<ProcessMemory> now = read_raw();
   if (!now.ok()) now = ProcessMemory{};
   fold_locked(*now);
-  if (mode_ == Mode::kClearRefs) {
-    atomic_max(g_peak_before_reset, now->peak_resident_bytes);
-    if (!write_clear_refs()) {
-      RLRUN_CHECK(false, "/proc/self/clear_refs worked at start-up and failed later");
-    }
-  }
   Open o;
   o.phase = phase;
   o.start_bytes = now->resident_bytes;
@@ -175,6 +190,11 @@ std::vector<PeakMemoryTracker::PhasePeak> PeakMemoryTracker::peaks() const {
   return done_;
 }
 
+int64_t PeakMemoryTracker::samples() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return samples_;
+}
+
 int64_t PeakMemoryTracker::peak(const std::string& phase) const {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const PhasePeak& p : done_) {
@@ -193,6 +213,7 @@ void PeakMemoryTracker::sampler_loop() {
     // Read under the lock so a sample is never folded into a phase that began after it (~20 us).
     Result<ProcessMemory> now = read_raw();
     if (now.ok()) fold_locked(*now);
+    ++samples_;
     wake_.wait_for(lock, sample_interval_, [this] { return stop_; });
   }
 }

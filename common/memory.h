@@ -1,16 +1,16 @@
 // memory.h - resident memory of this process, and its peak per named phase.
 //
-// What is measured: host (CPU) resident set size of the whole process, in bytes, as Linux reports it
-// in /proc/self/status: VmRSS (resident now: anonymous + file-backed + shared-memory pages mapped by
-// this process) and VmHWM (the high-water mark of VmRSS). Every thread's allocations count; memory
-// that was allocated but never touched does not (it is not resident); device (GPU) memory is not
-// included: backends report their own. The kernel updates these counters lazily (per-thread RSS
-// deltas are folded in every ~64 page faults), so values can lag by a few hundred KiB.
+// What is measured: host (CPU) resident set size of the whole process, in bytes, as Linux reports
+// it in /proc/self/status: VmRSS (resident now: anonymous + file-backed + shared-memory pages
+// mapped by this process) and VmHWM (the high-water mark of VmRSS). Every thread's allocations
+// count; memory that was allocated but never touched does not (it is not resident); device (GPU)
+// memory is not included: backends report their own. The kernel keeps these counters per CPU (per
+// thread before Linux 6.2) and sums them approximately, so a value can be off by a few hundred KiB.
 //
 // Per-phase peaks: writing "5" to /proc/self/clear_refs resets VmHWM to the current VmRSS (Linux
 // >= 4.0), so the VmHWM read at the end of a phase is exactly that phase's peak. Where the write is
 // not permitted (some containers, old kernels), a sampler thread reads VmRSS every few milliseconds
-// instead: peaks shorter than the sampling interval may then be missed. The mode in use is reported.
+// instead: peaks shorter than the sampling interval may then be missed (mode() says which).
 #pragma once
 
 #include <chrono>
@@ -26,8 +26,9 @@
 namespace rlrun {
 
 struct ProcessMemory {
-  int64_t resident_bytes = 0;       // VmRSS
-  int64_t peak_resident_bytes = 0;  // process-lifetime peak: max(VmHWM, every VmHWM seen before a reset)
+  int64_t resident_bytes = 0;  // VmRSS
+  // Process-lifetime peak: max(VmHWM, every VmHWM seen before a reset_peak_resident()).
+  int64_t peak_resident_bytes = 0;
 };
 
 // Reads /proc/self/status. Fails (io_error) where /proc is not mounted.
@@ -38,14 +39,14 @@ Result<ProcessMemory> read_process_memory();
 ProcessMemory parse_proc_status(const std::string& text);
 
 // Resets the kernel's VmHWM to the current VmRSS, first folding the old VmHWM into the
-// process-lifetime peak that read_process_memory() reports. Returns false where not permitted.
+// process-lifetime peak that read_process_memory() reports and into the open phases of every
+// PeakMemoryTracker. Returns false where not permitted.
 bool reset_peak_resident();
 
 // Records the peak resident memory of named phases ("forward_backward", "optimizer",
-// "weight_send"). A phase may repeat: its peak is the max over all its occurrences. Phases may nest:
-// an outer phase's peak includes its inner phases.
-// Thread-safety: begin/end/ScopedPhase from one thread (the one running the phases); peaks() and
-// peak() from any thread.
+// "weight_send"). A phase may repeat: its peak is the max over all its occurrences. Phases may
+// nest: an outer phase's peak includes its inner phases. Thread-safety: begin/end/ScopedPhase from
+// one thread (the one running the phases); peaks() and peak() from any thread.
 class PeakMemoryTracker {
  public:
   enum class Mode { kClearRefs, kSampling };
@@ -58,8 +59,9 @@ class PeakMemoryTracker {
   };
 
   // force_sampling: use the sampler even where clear_refs works (tests, comparison).
-  explicit PeakMemoryTracker(bool force_sampling = false,
-                             std::chrono::milliseconds sample_interval = std::chrono::milliseconds(2));
+  explicit PeakMemoryTracker(
+      bool force_sampling = false,
+      std::chrono::milliseconds sample_interval = std::chrono::milliseconds(2));
   ~PeakMemoryTracker();
   PeakMemoryTracker(const PeakMemoryTracker&) = delete;
   PeakMemoryTracker& operator=(const PeakMemoryTracker&) = delete;
@@ -69,6 +71,9 @@ class PeakMemoryTracker {
 
   void begin(const std::string& phase);
   void end();  // ends the innermost open phase; RLRUN_CHECK-fails if none is open
+
+  // Samples the sampler has taken so far (0 in clear_refs mode): diagnostics and tests.
+  int64_t samples() const;
 
   // Completed phases, in order of first completion.
   std::vector<PhasePeak> peaks() const;
@@ -89,6 +94,8 @@ class PeakMemoryTracker {
   };
 
  private:
+  friend bool reset_peak_resident();  // folds VmHWM into open phases before each reset
+
   struct Open {
     std::string phase;
     int64_t start_bytes = 0;
@@ -105,6 +112,7 @@ class PeakMemoryTracker {
   bool stop_ = false;
   std::vector<Open> open_;
   std::vector<PhasePeak> done_;
+  int64_t samples_ = 0;
   std::thread sampler_;
 };
 

@@ -2,6 +2,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <prometheus/check_names.h>
+#include <prometheus/exposer.h>
+#include <prometheus/text_serializer.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,10 +16,6 @@
 #include <exception>
 #include <sstream>
 #include <thread>
-
-#include <prometheus/check_names.h>
-#include <prometheus/exposer.h>
-#include <prometheus/text_serializer.h>
 
 #include "common/check.h"
 #include "common/log.h"
@@ -42,27 +41,41 @@ auto& register_family(Builder builder, prometheus::Registry& registry, std::stri
   }
 }
 
-// Why binding `host:port` fails, found by trying it ourselves (civetweb only says that it failed).
+// A TCP socket of the family of `host` (an IP address, as parse_metrics_bind accepts), and the
+// socket address of host:port in *addr. With `any_is_loopback`, 0.0.0.0 and :: become loopback
+// (to reach a server that listens on every interface). Returns -1 when no socket can be made.
+int tcp_socket_for(const std::string& host, int port, bool any_is_loopback, sockaddr_storage* addr,
+                   socklen_t* len) {
+  *addr = sockaddr_storage{};
+  const uint16_t net_port = htons(static_cast<uint16_t>(port));
+  if (host.find(':') != std::string::npos) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(addr);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = net_port;
+    ::inet_pton(AF_INET6, host.c_str(), &a->sin6_addr);
+    if (any_is_loopback && host == "::") a->sin6_addr = in6addr_loopback;
+    *len = sizeof(sockaddr_in6);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(addr);
+    a->sin_family = AF_INET;
+    a->sin_port = net_port;
+    ::inet_pton(AF_INET, host.c_str(), &a->sin_addr);
+    if (any_is_loopback && host == "0.0.0.0") a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    *len = sizeof(sockaddr_in);
+  }
+  return ::socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+}
+
+// Why binding `host:port` fails, found by trying it ourselves (civetweb only says that it
+// failed); "" when the bind works.
 std::string bind_failure_cause(const std::string& host, int port) {
-  const bool v6 = host.find(':') != std::string::npos;
-  int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage addr;
+  socklen_t len;
+  const int fd = tcp_socket_for(host, port, /*any_is_loopback=*/false, &addr, &len);
   if (fd < 0) return str("socket(): ", std::strerror(errno));
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as civetweb does
-  int rc;
-  if (v6) {
-    sockaddr_in6 a{};
-    a.sin6_family = AF_INET6;
-    a.sin6_port = htons(static_cast<uint16_t>(port));
-    ::inet_pton(AF_INET6, host.c_str(), &a.sin6_addr);
-    rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  } else {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
-    rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  }
+  const int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len);
   const int err = errno;
   ::close(fd);
   if (rc == 0) return "";
@@ -71,6 +84,18 @@ std::string bind_failure_cause(const std::string& host, int port) {
   if (err == EADDRNOTAVAIL) cause += " (no interface of this machine has that address)";
   if (err == EACCES) cause += " (ports below 1024 need privileges)";
   return cause;
+}
+
+// civetweb's listener thread polls with a 2 s timeout and looks at its stop flag only between
+// polls, so stopping it idle takes ~2 s. Connecting to it while it stops wakes the poll at once.
+void poke_listener(const std::string& host, int port) {
+  sockaddr_storage addr;
+  socklen_t len;
+  const int fd = tcp_socket_for(host, port, /*any_is_loopback=*/true, &addr, &len);
+  if (fd < 0) return;
+  // Refused once the listener is closed: nothing to do either way.
+  (void)::connect(fd, reinterpret_cast<sockaddr*>(&addr), len);
+  ::close(fd);
 }
 
 }  // namespace
@@ -84,15 +109,15 @@ std::string metric_name(std::string_view name) {
 }
 
 prometheus::Family<prometheus::Counter>& counter_family(prometheus::Registry& registry,
-                                                         std::string_view name,
-                                                         const std::string& help,
-                                                         const prometheus::Labels& const_labels) {
+                                                        std::string_view name,
+                                                        const std::string& help,
+                                                        const prometheus::Labels& const_labels) {
   return register_family(prometheus::BuildCounter(), registry, name, help, const_labels);
 }
 
 prometheus::Family<prometheus::Gauge>& gauge_family(prometheus::Registry& registry,
-                                                     std::string_view name, const std::string& help,
-                                                     const prometheus::Labels& const_labels) {
+                                                    std::string_view name, const std::string& help,
+                                                    const prometheus::Labels& const_labels) {
   return register_family(prometheus::BuildGauge(), registry, name, help, const_labels);
 }
 
@@ -102,7 +127,8 @@ prometheus::Family<prometheus::Histogram>& histogram_family(
   return register_family(prometheus::BuildHistogram(), registry, name, help, const_labels);
 }
 
-prometheus::Histogram::BucketBoundaries exponential_buckets(double start, double factor, int count) {
+prometheus::Histogram::BucketBoundaries exponential_buckets(double start, double factor,
+                                                            int count) {
   RLRUN_CHECK(start > 0 && factor > 1 && count > 0, "exponential_buckets needs start>0, factor>1");
   prometheus::Histogram::BucketBoundaries bounds;
   double b = start;
@@ -135,15 +161,16 @@ std::shared_ptr<prometheus::Collectable> process_memory_collectable(
       out.push_back(gauge_snapshot("process_resident_bytes",
                                    "Resident set size of the process (VmRSS), bytes",
                                    {{labels, static_cast<double>(mem->resident_bytes)}}));
-      out.push_back(gauge_snapshot("process_peak_resident_bytes",
-                                   "Peak resident set size of the process since start (VmHWM), bytes",
-                                   {{labels, static_cast<double>(mem->peak_resident_bytes)}}));
+      out.push_back(
+          gauge_snapshot("process_peak_resident_bytes",
+                         "Peak resident set size of the process since start (VmHWM), bytes",
+                         {{labels, static_cast<double>(mem->peak_resident_bytes)}}));
     }
     if (tracker) {
       std::vector<GaugeSample> samples;
       for (const auto& p : tracker->peaks()) {
-        samples.push_back({{{"process", process}, {"phase", p.phase}},
-                           static_cast<double>(p.peak_bytes)});
+        samples.push_back(
+            {{{"process", process}, {"phase", p.phase}}, static_cast<double>(p.peak_bytes)});
       }
       if (!samples.empty()) {
         out.push_back(gauge_snapshot("phase_peak_resident_bytes",
@@ -179,7 +206,8 @@ Status parse_metrics_bind(const std::string& bind, std::string* host, int* port)
   if (h.front() == '[') {
     if (h.back() != ']') return bad("an IPv6 address must be written in brackets, [::1]");
     h = h.substr(1, h.size() - 2);
-    if (::inet_pton(AF_INET6, h.c_str(), addr) != 1) return bad("`" + h + "` is not an IPv6 address");
+    if (::inet_pton(AF_INET6, h.c_str(), addr) != 1)
+      return bad("`" + h + "` is not an IPv6 address");
   } else if (::inet_pton(AF_INET, h.c_str(), addr) != 1) {
     return bad("`" + h + "` is not an IPv4 address (host names are not resolved)");
   }
@@ -202,8 +230,8 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(
     const std::string cause = bind_failure_cause(host, port);
     if (cause.empty()) {  // the address itself is usable: the HTTP server refused it
       const bool v6 = host.find(':') != std::string::npos;
-      return unavailable(str("metrics_bind: cannot listen on ", bind, ": the HTTP server (civetweb) ",
-                             "failed: ", e.what(),
+      return unavailable(str("metrics_bind: cannot listen on ", bind,
+                             ": the HTTP server (civetweb) failed: ", e.what(),
                              v6 ? "; this build may lack IPv6 support: use an IPv4 address such "
                                   "as 127.0.0.1 or 0.0.0.0"
                                 : "; try another port, e.g. port 0 to let the system choose"));
@@ -213,39 +241,12 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(
                            ":0 to let the system choose a port, or stop what listens there"));
   }
   const std::vector<int> ports = server->exposer_->GetListeningPorts();
-  if (ports.empty()) return internal_error(str("metrics_bind: listening on ", bind, " gave no port"));
+  if (ports.empty())
+    return internal_error(str("metrics_bind: listening on ", bind, " gave no port"));
   server->port_ = ports.front();
   server->exposer_->RegisterCollectable(server->registry_);
   return server;
 }
-
-namespace {
-
-// civetweb's listener thread polls with a 2 s timeout and looks at its stop flag only between
-// polls, so stopping it idle takes ~2 s. Connecting to it while it stops wakes the poll at once.
-void poke_listener(const std::string& host, int port) {
-  const bool v6 = host.find(':') != std::string::npos;
-  int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return;
-  int rc;
-  if (v6) {
-    sockaddr_in6 a{};
-    a.sin6_family = AF_INET6;
-    a.sin6_port = htons(static_cast<uint16_t>(port));
-    if (host == "::") a.sin6_addr = in6addr_loopback; else ::inet_pton(AF_INET6, host.c_str(), &a.sin6_addr);
-    rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  } else {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    if (host == "0.0.0.0") a.sin_addr.s_addr = htonl(INADDR_LOOPBACK); else ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
-    rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  }
-  (void)rc;  // refused once the listener is closed: nothing to do
-  ::close(fd);
-}
-
-}  // namespace
 
 MetricsServer::~MetricsServer() {
   std::atomic<bool> stopped{false};
@@ -261,7 +262,8 @@ MetricsServer::~MetricsServer() {
 }
 
 std::string MetricsServer::address() const {
-  return host_.find(':') != std::string::npos ? str("[", host_, "]:", port_) : str(host_, ":", port_);
+  return host_.find(':') != std::string::npos ? str("[", host_, "]:", port_)
+                                              : str(host_, ":", port_);
 }
 
 std::string MetricsServer::url() const { return str("http://", address(), "/metrics"); }

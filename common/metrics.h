@@ -13,12 +13,6 @@
 // Thread-safety: prometheus-cpp counters, gauges, histograms and registries are thread-safe.
 #pragma once
 
-#include <functional>
-#include <memory>
-#include <string>
-#include <string_view>
-#include <vector>
-
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -26,6 +20,13 @@
 #include <prometheus/histogram.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -47,19 +48,43 @@ std::string metric_name(std::string_view name);
 // again returns the existing family (same const labels) so components may share a name; a name
 // already used by another type is a bug (RLRUN_CHECK). Add a labelled child with
 // `family.Add({{"worker", "3"}})` (histograms: `family.Add(labels, buckets)`).
-prometheus::Family<prometheus::Counter>& counter_family(prometheus::Registry& registry,
-                                                         std::string_view name,
-                                                         const std::string& help,
-                                                         const prometheus::Labels& const_labels = {});
+prometheus::Family<prometheus::Counter>& counter_family(
+    prometheus::Registry& registry, std::string_view name, const std::string& help,
+    const prometheus::Labels& const_labels = {});
 prometheus::Family<prometheus::Gauge>& gauge_family(prometheus::Registry& registry,
-                                                     std::string_view name, const std::string& help,
-                                                     const prometheus::Labels& const_labels = {});
+                                                    std::string_view name, const std::string& help,
+                                                    const prometheus::Labels& const_labels = {});
 prometheus::Family<prometheus::Histogram>& histogram_family(
     prometheus::Registry& registry, std::string_view name, const std::string& help,
     const prometheus::Labels& const_labels = {});
 
 // {start, start*factor, ..., start*factor^(count-1)}: histogram bucket upper bounds.
 prometheus::Histogram::BucketBoundaries exponential_buckets(double start, double factor, int count);
+
+// Adds the seconds it lives (steady clock) to a counter and/or observes them in a histogram, at
+// destruction. Idle time as a counter (rlrun_trainer_idle_seconds_total) lets rate() give the
+// idle fraction; a histogram per phase gives step time by phase. Either pointer may be null.
+class ScopedSeconds {
+ public:
+  explicit ScopedSeconds(prometheus::Counter* counter, prometheus::Histogram* histogram = nullptr)
+      : counter_(counter), histogram_(histogram), start_(std::chrono::steady_clock::now()) {}
+  ~ScopedSeconds() {
+    const double s = elapsed();
+    if (counter_) counter_->Increment(s);
+    if (histogram_) histogram_->Observe(s);
+  }
+  ScopedSeconds(const ScopedSeconds&) = delete;
+  ScopedSeconds& operator=(const ScopedSeconds&) = delete;
+
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  prometheus::Counter* counter_;
+  prometheus::Histogram* histogram_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 // A collectable whose families are computed on every scrape by `collect` (called on a civetweb
 // thread: it must be thread-safe and quick).
@@ -106,15 +131,16 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
-  int port() const { return port_; }              // the port actually listened on
+  int port() const { return port_; }  // the port actually listened on
   const std::string& host() const { return host_; }
-  std::string address() const;                    // "127.0.0.1:40123"
-  std::string url() const;                        // "http://127.0.0.1:40123/metrics"
+  std::string address() const;  // "127.0.0.1:40123"
+  std::string url() const;      // "http://127.0.0.1:40123/metrics"
 
   prometheus::Registry& registry() { return *registry_; }
   const std::shared_ptr<prometheus::Registry>& shared_registry() const { return registry_; }
 
-  // Scraped on every GET /metrics from now on, kept alive by the server.
+  // Scraped on every GET /metrics from now on, kept alive by the server. Call from the thread that
+  // owns the server (registries and metrics themselves are thread-safe; this list is not).
   void add_collectable(std::shared_ptr<prometheus::Collectable> collectable);
 
  private:

@@ -3,6 +3,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -50,11 +51,21 @@ void append_json_string(std::string& out, std::string_view s) {
   out += '"';
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -92,8 +103,19 @@ JsonArgs& JsonArgs::add(std::string_view key, std::string_view value) {
 }
 
 Timeline& global_timeline() {
-  static Timeline timeline;  // never destroyed before exit handlers run; close() is explicit
+  static Timeline timeline;  // its destructor closes the file at exit if main() did not
   return timeline;
+}
+
+std::string timeline_path(const std::string& dir, const std::string& process) {
+  std::string name = "timeline-";
+  for (char c : process) {
+    const bool safe =
+        std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+    name += safe ? c : '_';
+  }
+  name += ".json";
+  return dir.empty() ? name : (dir.back() == '/' ? dir + name : dir + "/" + name);
 }
 
 Timeline::~Timeline() { close(); }
@@ -113,18 +135,20 @@ Status Timeline::open(const std::string& path, const std::string& process_name, 
   flush_interval_ = flush_interval;
   origin_ = std::chrono::steady_clock::now();
   epoch_us_ = std::chrono::duration_cast<std::chrono::microseconds>(
-                  std::chrono::system_clock::now().time_since_epoch()).count();
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
   std::fputs("[\n", file_);
   first_event_ = true;
   buffer_.clear();
   stop_ = false;
-  enabled_.store(true, std::memory_order_relaxed);
-  std::string head = metadata("process_name", 0, process_name);
-  buffer_ += head;
+  write_failed_ = false;
+  buffer_ += metadata("process_name", 0, process_name);
   first_event_ = false;
-  for (const auto& [tid, name] : thread_names_) buffer_ += ",\n" + metadata("thread_name", tid, name);
+  for (const auto& [tid, name] : thread_names_)
+    buffer_ += ",\n" + metadata("thread_name", tid, name);
   flush_locked();
   flusher_ = std::thread([this] { flusher_loop(); });
+  enabled_.store(true, std::memory_order_release);  // publishes the clock origin to now_us()
   return Status();
 }
 
@@ -132,7 +156,7 @@ void Timeline::close() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!file_) return;
-    enabled_.store(false, std::memory_order_relaxed);
+    enabled_.store(false, std::memory_order_release);
     stop_ = true;
   }
   wake_.notify_all();
@@ -151,8 +175,13 @@ void Timeline::flush() {
 
 void Timeline::flush_locked() {
   if (!file_ || buffer_.empty()) return;
-  std::fwrite(buffer_.data(), 1, buffer_.size(), file_);
-  std::fflush(file_);  // to the kernel: survives a crash of this process, not of the machine
+  const bool ok = std::fwrite(buffer_.data(), 1, buffer_.size(), file_) == buffer_.size() &&
+                  std::fflush(file_) == 0;  // to the kernel: survives a crash of this process
+  if (!ok && !write_failed_) {
+    write_failed_ = true;  // warn once; later events are still attempted
+    log::warn(str("timeline: writing `", path_, "` failed: ", std::strerror(errno),
+                  "; the timeline will miss events (disk full?)"));
+  }
   buffer_.clear();
 }
 
@@ -166,7 +195,8 @@ void Timeline::flusher_loop() {
 
 int64_t Timeline::now_us() const {
   return epoch_us_ + std::chrono::duration_cast<std::chrono::microseconds>(
-                         std::chrono::steady_clock::now() - origin_).count();
+                         std::chrono::steady_clock::now() - origin_)
+                         .count();
 }
 
 std::string Timeline::metadata(std::string_view what, int tid, std::string_view value) const {
@@ -206,7 +236,8 @@ void Timeline::complete(std::string_view name, std::string_view category, int64_
                         int64_t dur_us, std::string_view args_json) {
   if (!enabled()) return;
   std::string e = event_head('X', name, category, pid_, this_thread_id());
-  e += ",\"ts\":" + std::to_string(start_us) + ",\"dur\":" + std::to_string(dur_us < 0 ? 0 : dur_us);
+  e +=
+      ",\"ts\":" + std::to_string(start_us) + ",\"dur\":" + std::to_string(dur_us < 0 ? 0 : dur_us);
   if (!args_json.empty()) {
     e += ",\"args\":";
     e += args_json;
@@ -222,7 +253,8 @@ void Timeline::counter(std::string_view name,
   JsonArgs args;
   for (const auto& [key, value] : series) args.add(key, value);
   const std::string args_json = args.str();
-  e += ",\"ts\":" + std::to_string(now_us()) + ",\"args\":" + (args_json.empty() ? "{}" : args_json) + '}';
+  e += ",\"ts\":" + std::to_string(now_us()) +
+       ",\"args\":" + (args_json.empty() ? "{}" : args_json) + '}';
   append(std::move(e));
 }
 

@@ -15,9 +15,10 @@
 // (and possibly a torn last line): Perfetto accepts that, and merge_timelines skips the torn event.
 // Events still in the buffer (at most one flush interval, default 500 ms) are lost in a crash.
 //
-// Cost: with no timeline open, a ScopedSpan is one relaxed atomic load. With one open, an event
-// is formatted on the calling thread and appended to a buffer under a mutex; a background thread
-// writes the buffer every flush interval (or sooner when it passes 256 KiB).
+// Cost (bench/observability_bench): with no timeline open a ScopedSpan is one atomic load, ~5 ns.
+// With one open, ~1 us: the event is formatted on the calling thread and appended to a buffer
+// under a mutex; a background thread writes the buffer every flush interval (or sooner when it
+// passes 256 KiB). Each span is ~100 bytes of file.
 #pragma once
 
 #include <atomic>
@@ -51,7 +52,7 @@ class Timeline {
               std::chrono::milliseconds flush_interval = std::chrono::milliseconds(500));
   // Writes what is buffered and the closing `]`. Safe to call twice.
   void close();
-  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  bool enabled() const { return enabled_.load(std::memory_order_acquire); }
   // Writes what is buffered now (e.g. before an expected exit).
   void flush();
 
@@ -64,7 +65,8 @@ class Timeline {
   void complete(std::string_view name, std::string_view category, int64_t start_us, int64_t dur_us,
                 std::string_view args_json = {});
   // A counter sample ("ph":"C"): each series is drawn as a stacked track named `name`.
-  void counter(std::string_view name, std::initializer_list<std::pair<std::string_view, double>> series);
+  void counter(std::string_view name,
+               std::initializer_list<std::pair<std::string_view, double>> series);
   // An instant event ("ph":"i", thread scope), e.g. a discarded group.
   void instant(std::string_view name, std::string_view category, std::string_view args_json = {});
 
@@ -86,15 +88,21 @@ class Timeline {
   std::string buffer_;
   std::vector<std::pair<int, std::string>> thread_names_;  // tid -> name, re-emitted by open()
   bool first_event_ = true;
+  bool write_failed_ = false;
   bool stop_ = false;
   std::thread flusher_;
 };
 
-// The process's timeline, used by ScopedSpan and the free functions by default. Opened by the
-// process's main() when the config asks for a timeline; closed at exit.
+// The process's timeline, used by ScopedSpan by default. The process's main() opens it when the
+// config asks for a timeline, e.g. global_timeline().open(timeline_path(dir, name), name), and
+// closes it at exit (its destructor would too).
 Timeline& global_timeline();
 
-// Appends `"key":value` pairs to build an args object: JsonArgs().add("step", 3).add("rank", 0).str()
+// "<dir>/timeline-<process>.json", the one naming rule writers and the merging orchestrator share.
+// Characters of `process` outside [A-Za-z0-9._-] become '_'.
+std::string timeline_path(const std::string& dir, const std::string& process);
+
+// Builds an args object from `"key":value` pairs: JsonArgs().add("step", 3).add("rank", 0).str()
 class JsonArgs {
  public:
   JsonArgs& add(std::string_view key, double value);
@@ -119,7 +127,9 @@ class ScopedSpan {
     if (timeline_) start_us_ = timeline_->now_us();
   }
   ~ScopedSpan() {
-    if (timeline_) timeline_->complete(name_, category_, start_us_, timeline_->now_us() - start_us_, args_.str());
+    if (timeline_)
+      timeline_->complete(name_, category_, start_us_, timeline_->now_us() - start_us_,
+                          args_.str());
   }
   ScopedSpan(const ScopedSpan&) = delete;
   ScopedSpan& operator=(const ScopedSpan&) = delete;
@@ -139,10 +149,12 @@ class ScopedSpan {
   JsonArgs args_;
 };
 
-// Merges per-process timeline files into one (`output`, a JSON array, events in time order,
-// metadata first). Inputs may be truncated (crashed process): complete events are kept, a torn
-// one is skipped with a warning. A missing or unreadable input is skipped with a warning; events
-// of two inputs that share a pid get distinct pids. Fails only when `output` cannot be written.
+// Merges per-process timeline files into one (`output`: a JSON array, one event per line, input
+// by input; not sorted, Perfetto sorts on load), streaming in constant memory. Inputs may be
+// truncated (crashed process): complete events are kept, a torn one is skipped with a warning.
+// A missing or unreadable input is skipped with a warning. Processes of two inputs that share a
+// pid (two hosts) get distinct pids: the later one is renumbered from 2^22 up. Any Chrome trace
+// JSON file is accepted as an input too. Fails only when `output` cannot be written.
 Status merge_timelines(const std::vector<std::string>& inputs, const std::string& output);
 
 }  // namespace rlrun

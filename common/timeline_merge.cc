@@ -1,14 +1,18 @@
 // timeline_merge.cc - merge_timelines: per-process trace files into the run's timeline.json.
-#include <algorithm>
+//
+// Streams: one event in memory at a time, so a long run's timelines (hundreds of MB) merge in
+// constant memory. Events are not re-sorted: the Chrome trace format does not require order
+// (Perfetto sorts on load).
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 #include "common/timeline.h"
@@ -18,98 +22,162 @@ namespace {
 
 using nlohmann::json;
 
-// Events of one file. A complete file is one JSON value (an array, or {"traceEvents": [...]}).
-// A truncated one is read line by line (the writer puts one event per line); lines that do not
-// parse as an object (the torn last event) are skipped and counted.
-std::vector<json> read_events(const std::string& path, const std::string& text) {
-  json whole = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (whole.is_array()) return whole.get<std::vector<json>>();
-  if (whole.is_object() && whole.contains("traceEvents") && whole["traceEvents"].is_array()) {
-    return whole["traceEvents"].get<std::vector<json>>();
-  }
-  std::vector<json> events;
-  std::istringstream lines(text);
-  std::string line;
-  int line_no = 0, skipped = 0, first_skipped = 0;
-  while (std::getline(lines, line)) {
-    ++line_no;
-    size_t b = line.find_first_not_of(" \t\r[,");
-    if (b == std::string::npos) continue;  // blank, "[" or ","
-    size_t e = line.find_last_not_of(" \t\r,]");
-    std::string body = line.substr(b, e + 1 - b);
-    json event = json::parse(body, nullptr, false);
-    if (event.is_object()) {
-      events.push_back(std::move(event));
-    } else if (!body.empty()) {
-      if (skipped++ == 0) first_skipped = line_no;
-    }
-  }
-  log::warn(str("timeline: `", path, "` is truncated (its process did not close it); kept ",
-                events.size(), " events",
-                skipped ? str(", skipped ", skipped, " torn from line ", first_skipped) : ""));
-  return events;
-}
+// Pids given to processes whose pid an earlier input already used: above Linux's largest pid
+// (2^22), so they collide with no real process.
+constexpr int64_t kFirstRemappedPid = int64_t{1} << 22;
 
-bool read_file(const std::string& path, std::string* text) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  *text = buf.str();
-  return true;
-}
-
-// Gives each input's pids that an earlier input already used fresh numbers, so two processes
-// with the same OS pid (on different hosts) stay apart.
-void remap_pids(std::vector<std::vector<json>>& per_file) {
-  std::set<int64_t> used;
-  int64_t next_free = 1;
-  for (const auto& events : per_file)
-    for (const json& e : events)
-      if (e.contains("pid") && e["pid"].is_number_integer()) {
-        next_free = std::max(next_free, e["pid"].get<int64_t>() + 1);
+// Finds the value of `key` at the top level of the JSON object text `obj` (already validated):
+// [*begin, *end) spans the value's text when it is a number. Skips string contents and nested
+// values, so an args key or a name that mentions "pid" is never taken for it.
+bool find_top_level_number(const std::string& obj, std::string_view key, size_t* begin,
+                           size_t* end) {
+  int depth = 0;
+  for (size_t i = 0; i < obj.size(); ++i) {
+    const char c = obj[i];
+    if (c == '"') {
+      const size_t start = i + 1;
+      for (++i; i < obj.size() && obj[i] != '"'; ++i) {
+        if (obj[i] == '\\') ++i;  // skip the escaped character
       }
-  for (auto& events : per_file) {
-    std::map<int64_t, int64_t> remap;
-    for (json& e : events) {
-      if (!e.contains("pid") || !e["pid"].is_number_integer()) continue;
-      const int64_t pid = e["pid"].get<int64_t>();
-      auto it = remap.find(pid);
-      if (it == remap.end()) it = remap.emplace(pid, used.count(pid) ? next_free++ : pid).first;
-      e["pid"] = it->second;
+      const bool is_key =
+          depth == 1 && obj.compare(start, i - start, key) == 0 && i - start == key.size();
+      size_t v = obj.find_first_not_of(" \t", i + 1);
+      if (is_key && v != std::string::npos && obj[v] == ':') {
+        v = obj.find_first_not_of(" \t", v + 1);
+        if (v == std::string::npos) return false;
+        size_t e = v;
+        if (e < obj.size() && obj[e] == '-') ++e;
+        while (e < obj.size() && std::isdigit(static_cast<unsigned char>(obj[e]))) ++e;
+        if (e == v || (e < obj.size() && (obj[e] == '.' || obj[e] == 'e' || obj[e] == 'E'))) {
+          return false;  // not an integer
+        }
+        *begin = v;
+        *end = e;
+        return true;
+      }
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      --depth;
     }
-    for (const auto& [from, to] : remap) used.insert(to);
   }
+  return false;
+}
+
+class MergeWriter {
+ public:
+  explicit MergeWriter(std::FILE* f) : f_(f) { std::fputs("[\n", f_); }
+  void write(const json& event) {
+    if (!first_) std::fputs(",\n", f_);
+    first_ = false;
+    const std::string line = event.dump(-1, ' ', false, json::error_handler_t::replace);
+    std::fwrite(line.data(), 1, line.size(), f_);
+  }
+  void write_raw(const std::string& event_text) {
+    if (!first_) std::fputs(",\n", f_);
+    first_ = false;
+    std::fwrite(event_text.data(), 1, event_text.size(), f_);
+  }
+  void finish() { std::fputs("\n]\n", f_); }
+
+ private:
+  std::FILE* f_;
+  bool first_ = true;
+};
+
+// Renumbers the pids of one input that an earlier input already used.
+class PidRemap {
+ public:
+  void begin_file() { file_.clear(); }
+  int64_t map(int64_t pid) {
+    auto m = file_.find(pid);
+    if (m == file_.end()) m = file_.emplace(pid, earlier_.count(pid) ? next_++ : pid).first;
+    return m->second;
+  }
+  void apply(json& event) {
+    auto it = event.find("pid");
+    if (it != event.end() && it->is_number_integer()) *it = map(it->get<int64_t>());
+  }
+  // The same on an event's text: rewrites the top-level "pid" number in place when it changes.
+  void apply(std::string& event_text) {
+    size_t b, e;
+    if (!find_top_level_number(event_text, "pid", &b, &e)) return;
+    const std::string digits = event_text.substr(b, e - b);
+    char* end = nullptr;
+    errno = 0;
+    const long long pid = std::strtoll(digits.c_str(), &end, 10);
+    if (*end != '\0' || errno == ERANGE) return;
+    const int64_t to = map(pid);
+    if (to != pid) event_text.replace(b, e - b, std::to_string(to));
+  }
+  void end_file() {
+    for (const auto& [from, to] : file_) earlier_.insert(to);
+  }
+
+ private:
+  std::set<int64_t> earlier_;        // final pids of the inputs already merged
+  std::map<int64_t, int64_t> file_;  // this input: its pid -> merged pid
+  int64_t next_ = kFirstRemappedPid;
+};
+
+struct FileCounts {
+  int64_t events = 0;
+  int64_t torn = 0;
+  int64_t first_torn_line = 0;
+  bool closed = false;  // the writer's closing `]` is there
+};
+
+// Our writer's format: one event per line between "[" and "]"; a killed process leaves no "]" and
+// possibly a torn last line, which is skipped and counted.
+FileCounts merge_lines(std::istream& in, PidRemap& pids, MergeWriter& out) {
+  FileCounts c;
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    const size_t b = line.find_first_not_of(" \t\r[,");
+    if (b == std::string::npos) continue;  // blank, "[" or ","
+    if (line.compare(b, 1, "]") == 0) {
+      c.closed = true;
+      continue;
+    }
+    const size_t e = line.find_last_not_of(" \t\r,]");
+    std::string event = line.substr(b, e + 1 - b);
+    // Validated without building a document (a long run's timelines hold millions of events).
+    if (event.front() != '{' || !json::accept(event)) {
+      if (c.torn++ == 0) c.first_torn_line = line_no;
+      continue;
+    }
+    pids.apply(event);
+    out.write_raw(event);
+    ++c.events;
+  }
+  return c;
+}
+
+// Any other Chrome trace file: one JSON array, or {"traceEvents": [...]}, however laid out.
+bool merge_whole(const std::string& path, PidRemap& pids, MergeWriter& out, FileCounts* c) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  json whole = json::parse(text.str(), nullptr, false);
+  json* events = whole.is_array() ? &whole : nullptr;
+  if (whole.is_object() && whole.contains("traceEvents")) events = &whole["traceEvents"];
+  if (!events || !events->is_array()) return false;
+  for (json& event : *events) {
+    if (!event.is_object()) continue;
+    pids.apply(event);
+    out.write(event);
+    ++c->events;
+  }
+  c->torn = 0;
+  c->closed = true;
+  return true;
 }
 
 }  // namespace
 
 Status merge_timelines(const std::vector<std::string>& inputs, const std::string& output) {
-  std::vector<std::vector<json>> per_file;
-  for (const std::string& path : inputs) {
-    std::string text;
-    if (!read_file(path, &text)) {
-      log::warn(str("timeline: skipping `", path, "`: ", std::strerror(errno)));
-      continue;
-    }
-    per_file.push_back(read_events(path, text));
-  }
-  remap_pids(per_file);
-
-  std::vector<json> metadata, events;
-  for (auto& file_events : per_file) {
-    for (json& e : file_events) {
-      if (!e.is_object()) continue;
-      (e.value("ph", "") == "M" ? metadata : events).push_back(std::move(e));
-    }
-  }
-  auto ts_of = [](const json& e) {
-    auto it = e.find("ts");
-    return it != e.end() && it->is_number() ? it->get<double>() : 0.0;
-  };
-  std::stable_sort(events.begin(), events.end(),
-                   [&](const json& a, const json& b) { return ts_of(a) < ts_of(b); });
-
   // Written beside the output and renamed, so a reader never sees half a timeline.json.
   const std::string tmp = output + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "w");
@@ -117,17 +185,26 @@ Status merge_timelines(const std::vector<std::string>& inputs, const std::string
     return io_error(str("timeline: cannot create `", tmp, "`: ", std::strerror(errno),
                         "; check that the run directory is writable"));
   }
-  std::fputs("[\n", f);
-  bool first = true;
-  for (const auto* list : {&metadata, &events}) {
-    for (const json& e : *list) {
-      if (!first) std::fputs(",\n", f);
-      first = false;
-      const std::string line = e.dump(-1, ' ', false, json::error_handler_t::replace);
-      std::fwrite(line.data(), 1, line.size(), f);
+  MergeWriter out(f);
+  PidRemap pids;
+  for (const std::string& path : inputs) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      log::warn(str("timeline: skipping `", path, "`: ", std::strerror(errno)));
+      continue;
+    }
+    pids.begin_file();
+    FileCounts c = merge_lines(in, pids, out);
+    if (c.events == 0 && c.torn > 0) merge_whole(path, pids, out, &c);
+    pids.end_file();
+    if (!c.closed || c.torn > 0) {
+      log::warn(
+          str("timeline: `", path, "` is truncated (its process did not close it); kept ", c.events,
+              " events",
+              c.torn ? str(", skipped ", c.torn, " torn from line ", c.first_torn_line) : ""));
     }
   }
-  std::fputs("\n]\n", f);
+  out.finish();
   const bool write_ok = std::ferror(f) == 0;
   if (std::fclose(f) != 0 || !write_ok || std::rename(tmp.c_str(), output.c_str()) != 0) {
     std::remove(tmp.c_str());

@@ -10,7 +10,10 @@ cd "$(dirname "$0")/.."
 BUILD=${RLRUN_BUILD_DIR:-build}
 
 bash scripts/install-deps.sh "$@"
-if [ "${1:-}" = "--test" ]; then bash scripts/setup-python-ref.sh; fi
+if [ "${1:-}" = "--test" ]; then
+  bash scripts/setup-python-ref.sh
+  bash scripts/fetch-test-models.sh  # real models/tokenizers for the golden tests, build/models/
+fi
 
 # shellcheck disable=SC2086
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release ${RLRUN_CMAKE_FLAGS:-} >/dev/null

@@ -13,7 +13,7 @@
 namespace rlrun::testing {
 
 struct HttpResponse {
-  int status = 0;    // 0: no connection or no parsable reply
+  int status = 0;  // 0: no connection or no parsable reply
   std::string body;
 };
 
@@ -33,8 +33,10 @@ inline HttpResponse http_get(int port, const std::string& path) {
     ::close(fd);
     return r;
   }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
+  const std::string request =
+      "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
     ::close(fd);
     return r;
   }
@@ -46,7 +48,8 @@ inline HttpResponse http_get(int port, const std::string& path) {
   // "HTTP/1.1 200 OK\r\n...\r\n\r\nbody"
   const size_t sp = reply.find(' ');
   const size_t head_end = reply.find("\r\n\r\n");
-  if (reply.rfind("HTTP/", 0) != 0 || sp == std::string::npos || head_end == std::string::npos) return r;
+  if (reply.rfind("HTTP/", 0) != 0 || sp == std::string::npos || head_end == std::string::npos)
+    return r;
   r.status = std::atoi(reply.c_str() + sp + 1);
   r.body = reply.substr(head_end + 4);
   return r;

@@ -1,10 +1,10 @@
 #include "common/memory.h"
 
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 
-#include <gtest/gtest.h>
-
 #include <cstdlib>
+#include <functional>
 #include <thread>
 
 namespace rlrun {
@@ -12,15 +12,30 @@ namespace {
 
 constexpr int64_t kMiB = 1 << 20;
 
-// Makes `bytes` resident, holds it for `hold` so a sampler sees it, then gives it back to the
+// Makes `bytes` resident, calls `hold` (so a sampler can see it), then gives it back to the
 // kernel. mmap, not malloc: glibc may keep freed heap memory resident, which would blur the phases.
-void touch(int64_t bytes, std::chrono::milliseconds hold = std::chrono::milliseconds(0)) {
+void touch(
+    int64_t bytes, const std::function<void()>& hold = [] {}) {
   const size_t n = static_cast<size_t>(bytes);
   void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(p, MAP_FAILED);
   for (size_t i = 0; i < n; i += 4096) static_cast<volatile char*>(p)[i] = 1;
-  if (hold.count() > 0) std::this_thread::sleep_for(hold);
+  hold();
   ::munmap(p, n);
+}
+
+// Waits until the tracker's sampler has taken two more samples (one may have started before the
+// memory was touched); nothing to wait for in clear_refs mode. Bounded at 5 s: a loaded machine
+// may starve the sampler for a while, which must not fail the test.
+std::function<void()> until_sampled(const PeakMemoryTracker& tracker) {
+  return [&tracker] {
+    if (tracker.mode() != PeakMemoryTracker::Mode::kSampling) return;
+    const int64_t target = tracker.samples() + 2;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (tracker.samples() < target && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
 }
 
 TEST(ProcessMemory, ParsesProcStatus) {
@@ -57,7 +72,7 @@ TEST(ProcessMemory, PeakGrowsAfterTouchingALargeAllocation) {
 // Phases as a train step runs them: a big transient allocation in forward/backward, a smaller one
 // in the optimizer, none in the weight send. Each peak must go to its own phase.
 void check_phase_attribution(PeakMemoryTracker& tracker) {
-  const auto hold = std::chrono::milliseconds(30);  // > sampling interval, for the sampler mode
+  const auto hold = until_sampled(tracker);
   for (int step = 0; step < 2; ++step) {
     {
       PeakMemoryTracker::ScopedPhase p(tracker, "forward_backward");
@@ -69,7 +84,7 @@ void check_phase_attribution(PeakMemoryTracker& tracker) {
     }
     {
       PeakMemoryTracker::ScopedPhase p(tracker, "weight_send");
-      std::this_thread::sleep_for(hold);
+      hold();
     }
   }
   std::vector<PeakMemoryTracker::PhasePeak> peaks = tracker.peaks();
@@ -94,7 +109,8 @@ void check_phase_attribution(PeakMemoryTracker& tracker) {
 TEST(PeakMemoryTracker, AttributesPeaksToPhasesWithClearRefs) {
   PeakMemoryTracker tracker;
   if (tracker.mode() != PeakMemoryTracker::Mode::kClearRefs) {
-    GTEST_SKIP() << "/proc/self/clear_refs is not writable here; the sampling test covers the fallback";
+    GTEST_SKIP()
+        << "/proc/self/clear_refs is not writable here; the sampling test covers the fallback";
   }
   check_phase_attribution(tracker);
 }
@@ -111,12 +127,26 @@ TEST(PeakMemoryTracker, OuterPhaseIncludesItsInnerPhases) {
     PeakMemoryTracker::ScopedPhase step(tracker, "step");
     {
       PeakMemoryTracker::ScopedPhase fb(tracker, "forward_backward");
-      touch(80 * kMiB, std::chrono::milliseconds(30));
+      touch(80 * kMiB, until_sampled(tracker));
     }
     PeakMemoryTracker::ScopedPhase opt(tracker, "optimizer");
   }
   EXPECT_GE(tracker.peak("step"), tracker.peak("forward_backward"));
   EXPECT_GE(tracker.peak("forward_backward"), tracker.peaks()[0].start_bytes + 76 * kMiB);
+}
+
+TEST(PeakMemoryTracker, ResetsByOthersDoNotHideAPeak) {
+  PeakMemoryTracker a, b;
+  if (a.mode() != PeakMemoryTracker::Mode::kClearRefs) GTEST_SKIP() << "no clear_refs here";
+  a.begin("weight_send");
+  touch(64 * kMiB);
+  b.begin("other");  // resets the kernel's mark while a's phase is open
+  b.end();
+  EXPECT_TRUE(reset_peak_resident());  // and so does anyone else
+  a.end();
+  const auto p = a.peaks().at(0);
+  EXPECT_GE(p.peak_bytes - p.start_bytes, 60 * kMiB);
+  EXPECT_LT(b.peak("other") - b.peaks().at(0).start_bytes, 8 * kMiB);
 }
 
 TEST(PeakMemoryTrackerDeathTest, EndWithoutBeginIsABug) {

@@ -54,10 +54,11 @@ TEST(MetricFamilies, RegisterUnderPrefixAndSerialize) {
   discards.Add({{"reason", "stale"}}).Increment(3);
   discards.Add({{"reason", "zero_advantage"}}).Increment();
   // The same name again is the same family: components may share one.
-  EXPECT_EQ(&counter_family(registry, "rlrun_discarded_samples_total", "Discarded samples"), &discards);
+  EXPECT_EQ(&counter_family(registry, "rlrun_discarded_samples_total", "Discarded samples"),
+            &discards);
   gauge_family(registry, "async_level", "Inference step minus trainer step minus 1").Add({}).Set(2);
-  auto& hist = histogram_family(registry, "step_seconds", "Step time").Add(
-      {{"phase", "optimizer"}}, exponential_buckets(0.001, 10, 4));
+  auto& hist = histogram_family(registry, "step_seconds", "Step time")
+                   .Add({{"phase", "optimizer"}}, exponential_buckets(0.001, 10, 4));
   hist.Observe(0.05);
   hist.Observe(5);
 
@@ -72,11 +73,32 @@ TEST(MetricFamilies, RegisterUnderPrefixAndSerialize) {
   EXPECT_THAT(text, HasSubstr("# TYPE rlrun_discarded_samples_total counter"));
 }
 
+TEST(ScopedSeconds, AddsItsLifetimeToACounterAndAHistogram) {
+  prometheus::Registry registry;
+  auto& idle = counter_family(registry, "trainer_idle_seconds_total", "Idle").Add({});
+  auto& step = histogram_family(registry, "step_seconds", "Step")
+                   .Add({{"phase", "wait"}}, exponential_buckets(0.001, 10, 4));
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    ScopedSeconds wait(&idle, &step);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  const double outer = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  { ScopedSeconds counter_only(&idle); }
+  EXPECT_GE(idle.Value(), 0.030);
+  EXPECT_LE(idle.Value(), outer + 0.001);
+  const std::string text = serialize_metrics(registry);
+  EXPECT_EQ(sample_value(text, "rlrun_step_seconds_count{phase=\"wait\"}"), 1);
+  EXPECT_EQ(sample_value(text, "rlrun_step_seconds_bucket{phase=\"wait\",le=\"0.01\"}"), 0);
+  EXPECT_GE(sample_value(text, "rlrun_step_seconds_sum{phase=\"wait\"}"), 0.030);
+}
+
 TEST(MetricFamiliesDeathTest, NameUsedByAnotherTypeIsABug) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   prometheus::Registry registry;
   counter_family(registry, "tokens_total", "Tokens");
-  EXPECT_DEATH(gauge_family(registry, "tokens_total", "Tokens"), "cannot register rlrun_tokens_total");
+  EXPECT_DEATH(gauge_family(registry, "tokens_total", "Tokens"),
+               "cannot register rlrun_tokens_total");
 }
 
 TEST(MetricsServer, ServesCountersOverHttp) {
@@ -84,7 +106,8 @@ TEST(MetricsServer, ServesCountersOverHttp) {
   ASSERT_GT(server.port(), 0);
   EXPECT_EQ(server.address(), "127.0.0.1:" + std::to_string(server.port()));
   EXPECT_EQ(server.url(), "http://127.0.0.1:" + std::to_string(server.port()) + "/metrics");
-  auto& tokens = counter_family(server.registry(), "http_test_tokens_total", "Tokens").Add({{"worker", "3"}});
+  auto& tokens =
+      counter_family(server.registry(), "http_test_tokens_total", "Tokens").Add({{"worker", "3"}});
   tokens.Increment(2.5);
   tokens.Increment(5);
 
@@ -107,12 +130,15 @@ TEST(MetricsServer, ProcessMemoryGaugesAreReadOnEachScrape) {
   testing::HttpResponse r = testing::http_get(server.port(), "/metrics");
   ASSERT_EQ(r.status, 200);
   const double rss = sample_value(r.body, "rlrun_process_resident_bytes{process=\"metrics-test\"}");
-  const double peak = sample_value(r.body, "rlrun_process_peak_resident_bytes{process=\"metrics-test\"}");
+  const double peak =
+      sample_value(r.body, "rlrun_process_peak_resident_bytes{process=\"metrics-test\"}");
   EXPECT_GT(rss, 1 << 20) << r.body;  // a running gtest binary is well over 1 MiB
   EXPECT_GE(peak, rss);
-  EXPECT_GT(sample_value(r.body,
-                         "rlrun_phase_peak_resident_bytes{phase=\"weight_send\",process=\"metrics-test\"}"),
-            0) << r.body;
+  EXPECT_GT(sample_value(
+                r.body,
+                "rlrun_phase_peak_resident_bytes{phase=\"weight_send\",process=\"metrics-test\"}"),
+            0)
+      << r.body;
 }
 
 TEST(MetricsServer, PortInUseNamesTheKeyAndTheAddress) {
@@ -147,8 +173,8 @@ TEST(MetricsServer, StopsPromptlyAndFreesThePort) {
 }
 
 TEST(MetricsServer, BadBindAddressIsAnInvalidArgument) {
-  for (const char* bind : {"", "9400", "127.0.0.1", "127.0.0.1:", "127.0.0.1:70000", "127.0.0.1:94x",
-                           "localhost:9400", "[::1:9400", "999.1.1.1:9400"}) {
+  for (const char* bind : {"", "9400", "127.0.0.1", "127.0.0.1:", "127.0.0.1:70000",
+                           "127.0.0.1:94x", "localhost:9400", "[::1:9400", "999.1.1.1:9400"}) {
     Result<std::unique_ptr<MetricsServer>> s = MetricsServer::start(bind);
     ASSERT_FALSE(s.ok()) << bind;
     EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << bind;

