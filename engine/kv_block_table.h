@@ -1,0 +1,66 @@
+// kv_block_table.h - the bookkeeping half of the paged KV cache: a pool of fixed-size blocks and
+// one block table per sequence.
+//
+// A sequence's token at position p lives in slot `table[p / block_size] * block_size +
+// p % block_size` of the pool. Blocks are handed out lazily as a sequence grows (reserve), and
+// all of a sequence's blocks go back to the pool at once (release), which is what continuous
+// batching needs for finish, cancel and preemption-by-recompute. Nothing here touches K/V data:
+// KvCache (kv_cache.h) owns the storage and uses these tables to address it.
+//
+// Not thread-safe: one scheduler thread owns a table set.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+
+namespace rlrun::engine {
+
+using SeqId = int64_t;
+
+class KvBlockTables {
+ public:
+  KvBlockTables(int64_t num_blocks, int64_t block_size);
+
+  int64_t block_size() const { return block_size_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t num_free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  int64_t num_sequences() const { return static_cast<int64_t>(seqs_.size()); }
+
+  // Starts an empty sequence. invalid_argument if `id` is already present.
+  Status add_sequence(SeqId id);
+  bool has_sequence(SeqId id) const { return seqs_.count(id) != 0; }
+  // Returns every block of `id` to the pool and forgets it. not_found if unknown.
+  Status release(SeqId id);
+
+  // Blocks that reserve(id, n) would have to take from the pool (0 when the last block has room).
+  int64_t blocks_needed(SeqId id, int64_t n) const;
+  // Makes room for `n` more tokens after the current length, all or nothing:
+  // resource_exhausted (nothing allocated) when the pool is short, so a scheduler can preempt.
+  Status reserve(SeqId id, int64_t n);
+  // Marks `n` reserved tokens as written: length += n. Invariant: within the reservation.
+  void commit(SeqId id, int64_t n);
+
+  int64_t length(SeqId id) const;     // tokens written (committed)
+  int64_t capacity(SeqId id) const;   // tokens that fit in the blocks held
+  std::span<const int32_t> table(SeqId id) const;
+  // Pool slot of position `pos` of `id` (pos < capacity).
+  int64_t slot(SeqId id, int64_t pos) const;
+
+ private:
+  struct Sequence {
+    std::vector<int32_t> blocks;
+    int64_t length = 0;
+  };
+  const Sequence& seq(SeqId id) const;
+
+  int64_t num_blocks_;
+  int64_t block_size_;
+  std::vector<int32_t> free_;  // a stack: the most recently freed block is reused first
+  std::unordered_map<SeqId, Sequence> seqs_;
+};
+
+}  // namespace rlrun::engine

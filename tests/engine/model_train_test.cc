@@ -1,0 +1,184 @@
+// Training forward/backward of the decoder: packing, checkpointing, chunked logits, finite
+// differences, input validation.
+#include <gtest/gtest.h>
+
+#include "engine/model.h"
+#include "tests/engine/model_test_util.h"
+
+namespace rlrun::engine {
+namespace {
+
+using testing::HostBatch;
+
+struct Outputs {
+  std::vector<float> logprobs, entropy, grads;
+};
+
+// Forward + backward with the given per-token d(logprob), d(entropy); grads start from zero.
+Outputs run(Model& m, const HostBatch& hb, const std::vector<float>& dlp, const std::vector<float>& dent) {
+  m.weights().zero_grads();
+  auto out = m.forward(hb.batch());
+  EXPECT_TRUE(out.ok()) << out.status().to_string();
+  Backend& b = m.backend();
+  const int64_t n = static_cast<int64_t>(dlp.size());
+  m.backward(from_host(b, {n}, dlp), from_host(b, {n}, dent));
+  return {to_host_f32(out->logprobs), to_host_f32(out->entropy), to_host_f32(m.weights().grad_flat())};
+}
+
+class ModelTrain : public ::testing::TestWithParam<bool> {};  // param: qwen2 variant
+
+// (a) A packed row of two sequences equals the two sequences run separately: log-probs,
+// entropies, and the gradients (sums of the two runs' gradients).
+TEST_P(ModelTrain, PackedRowMatchesSeparateSequences) {
+  auto backend = testing::cpu_backend();
+  auto model = testing::tiny_model(*backend, GetParam());
+  std::mt19937 rng(7);
+  const auto a = testing::random_ids(rng, 5, 64), b = testing::random_ids(rng, 9, 64);
+  HostBatch ha, hb, packed;
+  ha.add_sequence(a, testing::shifted_targets(a));
+  hb.add_sequence(b, testing::shifted_targets(b));
+  packed.add_sequence(a, testing::shifted_targets(a));
+  packed.add_sequence(b, testing::shifted_targets(b));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> dlp(14), dent(14);
+  for (float& x : dlp) x = nd(rng);
+  for (float& x : dent) x = nd(rng);
+
+  const Outputs p = run(*model, packed, dlp, dent);
+  const Outputs oa = run(*model, ha, {dlp.begin(), dlp.begin() + 5}, {dent.begin(), dent.begin() + 5});
+  const Outputs ob = run(*model, hb, {dlp.begin() + 5, dlp.end()}, {dent.begin() + 5, dent.end()});
+  std::vector<float> lp = oa.logprobs, ent = oa.entropy, g = oa.grads;
+  lp.insert(lp.end(), ob.logprobs.begin(), ob.logprobs.end());
+  ent.insert(ent.end(), ob.entropy.begin(), ob.entropy.end());
+  for (size_t i = 0; i < g.size(); ++i) g[i] += ob.grads[i];
+  testing::expect_near_all(p.logprobs, lp, 1e-5f, "logprobs");
+  testing::expect_near_all(p.entropy, ent, 1e-5f, "entropy");
+  testing::expect_near_all(p.grads, g, 1e-5f, "grads");
+  EXPECT_EQ(p.logprobs[4], 0.0f);  // masked target
+  double gnorm = 0.0;
+  for (float x : p.grads) gnorm += x * x;
+  EXPECT_GT(gnorm, 1e-6);  // the comparison above is not between zeros
+}
+
+// (c) Gradient checkpointing and chunked logits change memory and time, never the numbers.
+TEST_P(ModelTrain, CheckpointingAndLogitChunksGiveIdenticalGradients) {
+  auto backend = testing::cpu_backend();
+  auto model = testing::tiny_model(*backend, GetParam());
+  std::mt19937 rng(3);
+  HostBatch hb;
+  for (size_t len : {7, 12, 3}) {
+    const auto t = testing::random_ids(rng, len, 64);
+    hb.add_sequence(t, testing::shifted_targets(t));
+  }
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> dlp(22), dent(22);
+  for (float& x : dlp) x = nd(rng);
+  for (float& x : dent) x = nd(rng);
+
+  const Outputs plain = run(*model, hb, dlp, dent);
+  model->set_gradient_checkpointing(true);
+  const Outputs ckpt = run(*model, hb, dlp, dent);
+  EXPECT_EQ(plain.grads, ckpt.grads);  // the recomputation runs the same ops on the same inputs
+  EXPECT_EQ(plain.logprobs, ckpt.logprobs);
+
+  // 5 tokens of logits at a time: the head recomputes its logits chunk by chunk in backward
+  // (the lm_head gradient then sums chunk by chunk: equal up to float reassociation).
+  auto chunked = testing::tiny_model(*backend, GetParam(), 1, 0.2f, ModelOptions{true, 5 * 64});
+  const Outputs ch = run(*chunked, hb, dlp, dent);
+  testing::expect_near_all(ch.grads, plain.grads, 1e-5f, "chunked grads");
+  testing::expect_near_all(ch.logprobs, plain.logprobs, 1e-5f, "chunked logprobs");
+}
+
+TEST_P(ModelTrain, CheckpointingKeepsOnlyLayerInputs) {
+  auto backend = testing::cpu_backend();
+  auto model = testing::tiny_model(*backend, GetParam());
+  std::mt19937 rng(5);
+  HostBatch hb;
+  const auto t = testing::random_ids(rng, 40, 64);
+  hb.add_sequence(t, testing::shifted_targets(t));
+  ASSERT_TRUE(model->forward(hb.batch()).ok());
+  const int64_t full = model->saved_activation_bytes();
+  const ModelConfig& c = model->config();
+  EXPECT_EQ(full, estimate_saved_activation_bytes(c, 40, DType::kF32, false));
+  model->set_gradient_checkpointing(true);
+  ASSERT_TRUE(model->forward(hb.batch()).ok());
+  const int64_t ckpt = model->saved_activation_bytes();
+  EXPECT_EQ(ckpt, estimate_saved_activation_bytes(c, 40, DType::kF32, true));
+  EXPECT_LT(ckpt * 2, full) << full << " vs " << ckpt;
+  ASSERT_TRUE(model->forward(hb.batch(), /*for_backward=*/false).ok());
+  EXPECT_EQ(model->saved_activation_bytes(), 0);
+}
+
+// (d) Analytic gradients of mean NLL against central differences, for entries of every kind of
+// parameter of the whole model.
+TEST_P(ModelTrain, GradientsMatchFiniteDifferences) {
+  auto backend = testing::cpu_backend();
+  auto model = testing::tiny_model(*backend, GetParam(), 11, 0.3f);
+  std::mt19937 rng(9);
+  HostBatch hb;
+  for (size_t len : {6, 4}) {
+    const auto t = testing::random_ids(rng, len, 64);
+    hb.add_sequence(t, testing::shifted_targets(t));
+  }
+  ModelWeights& w = model->weights();
+  w.zero_grads();
+  ASSERT_TRUE(mean_nll_backward(*model, hb.batch()).ok());
+  const std::vector<float> grads = to_host_f32(w.grad_flat());
+  std::vector<float> master = to_host_f32(w.master_flat());
+
+  const double eps = 3e-3;
+  int checked = 0;
+  for (size_t i = 0; i < w.params().size(); ++i) {
+    const ParamInfo& p = w.params()[i];
+    if (p.name.find("layers.1.") != std::string::npos) continue;  // layer 0 covers the kinds
+    for (int64_t e : {int64_t{0}, p.numel / 2 + 1, p.numel - 1}) {
+      const size_t at = static_cast<size_t>(p.offset + e);
+      const float saved = master[at];
+      auto loss_at = [&](double delta) {
+        master[at] = static_cast<float>(saved + delta);
+        backend->copy_from_host(w.master_flat(), master.data(), master.size() * sizeof(float));
+        w.sync_compute();
+        auto l = mean_nll(*model, hb.batch());
+        EXPECT_TRUE(l.ok());
+        return *l;
+      };
+      const double fd = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
+      master[at] = saved;
+      EXPECT_NEAR(grads[at], fd, 3e-4 + 2e-2 * std::fabs(fd)) << p.name << "[" << e << "]";
+      ++checked;
+    }
+  }
+  backend->copy_from_host(w.master_flat(), master.data(), master.size() * sizeof(float));
+  EXPECT_GT(checked, 30);
+}
+
+TEST_P(ModelTrain, RejectsMalformedBatches) {
+  auto backend = testing::cpu_backend();
+  auto model = testing::tiny_model(*backend, GetParam());
+  HostBatch hb;
+  hb.add_sequence({1, 2, 3}, {2, 3, -1});
+  HostBatch bad = hb;
+  bad.tokens[1] = 64;
+  EXPECT_EQ(model->forward(bad.batch()).status().code(), StatusCode::kInvalidArgument);
+  bad = hb;
+  bad.targets[0] = 99;
+  EXPECT_EQ(model->forward(bad.batch()).status().code(), StatusCode::kInvalidArgument);
+  bad = hb;
+  bad.cu_seqlens = {0, 2};
+  EXPECT_EQ(model->forward(bad.batch()).status().code(), StatusCode::kInvalidArgument);
+  bad = hb;
+  bad.cu_seqlens = {0, 0, 3};
+  EXPECT_EQ(model->forward(bad.batch()).status().code(), StatusCode::kInvalidArgument);
+  bad = hb;
+  bad.positions.pop_back();
+  EXPECT_EQ(model->forward(bad.batch()).status().code(), StatusCode::kInvalidArgument);
+  HostBatch none;
+  none.add_sequence({1, 2}, {-1, -1});
+  EXPECT_EQ(mean_nll(*model, none.batch()).status().code(), StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, ModelTrain, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "qwen2_tied_bias" : "llama"; });
+
+}  // namespace
+}  // namespace rlrun::engine
