@@ -1,0 +1,82 @@
+// protocol_samples.h - one fully populated message of every kind, for the protocol tests.
+#pragma once
+
+#include <vector>
+
+#include "common/protocol.h"
+
+namespace rlrun::testing {
+
+// Arrays long enough (> 33 bytes) that libzmq stores them out of line, so zero-copy is observable.
+inline std::vector<int32_t> iota_ids(size_t n, int32_t start) {
+  std::vector<int32_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = start + static_cast<int32_t>(i);
+  return v;
+}
+
+inline TrainBatch sample_train_batch() {
+  TrainBatch b;
+  b.step = 42;
+  b.rank = 1;
+  b.num_rows = 2;
+  b.row_len = 8;
+  b.num_micro_batches = 2;
+  b.micro_batch_row_offsets = {0, 1, 2};
+  b.loss_token_count = 9;
+  b.input_ids = iota_ids(16, 100);
+  b.position_ids = std::vector<int32_t>{0, 1, 2, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 0, 1};
+  b.cu_seqlens = std::vector<int32_t>{0, 3, 8, 14, 16};  // row 0: 3+5, row 1: 6 + 2 padding
+  b.loss_mask = std::vector<uint8_t>{0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0};
+  b.advantages = std::vector<float>(16, 0.5f);
+  b.rollout_logprobs = std::vector<float>(16, -1.25f);
+  return b;
+}
+
+inline std::vector<Message> sample_messages() {
+  std::vector<Message> out;
+  out.push_back({1, Register{Role::kRollout, 3, "node7.cluster", 4242, {"cuda:0", "cuda:1"}, "token-abc"}});
+  out.push_back({2, RegisterAck{17, "sha256:deadbeef",
+                                {{"gloo_store", "tcp://10.0.0.1:5555"}, {"nccl_id", std::string(128, '\x01')}}}});
+  out.push_back({3, Heartbeat{17, 5, 12, 3, 0.75f, 1ull << 33, 1ull << 34}});
+  GenerateRequest gen;
+  gen.request_id = 99;
+  gen.prompt_ids = iota_ids(40, 1);
+  gen.num_samples = 8;
+  gen.first_sample_index = 0;
+  gen.temperature = 0.7f;
+  gen.top_p = 0.95f;
+  gen.max_tokens = 256;
+  gen.stop_token_ids = {2, 0};
+  gen.seed = 1234567;
+  gen.min_weight_version = 4;
+  out.push_back({4, gen});
+  GenerateResult res;
+  res.request_id = 99;
+  res.sample_index = 5;
+  res.token_ids = iota_ids(20, 7);
+  res.logprobs = std::vector<float>(20, -0.5f);
+  res.finish_reason = FinishReason::kLength;
+  res.error = "";
+  res.first_weight_version = 4;
+  res.last_weight_version = 5;
+  res.queue_seconds = 0.01;
+  res.prefill_seconds = 0.02;
+  res.decode_seconds = 1.5;
+  out.push_back({5, res});
+  out.push_back({6, Cancel{{99, 100, 101}, "off_policy"}});
+  out.push_back({7, sample_train_batch()});
+  out.push_back({8, TrainResult{42, 1, {{"grad_norm", 0.9}, {"loss", 1.5}}, 43}});
+  WeightSyncBegin begin{43, 4096, 1024, false, {}};
+  begin.tensors.push_back({"model.embed_tokens.weight", DType::kBF16, {16, 64}, 0});
+  begin.tensors.push_back({"model.norm.weight", DType::kF32, {64}, 2048});
+  out.push_back({9, begin});
+  std::vector<uint8_t> bytes(1024);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7);
+  out.push_back({10, WeightBucket{43, 2, 2048, DType::kBF16, bytes}});
+  out.push_back({11, WeightSyncEnd{43, false, "out of memory"}});
+  out.push_back({12, Shutdown{"run finished"}});
+  out.push_back({13, ErrorReply{StatusCode::kProtocol, 4, "bad request"}});
+  return out;
+}
+
+}  // namespace rlrun::testing
