@@ -139,6 +139,18 @@ class Backend {
                                   const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen) = 0;
 
+  // ---- attention of new tokens over a paged KV cache (prefill and decode) ------------------------
+  // The new tokens of S sequences are packed in q, out (N, Hq, D): rows cu_q[s] .. cu_q[s+1] of
+  // sequence s (cu_q (S+1, i32), cu_q[0] = 0, cu_q[S] = N) sit at positions seq_start[s],
+  // seq_start[s] + 1, ... (seq_start (S, i32)); their K/V are already written to the cache.
+  // k_cache, v_cache (slots, Hkv, D): position p of sequence s lives in slot
+  //   block_tables[s, p / block_size] * block_size + p % block_size,  block_tables (S, max_blocks, i32).
+  // A query at position p attends to positions 0..p of its own sequence, scale 1/sqrt(D).
+  // max_context: host-side hint >= every seq_start[s] + rows of s (device launch sizes, scratch).
+  virtual void paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                                       const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
+                                       const Tensor& block_tables, int64_t block_size, int64_t max_context) = 0;
+
   // ---- SwiGLU: out = silu(gate) * up, silu(g) = g * sigmoid(g) -----------------------------------
   // gate, up, out (N, I).
   virtual void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;

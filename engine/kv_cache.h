@@ -4,7 +4,7 @@
 // Storage per layer: keys(l), values(l) are (num_blocks * block_size, Hkv, D) in the backend's
 // compute dtype; slot s = block * block_size + offset holds one token's K (or V) for every kv
 // head. All layers live in one allocation made at construction, sized by the caller (for example
-// from gpu_memory_utilization with blocks_for_bytes), so generation never allocates.
+// from gpu_memory_utilization with blocks_for_bytes); the cache never grows after that.
 //
 // Life of a sequence: add_sequence(id) -> the model's forward_cached() reserves blocks, writes
 // K/V and commits the new length -> ... -> release(id) when it finishes, is cancelled or is
@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "common/status.h"
 #include "engine/backend.h"

@@ -6,7 +6,6 @@
 #include "common/log.h"
 #include "engine/model.h"
 #include "engine/model_layer.h"
-#include "engine/paged_attention.h"
 
 namespace rlrun::engine {
 
@@ -55,16 +54,25 @@ Result<Tensor> Model::forward_cached(KvCache& cache, std::span<const SeqId> seqs
   Backend& b = backend();
   const int64_t n = static_cast<int64_t>(tokens.size()), num_seqs = static_cast<int64_t>(seqs.size());
 
-  std::vector<int64_t> start(num_seqs);
-  std::vector<int32_t> positions(n);
-  PagedAttentionBatch pa{cu_new, start, {}, cache.block_size()};
+  // Positions of the new tokens and the attention's view of the cache, uploaded once per call.
+  std::vector<int32_t> start(num_seqs), positions(n);
+  int64_t max_blocks = 1, max_context = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {
-    start[s] = cache.length(seqs[s]);
-    for (int32_t i = cu_new[s]; i < cu_new[s + 1]; ++i) positions[i] = static_cast<int32_t>(start[s] + i - cu_new[s]);
-    pa.block_tables.push_back(cache.tables().table(seqs[s]));
+    start[s] = static_cast<int32_t>(cache.length(seqs[s]));
+    for (int32_t i = cu_new[s]; i < cu_new[s + 1]; ++i) positions[i] = start[s] + i - cu_new[s];
+    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(cache.tables().table(seqs[s]).size()));
+    max_context = std::max<int64_t>(max_context, start[s] + cu_new[s + 1] - cu_new[s]);
+  }
+  std::vector<int32_t> tables(num_seqs * max_blocks, 0);  // rows padded with block 0, never read
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const auto t = cache.tables().table(seqs[s]);
+    std::copy(t.begin(), t.end(), tables.begin() + s * max_blocks);
   }
   const Tensor ids = from_host_i32(b, {n}, tokens);
   const Tensor pos = from_host_i32(b, {n}, positions);
+  const Tensor cu_q = from_host_i32(b, {num_seqs + 1}, cu_new);
+  const Tensor seq_start = from_host_i32(b, {num_seqs}, start);
+  const Tensor block_tables = from_host_i32(b, {num_seqs, max_blocks}, tables);
 
   Tensor x = b.zeros({n, c.hidden_size}, b.compute_dtype());
   Tensor x_next = b.zeros({n, c.hidden_size}, b.compute_dtype());
@@ -74,7 +82,8 @@ Result<Tensor> Model::forward_cached(KvCache& cache, std::span<const SeqId> seqs
     layer_qkv_forward(b, c, weights_.layer(l), x, pos, a);
     for (int64_t s = 0; s < num_seqs; ++s)
       cache.write(l, seqs[s], start[s], a.k.rows(cu_new[s], cu_new[s + 1]), a.v.rows(cu_new[s], cu_new[s + 1]));
-    paged_attention_forward(a.attn, a.q, cache.keys(l), cache.values(l), pa);
+    b.paged_attention_forward(a.attn, a.q, cache.keys(l), cache.values(l), cu_q, seq_start, block_tables,
+                              cache.block_size(), max_context);
     layer_post_attention_forward(b, c, weights_.layer(l), x, a, x_next);
     std::swap(x, x_next);
   }

@@ -69,6 +69,8 @@ class ModelWeights {
  public:
   // Allocates zeroed master, compute and grad buffers on `backend` (which must outlive this).
   ModelWeights(Backend& backend, const ModelConfig& config);
+  ModelWeights(const ModelWeights&) = delete;  // a copy would share (not copy) the buffers
+  ModelWeights& operator=(const ModelWeights&) = delete;
 
   const ModelConfig& config() const { return config_; }
   Backend& backend() const { return *backend_; }

@@ -77,6 +77,20 @@ void gather_transposed(float* dst, int64_t ld, const float* src, int64_t begin, 
   for (int64_t c = 0; c < d; ++c) std::fill(dst + c * ld + len, dst + (c + 1) * ld, 0.0f);
 }
 
+// dst (D, ld) = positions [0, len) of one sequence's kv head g in a paged cache (slots, Hkv, D),
+// transposed; columns [len, ld) zeroed. Aborts on a slot outside the cache.
+void gather_paged_transposed(float* dst, int64_t ld, const float* cache, int64_t num_slots, const int32_t* table,
+                             int64_t block_size, int64_t len, int64_t hkv, int64_t g, int64_t d) {
+  for (int64_t p = 0; p < len; ++p) {
+    const int64_t slot = static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
+    RLRUN_CHECK(slot >= 0 && slot < num_slots, "paged_attention_forward: position " + std::to_string(p) +
+                                                   " maps to slot " + std::to_string(slot) + " outside the cache");
+    const float* row = cache + (slot * hkv + g) * d;
+    for (int64_t c = 0; c < d; ++c) dst[c * ld + p] = row[c];
+  }
+  for (int64_t c = 0; c < d; ++c) std::fill(dst + c * ld + len, dst + (c + 1) * ld, 0.0f);
+}
+
 // The inverse for the first len columns: rows of kv head g of dst (N, Hkv, D) = src transposed.
 void scatter_transposed(float* dst, const float* src, int64_t ld, int64_t begin, int64_t len, int64_t hkv, int64_t g,
                         int64_t d) {
@@ -188,13 +202,11 @@ struct Buffers {  // per-thread scratch
         ds(backward ? kRows * round_up(max_len) : 0), zero(d, 0.0f), trash(kRows * d) {}
 };
 
-// Query rows [row0, row1) of the sequence starting at `begin`, for every query head of kv head g.
-RLRUN_CPU_INLINE void forward_block_body(const AttnDims& a, const float* q, const float* k, const float* v, int64_t begin, int64_t row0,
-                   int64_t row1, int64_t g, float* out, float* lse, Buffers& buf) {
-  const int64_t len = row1 - begin, ld = round_up(len);  // keys these rows can see
+// Query rows [row0, row1), for every query head of kv head g, against the keys and values already
+// gathered in buf.kt, buf.vt (D, ld): row i sees tile columns [0, i - key0 + 1) (causal).
+RLRUN_CPU_INLINE void forward_rows_body(const AttnDims& a, const float* q, int64_t ld, int64_t key0, int64_t row0,
+                                        int64_t row1, int64_t g, float* out, float* lse, Buffers& buf) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(a.d));
-  gather_transposed(buf.kt.data(), ld, k, begin, len, a.hkv, g, a.d);
-  gather_transposed(buf.vt.data(), ld, v, begin, len, a.hkv, g, a.d);
   float* s = buf.s.data();
   for (int64_t h = g * a.group; h < (g + 1) * a.group; ++h)
     for (int64_t i0 = row0; i0 < row1; i0 += kRows) {
@@ -207,9 +219,9 @@ RLRUN_CPU_INLINE void forward_block_body(const AttnDims& a, const float* q, cons
         const int64_t row = (i0 + r) * a.hq + h;
         x[r] = real ? q + row * a.d : buf.zero.data();
         o[r] = real ? out + row * a.d : buf.trash.data() + r * a.d;
-        n[r] = real ? i0 + r - begin + 1 : 1;
+        n[r] = real ? i0 + r - key0 + 1 : 1;
       }
-      const int64_t n8 = round_up(std::min<int64_t>(i0 + kRows, row1) - begin);
+      const int64_t n8 = round_up(std::min<int64_t>(i0 + kRows, row1) - key0);
       rows_times_tile(s, ld, x, buf.kt.data(), n8, a.d, scale);
       for (int r = 0; r < kRows; ++r) m[r] = row_max(s + r * ld, n[r]);
       masked_exp(s, ld, n, n8, m, sum);
@@ -220,15 +232,22 @@ RLRUN_CPU_INLINE void forward_block_body(const AttnDims& a, const float* q, cons
     }
 }
 
-RLRUN_CPU_AVX2 void forward_block_avx2(const AttnDims& a, const float* q, const float* k, const float* v,
-                                       int64_t begin, int64_t row0, int64_t row1, int64_t g, float* out, float* lse,
-                                       Buffers& buf) {
-  forward_block_body(a, q, k, v, begin, row0, row1, g, out, lse, buf);
+RLRUN_CPU_AVX2 void forward_rows_avx2(const AttnDims& a, const float* q, int64_t ld, int64_t key0, int64_t row0,
+                                      int64_t row1, int64_t g, float* out, float* lse, Buffers& buf) {
+  forward_rows_body(a, q, ld, key0, row0, row1, g, out, lse, buf);
 }
 
-void forward_block_base(const AttnDims& a, const float* q, const float* k, const float* v, int64_t begin,
-                        int64_t row0, int64_t row1, int64_t g, float* out, float* lse, Buffers& buf) {
-  forward_block_body(a, q, k, v, begin, row0, row1, g, out, lse, buf);
+void forward_rows_base(const AttnDims& a, const float* q, int64_t ld, int64_t key0, int64_t row0, int64_t row1,
+                       int64_t g, float* out, float* lse, Buffers& buf) {
+  forward_rows_body(a, q, ld, key0, row0, row1, g, out, lse, buf);
+}
+
+void forward_rows(bool avx2, const AttnDims& a, const float* q, int64_t ld, int64_t key0, int64_t row0, int64_t row1,
+                  int64_t g, float* out, float* lse, Buffers& buf) {
+  if (avx2)
+    forward_rows_avx2(a, q, ld, key0, row0, row1, g, out, lse, buf);
+  else
+    forward_rows_base(a, q, ld, key0, row0, row1, g, out, lse, buf);
 }
 
 }  // namespace
@@ -257,11 +276,67 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const T
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < num_tasks; ++t) {
       const Task& task = tasks[t];
-      const int64_t row1 = std::min<int64_t>(task.row0 + kQueryBlock, cu[task.seq + 1]);
-      if (avx2)
-        forward_block_avx2(a, qq, kk, vv, cu[task.seq], task.row0, row1, task.kv_head, o, ls, buf);
-      else
-        forward_block_base(a, qq, kk, vv, cu[task.seq], task.row0, row1, task.kv_head, o, ls, buf);
+      const int64_t begin = cu[task.seq], row1 = std::min<int64_t>(task.row0 + kQueryBlock, cu[task.seq + 1]);
+      const int64_t len = row1 - begin, ld = round_up(len);  // the keys these rows can see
+      gather_transposed(buf.kt.data(), ld, kk, begin, len, a.hkv, task.kv_head, a.d);
+      gather_transposed(buf.vt.data(), ld, vv, begin, len, a.hkv, task.kv_head, a.d);
+      forward_rows(avx2, a, qq, ld, begin, task.row0, row1, task.kv_head, o, ls, buf);
+    }
+  }
+}
+
+void CpuBackend::paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                                         const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
+                                         const Tensor& block_tables, int64_t block_size, int64_t max_context) {
+  const char* op = "paged_attention_forward";
+  expect_dtype(op, "q", q, DType::kF32);
+  expect_dtype(op, "k_cache", k_cache, DType::kF32);
+  RLRUN_CHECK(q.rank() == 3 && k_cache.rank() == 3, std::string(op) + ": q " + q.str() + " and k_cache " +
+                                                        k_cache.str() + " must be (rows, H, D)");
+  AttnDims a{q.dim(0), q.dim(1), k_cache.dim(1), q.dim(2), 0, 0};
+  RLRUN_CHECK(a.hkv > 0 && a.hq % a.hkv == 0 && k_cache.dim(2) == a.d, std::string(op) + ": q " + q.str() +
+                                                                           " does not fit k_cache " + k_cache.str());
+  a.group = a.hq / a.hkv;
+  expect(op, "out", out, q.shape());
+  expect(op, "v_cache", v_cache, k_cache.shape());
+  expect_dtype(op, "cu_q", cu_q, DType::kI32);
+  a.num_seqs = cu_q.numel() - 1;
+  expect(op, "seq_start", seq_start, Shape{a.num_seqs}, DType::kI32);
+  expect_dtype(op, "block_tables", block_tables, DType::kI32);
+  RLRUN_CHECK(block_size > 0 && block_tables.rank() == 2 && block_tables.dim(0) == a.num_seqs,
+              std::string(op) + ": block_tables " + block_tables.str() + " for " + std::to_string(a.num_seqs) +
+                  " sequences, block_size " + std::to_string(block_size));
+  const int32_t *cu = cu_q.i32(), *start = seq_start.i32(), *tables = block_tables.i32();
+  const int64_t max_blocks = block_tables.dim(1);
+  RLRUN_CHECK(cu[0] == 0 && cu[a.num_seqs] == a.n, std::string(op) + ": cu_q must run from 0 to " +
+                                                       std::to_string(a.n));
+  for (int64_t s = 0; s < a.num_seqs; ++s) {
+    const int64_t ctx = int64_t{start[s]} + cu[s + 1] - cu[s];
+    RLRUN_CHECK(start[s] >= 0 && cu[s + 1] >= cu[s] && ctx <= max_context && ctx <= max_blocks * block_size,
+                std::string(op) + ": sequence " + std::to_string(s) + " has context " + std::to_string(ctx) +
+                    ", max_context " + std::to_string(max_context) + ", table room " +
+                    std::to_string(max_blocks * block_size));
+  }
+  struct Task { int64_t seq, kv_head; };
+  std::vector<Task> tasks;
+  for (int64_t s = 0; s < a.num_seqs; ++s)
+    for (int64_t g = 0; g < a.hkv; ++g)
+      if (cu[s + 1] > cu[s]) tasks.push_back({s, g});
+  const int64_t num_tasks = static_cast<int64_t>(tasks.size()), num_slots = k_cache.dim(0);
+  const bool avx2 = avx2_;
+#pragma omp parallel num_threads(num_threads_)
+  {
+    Buffers buf(std::max<int64_t>(max_context, 1), a.d, false);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < num_tasks; ++t) {
+      const int64_t s = tasks[t].seq, g = tasks[t].kv_head;
+      const int64_t ctx = int64_t{start[s]} + cu[s + 1] - cu[s], ld = round_up(ctx);
+      gather_paged_transposed(buf.kt.data(), ld, k_cache.f32(), num_slots, tables + s * max_blocks, block_size, ctx,
+                              a.hkv, g, a.d);
+      gather_paged_transposed(buf.vt.data(), ld, v_cache.f32(), num_slots, tables + s * max_blocks, block_size, ctx,
+                              a.hkv, g, a.d);
+      // Row cu[s] + r is at position start[s] + r, so it sees tile columns [0, row - key0 + 1).
+      forward_rows(avx2, a, q.f32(), ld, int64_t{cu[s]} - start[s], cu[s], cu[s + 1], g, out.f32(), nullptr, buf);
     }
   }
 }

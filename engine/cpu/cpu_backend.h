@@ -68,6 +68,10 @@ class CpuBackend final : public Backend {
                           const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                           const Tensor& cu_seqlens, int64_t max_seqlen) override;
 
+  void paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                               const Tensor& cu_q, const Tensor& seq_start, const Tensor& block_tables,
+                               int64_t block_size, int64_t max_context) override;
+
   void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                        const Tensor& up) override;

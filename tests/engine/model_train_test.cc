@@ -152,6 +152,22 @@ TEST_P(ModelTrain, GradientsMatchFiniteDifferences) {
   EXPECT_GT(checked, 30);
 }
 
+// Micro-batches accumulate: two backward passes without zeroing give twice the gradient.
+TEST_P(ModelTrain, BackwardAccumulatesIntoTheGradBuffer) {
+  auto backend = testing::cpu_backend();
+  auto model = testing::tiny_model(*backend, GetParam());
+  std::mt19937 rng(13);
+  HostBatch hb;
+  const auto t = testing::random_ids(rng, 10, 64);
+  hb.add_sequence(t, testing::shifted_targets(t));
+  model->weights().zero_grads();
+  ASSERT_TRUE(mean_nll_backward(*model, hb.batch()).ok());
+  std::vector<float> once = to_host_f32(model->weights().grad_flat());
+  ASSERT_TRUE(mean_nll_backward(*model, hb.batch()).ok());
+  for (float& x : once) x *= 2.0f;
+  testing::expect_near_all(to_host_f32(model->weights().grad_flat()), once, 1e-6f, "accumulated grads");
+}
+
 TEST_P(ModelTrain, RejectsMalformedBatches) {
   auto backend = testing::cpu_backend();
   auto model = testing::tiny_model(*backend, GetParam());

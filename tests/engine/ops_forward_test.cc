@@ -156,6 +156,38 @@ TEST_P(OpsForward, AttentionRealHeadSizeOddLengths) {
   EXPECT_CLOSE(download(lse), want_lse, 1e-5 * tol_scale_);
 }
 
+// The new rows of each sequence over a paged cache (blocks scattered, out of order) equal the
+// same rows of training attention over the whole sequence: a decode step (1 row), a prefill
+// chunk after cached tokens (5 rows) and a first token (start 0).
+TEST_P(OpsForward, PagedAttentionMatchesContiguousAttention) {
+  const std::vector<int32_t> full_cu = {0, 7, 19, 20}, new_rows = {1, 5, 1};
+  const int64_t hq = 6, hkv = 2, d = 16, n_full = 20, block = 4, max_blocks = 4, slots = 16 * block;
+  const Vec q = random_vec(n_full * hq * d, 31), k = random_vec(n_full * hkv * d, 32), v = random_vec(n_full * hkv * d, 33);
+  const Vec want_full = ref_attention(q, k, v, full_cu, hq, hkv, d);
+  const std::vector<int32_t> tables = {9, 2, -1, -1, 15, 0, 7, -1, 4, -1, -1, -1};  // (3, max_blocks)
+  Vec kc(slots * hkv * d, 0.0), vc(slots * hkv * d, 0.0), q_new, want;
+  std::vector<int32_t> cu_q = {0}, start;
+  for (int s = 0; s < 3; ++s) {
+    const int64_t len = full_cu[s + 1] - full_cu[s];
+    for (int64_t p = 0; p < len; ++p) {
+      const int64_t slot = tables[s * max_blocks + p / block] * block + p % block, t = full_cu[s] + p;
+      std::copy_n(k.begin() + t * hkv * d, hkv * d, kc.begin() + slot * hkv * d);
+      std::copy_n(v.begin() + t * hkv * d, hkv * d, vc.begin() + slot * hkv * d);
+    }
+    start.push_back(static_cast<int32_t>(len - new_rows[s]));
+    cu_q.push_back(cu_q.back() + new_rows[s]);
+    const int64_t first = full_cu[s + 1] - new_rows[s];
+    q_new.insert(q_new.end(), q.begin() + first * hq * d, q.begin() + full_cu[s + 1] * hq * d);
+    want.insert(want.end(), want_full.begin() + first * hq * d, want_full.begin() + full_cu[s + 1] * hq * d);
+  }
+  const int64_t n = cu_q.back();
+  Tensor out = zeros(Shape{n, hq, d});
+  be().paged_attention_forward(out, upload(Shape{n, hq, d}, q_new), upload(Shape{slots, hkv, d}, kc),
+                               upload(Shape{slots, hkv, d}, vc), upload_i32(Shape{4}, cu_q),
+                               upload_i32(Shape{3}, start), upload_i32(Shape{3, max_blocks}, tables), block, 12);
+  EXPECT_CLOSE(download(out), want, 1e-5 * tol_scale_);
+}
+
 TEST_P(OpsForward, SwiGlu) {
   const Vec g = random_vec(30, 22, -6, 6), u = random_vec(30, 23);
   Tensor out = zeros(Shape{5, 6});
