@@ -23,10 +23,12 @@ function(rlrun_library name)
   endif()
 endfunction()
 
-# rlrun_tests(component DEPS ...) - one GoogleTest binary per tests/<component>/*_test.cc.
+# rlrun_tests(component DEPS ... [LABELS stem=label ...]) - one GoogleTest binary per
+# tests/<component>/*_test.cc, labelled <component> for `ctest -L`; `LABELS foo_test=bar` adds the
+# label bar to the tests of foo_test.cc (e.g. tests that need an external program).
 # Tests run in parallel under ctest; a test that needs a resource alone sets RESOURCE_LOCK itself.
 function(rlrun_tests component)
-  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "DEPS;LABELS" ${ARGN})
   file(GLOB test_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cc)
   foreach(src ${test_srcs})
     get_filename_component(stem ${src} NAME_WE)
@@ -36,5 +38,22 @@ function(rlrun_tests component)
     target_compile_definitions(${target} PRIVATE
         RLRUN_SOURCE_DIR="${PROJECT_SOURCE_DIR}" RLRUN_BINARY="$<TARGET_FILE:rlrun>")
     gtest_discover_tests(${target} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS ${component})
+    set(extra_labels "")
+    foreach(entry ${ARG_LABELS})
+      if(entry MATCHES "^${stem}=(.+)$")
+        list(APPEND extra_labels ${CMAKE_MATCH_1})
+      endif()
+    endforeach()
+    if(extra_labels)
+      # gtest_discover_tests flattens list-valued PROPERTIES (CMake < 3.28), so all the labels
+      # are set by a ctest include file that runs after the discovered-tests file, which
+      # lists the binary's tests in ${target}_TESTS.
+      set(labels_file ${CMAKE_CURRENT_BINARY_DIR}/${target}_labels.cmake)
+      file(WRITE ${labels_file}
+           "foreach(t IN LISTS ${target}_TESTS)\n"
+           "  set_tests_properties(\${t} PROPERTIES LABELS \"${component};${extra_labels}\")\n"
+           "endforeach()\n")
+      set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
+    endif()
   endforeach()
 endfunction()

@@ -155,7 +155,8 @@ class ControlClient {
 
   // Sends `message` with a fresh correlation id (top bit set, so it cannot collide with ids a
   // caller picks below 2^63) and waits for the reply carrying it. Other messages arriving
-  // meanwhile are kept, in order, for receive() (so is a late reply to a timed-out request).
+  // meanwhile are kept, in order, for receive() (so is a late reply to a timed-out request):
+  // a caller of request() that can receive pushed messages must also drain receive().
   // An ErrorReply comes back as its Status.
   template <WireMessage T> Result<Message> request(const T& message, std::chrono::milliseconds timeout) {
     const uint64_t id = next_request_id();

@@ -23,6 +23,9 @@
 //     (see wire_array.h): arrays are never converted element by element.
 //
 // The whole body must be consumed and every array frame used, or the message is rejected.
+// Encoding never fails: strings over kMaxStringBytes are cut to it (they are names and text);
+// lists, arrays or a header over the limits are a bug in the sender, stopped by RLRUN_CHECK
+// (a sender with more data splits it: e.g. weight buckets of at most kMaxFrameBytes).
 // Fast to encode and decode, trivially versioned: any layout change bumps kProtocolVersion.
 //
 // Decoding is for untrusted bytes: a malformed, truncated, oversized, wrong-magic or

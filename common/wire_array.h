@@ -12,7 +12,8 @@
 // into its read buffer). from_frame() keeps the frame when its data is aligned for T and copies it
 // into a vector otherwise; shares_frame() tells which happened.
 //
-// Thread-safety: a WireArray is immutable; distinct copies may be used from different threads.
+// Thread-safety: a WireArray is immutable; it and its copies may be read and sent (to_frame)
+// from several threads at once.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +50,11 @@ class WireArray {
       out.adopt_vector(std::move(copy));
       return out;
     }
+    // libzmq turns a frame into a refcounted "shared" one on its first zmq_msg_copy, a
+    // non-atomic step; doing it here, on the decoding thread, makes later to_frame() calls from
+    // any thread plain atomic increments.
+    zmq::message_t primer;
+    primer.copy(*owned);
     out.data_ = static_cast<const T*>(owned->data());
     out.size_ = n;
     out.owner_ = std::move(owned);

@@ -9,6 +9,7 @@
 namespace rlrun::orchestrator {
 
 int cmd_version(const Args& args);
+int cmd_validate(const Args& args);
 
 namespace {
 
@@ -18,6 +19,19 @@ constexpr Command kCommands[] = {
      "Prints rlrun's version, whether the CUDA backend was built, the CUDA runtime and NCCL\n"
      "versions it links, and how many GPUs it can see.\n",
      cmd_version},
+    {"validate", "check a config and print the effective configuration",
+     "usage: rlrun validate CONFIG [--set key=value ...]\n"
+     "       rlrun validate --print-defaults\n\n"
+     "Loads CONFIG over the built-in defaults, applies each --set override (dotted keys for\n"
+     "sections: --set model.hidden_size=64; the value is read as YAML; --set may repeat and may\n"
+     "be written --set=key=value), and checks every key: unknown keys (with a suggestion), types,\n"
+     "ranges, and combinations that cannot work together (e.g. inference_num_workers not\n"
+     "divisible by inference_tensor_parallel_size). Nothing is started.\n\n"
+     "On success it prints the effective configuration, every key, as YAML on stdout and exits 0.\n"
+     "Otherwise it prints every error found on stderr, one per line as FILE:LINE: message (or\n"
+     "--set key=value: message), and exits 2.\n\n"
+     "  --print-defaults   print every key with its default and meaning (configs/defaults.yaml)\n",
+     cmd_validate},
 };
 
 void print_overview() {

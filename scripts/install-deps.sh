@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # install-deps.sh - install the Debian packages rlrun needs to build and run (idempotent).
 #   scripts/install-deps.sh            build and runtime packages
-#   scripts/install-deps.sh --test     also what the test suite needs (Python references, curl)
+#   scripts/install-deps.sh --test     also what the test suite needs (Python references, curl,
+#                                      prometheus for the real-scrape test)
 # Runs `apt-get update` at most once, and only when something is missing.
 set -euo pipefail
 
@@ -10,7 +11,7 @@ pkgs=(build-essential cmake pkg-config ninja-build
       libopenblas-dev libgloo-dev libpcre2-dev libutf8proc-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev)
 if [ "${1:-}" = "--test" ]; then
-  pkgs+=(curl python3-venv python3-pip python3-torch)
+  pkgs+=(curl prometheus python3-venv python3-pip python3-torch)
 fi
 
 missing=()
@@ -23,6 +24,13 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 echo "install-deps: installing ${missing[*]}"
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+# Packages with a system service (prometheus) must not start it: the tests start their own
+# instance on a free port. A temporary policy-rc.d denies service starts during the install.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod +x /usr/sbin/policy-rc.d
+  trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT  # also when the install fails
+fi
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps: done"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh - install what rlrun needs (Debian packages), configure and build it (Release, all cores).
 #   scripts/setup.sh           for running rlrun
-#   scripts/setup.sh --test    also installs what the test suite needs (Python references, curl)
+#   scripts/setup.sh --test    also installs what the test suite needs (Python references, curl,
+#                              prometheus)
 # Idempotent: a second run installs nothing and rebuilds only what changed. Build dir: ./build
 # (override with RLRUN_BUILD_DIR). Extra CMake flags: RLRUN_CMAKE_FLAGS="-DRLRUN_CUDA=OFF".
 set -euo pipefail

@@ -1,0 +1,14 @@
+// model_from_config.h - the config's `model:` section as the engine's ModelConfig.
+//
+// Lives in the orchestrator because common (the config) must not depend on engine. With
+// model.checkpoint set, load_config() has already filled the shape from its config.json.
+#pragma once
+
+#include "common/config.h"
+#include "engine/model_config.h"
+
+namespace rlrun::orchestrator {
+
+engine::ModelConfig model_config_from(const ModelSection& model);
+
+}  // namespace rlrun::orchestrator

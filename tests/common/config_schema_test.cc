@@ -1,0 +1,152 @@
+// The key table: configs/defaults.yaml agrees with it, every key is sound and documented, and
+// the example configs validate.
+#include "common/config_schema.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "tests/common/config_test_util.h"
+
+namespace rlrun {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string repo_file(const std::string& relative) {
+  return std::string(RLRUN_SOURCE_DIR) + "/" + relative;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(ConfigSchema, DefaultsYamlIsExactlyTheRenderedSchema) {
+  EXPECT_EQ(read_text(repo_file("configs/defaults.yaml")), render_defaults_yaml())
+      << "configs/defaults.yaml is out of date; regenerate it with\n"
+         "  build/rlrun validate --print-defaults > configs/defaults.yaml";
+}
+
+TEST(ConfigSchema, DefaultsYamlHoldsEveryKeyWithItsDefaultAndNoOther) {
+  const YAML::Node root = YAML::LoadFile(repo_file("configs/defaults.yaml"));
+  std::set<std::string> in_file;
+  for (const auto& entry : root) {
+    const std::string name = entry.first.Scalar();
+    if (entry.second.IsMap()) {
+      for (const auto& inner : entry.second) in_file.insert(name + "." + inner.first.Scalar());
+    } else {
+      in_file.insert(name);
+    }
+  }
+  std::set<std::string> in_schema;
+  const Config defaults;
+  for (const KeySpec& key : config_keys()) {
+    const std::string dotted = key.dotted_name();
+    in_schema.insert(dotted);
+    const YAML::Node value = key.section == ConfigSection::kTop
+                                 ? root[std::string(key.name)]
+                                 : root[std::string(section_name(key.section))][std::string(key.name)];
+    ASSERT_TRUE(value.IsScalar()) << dotted << " missing from defaults.yaml";
+    Result<ConfigValue> parsed = parse_config_value(key, value.Scalar());
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    EXPECT_EQ(*parsed, key.get(defaults)) << dotted << " has another default in defaults.yaml";
+  }
+  EXPECT_EQ(in_file, in_schema);
+  // And the loader reads it back to the defaults.
+  Result<Config> loaded = load_config(repo_file("configs/defaults.yaml"), {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(render_config(*loaded), render_config(defaults));
+}
+
+TEST(ConfigSchema, KeysAreUniqueDocumentedAndTheirDefaultsAllowed) {
+  std::set<std::string> names;
+  const Config defaults;
+  for (const KeySpec& key : config_keys()) {
+    const std::string dotted = key.dotted_name();
+    EXPECT_TRUE(names.insert(dotted).second) << dotted << " declared twice";
+    EXPECT_FALSE(key.comment.empty()) << dotted;
+    EXPECT_EQ(key.comment.find('\n'), std::string_view::npos) << dotted;
+    EXPECT_FALSE(key.group.empty()) << dotted;
+    // The default passes the key's own checks.
+    const std::string text = format_config_value(key, key.get(defaults));
+    const YAML::Node node = YAML::Load(text);
+    Result<ConfigValue> parsed = parse_config_value(key, node.Scalar());
+    EXPECT_TRUE(parsed.ok()) << dotted << ": " << parsed.status().message();
+  }
+  EXPECT_GE(names.size(), 90u);
+}
+
+TEST(ConfigSchema, EveryEnumValueRoundTrips) {
+  for (const KeySpec& key : config_keys()) {
+    if (key.type != ValueType::kEnum) continue;
+    for (int i = 0; !nth_choice(key.choices, i).empty(); ++i) {
+      Config c;
+      const std::string choice(nth_choice(key.choices, i));
+      key.set(c, ConfigValue(choice));
+      EXPECT_EQ(key.get(c), ConfigValue(choice)) << key.dotted_name();
+    }
+  }
+  EXPECT_EQ(enum_name(Algorithm::kDrGrpo), "dr_grpo");
+  EXPECT_EQ(enum_name(log::Level::kWarn), "warn");
+  EXPECT_EQ(enum_name(Placement::kSpread), "SPREAD");
+}
+
+TEST(ConfigSchema, ReferenceVocabularyIsKept) {
+  for (const char* name :
+       {"inference_num_workers", "inference_tensor_parallel_size", "trainer_num_workers",
+        "max_concurrent_prompts_per_server", "prompts_batch_size_for_trainer", "number_of_steps",
+        "max_async_rollout", "max_off_policy_steps", "number_of_minibatches", "group_size",
+        "seq_len", "pad_to_multiple_of", "enable_individual_sample_lanes",
+        "free_lane_after_generation", "enable_prompt_prefetch", "discard_group_zero_advantage",
+        "gpu_memory_utilization", "max_model_len", "max_tokens", "weight_broadcast_bucket_mb",
+        "weight_broadcast_free_grad_buffers", "weight_broadcast_pin_memory",
+        "weight_broadcast_cpu_staging", "gradient_checkpointing", "use_distributed_optimizer",
+        "placement", "model.checkpoint", "task.dataset"}) {
+    EXPECT_NE(find_dotted_key(name), nullptr) << name;
+  }
+}
+
+TEST(ConfigSchema, EditDistanceAndSuggestions) {
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(edit_distance("Seed", "seed"), 0u);
+  const std::vector<std::string_view> names = {"seed", "seq_len", "group_size"};
+  EXPECT_EQ(closest_name("sed", names), "seed");
+  EXPECT_EQ(closest_name("SEED", names), "seed");
+  EXPECT_EQ(closest_name("seed", names), "");  // exact: nothing to suggest
+  EXPECT_EQ(closest_name("xyzzy", names), "");
+}
+
+TEST(ConfigSchema, BoundsDescribeThemselves) {
+  EXPECT_EQ((Bounds{0, 1, true, false}).describe(), "(0, 1]");
+  EXPECT_EQ((Bounds{1, 4096}).describe(), "[1, 4096]");
+  EXPECT_EQ((Bounds{0, Bounds{}.hi, true, false}).describe(), "> 0");
+  EXPECT_EQ(Bounds{}.describe(), "any");
+  EXPECT_FALSE((Bounds{0, 1, true, false}).contains(0));
+  EXPECT_TRUE((Bounds{0, 1, true, false}).contains(1));
+}
+
+TEST(ConfigSchema, ExampleConfigsValidate) {
+  for (const char* name : {"configs/quickstart.yaml", "configs/tiny.yaml"}) {
+    Result<Config> c = load_config(repo_file(name), {});
+    EXPECT_TRUE(c.ok()) << name << ":\n" << c.status().message();
+  }
+  Result<Config> quick = load_config(repo_file("configs/quickstart.yaml"), {});
+  ASSERT_TRUE(quick.ok());
+  EXPECT_EQ(quick->launcher, Launcher::kLocal);
+  EXPECT_EQ(quick->backend, Backend::kCpu);
+  EXPECT_EQ(quick->metrics_bind, "127.0.0.1:9400");
+  EXPECT_EQ(quick->task.name, TaskName::kArithmetic);
+  Result<Config> tiny = load_config(repo_file("configs/tiny.yaml"), {});
+  ASSERT_TRUE(tiny.ok());
+  EXPECT_EQ(tiny->metrics_bind, "127.0.0.1:0");
+  EXPECT_LT(tiny->model.hidden_size, quick->model.hidden_size);
+}
+
+}  // namespace
+}  // namespace rlrun

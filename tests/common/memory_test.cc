@@ -1,0 +1,133 @@
+#include "common/memory.h"
+
+#include <sys/mman.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <thread>
+
+namespace rlrun {
+namespace {
+
+constexpr int64_t kMiB = 1 << 20;
+
+// Makes `bytes` resident, holds it for `hold` so a sampler sees it, then gives it back to the
+// kernel. mmap, not malloc: glibc may keep freed heap memory resident, which would blur the phases.
+void touch(int64_t bytes, std::chrono::milliseconds hold = std::chrono::milliseconds(0)) {
+  const size_t n = static_cast<size_t>(bytes);
+  void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  for (size_t i = 0; i < n; i += 4096) static_cast<volatile char*>(p)[i] = 1;
+  if (hold.count() > 0) std::this_thread::sleep_for(hold);
+  ::munmap(p, n);
+}
+
+TEST(ProcessMemory, ParsesProcStatus) {
+  const std::string text =
+      "Name:\ttest\nVmPeak:\t  9999 kB\nVmHWM:\t    2048 kB\nVmRSS:\t    1700 kB\nVmSwap:\t 0 kB\n";
+  ProcessMemory m = parse_proc_status(text);
+  EXPECT_EQ(m.resident_bytes, 1700 * 1024);
+  EXPECT_EQ(m.peak_resident_bytes, 2048 * 1024);
+  EXPECT_EQ(parse_proc_status("garbage\nVmRSS: x kB").resident_bytes, 0);
+  EXPECT_EQ(parse_proc_status("").peak_resident_bytes, 0);
+}
+
+TEST(ProcessMemory, PeakGrowsAfterTouchingALargeAllocation) {
+  Result<ProcessMemory> before = read_process_memory();
+  ASSERT_TRUE(before.ok()) << before.status().message();
+  EXPECT_GT(before->resident_bytes, 0);
+  EXPECT_GE(before->peak_resident_bytes, before->resident_bytes);
+  // Larger than any earlier peak, so the peak must grow whether or not it can be reset.
+  const int64_t size = before->peak_resident_bytes + 64 * kMiB;
+  touch(size);
+  Result<ProcessMemory> after = read_process_memory();
+  ASSERT_TRUE(after.ok());
+  EXPECT_GE(after->peak_resident_bytes, before->resident_bytes + size - 4 * kMiB);
+  EXPECT_LT(after->resident_bytes, after->peak_resident_bytes - size / 2);  // freed again
+
+  // Resetting the kernel's mark keeps the process-lifetime peak.
+  if (reset_peak_resident()) {
+    Result<ProcessMemory> reset = read_process_memory();
+    ASSERT_TRUE(reset.ok());
+    EXPECT_GE(reset->peak_resident_bytes, after->peak_resident_bytes);
+  }
+}
+
+// Phases as a train step runs them: a big transient allocation in forward/backward, a smaller one
+// in the optimizer, none in the weight send. Each peak must go to its own phase.
+void check_phase_attribution(PeakMemoryTracker& tracker) {
+  const auto hold = std::chrono::milliseconds(30);  // > sampling interval, for the sampler mode
+  for (int step = 0; step < 2; ++step) {
+    {
+      PeakMemoryTracker::ScopedPhase p(tracker, "forward_backward");
+      touch(96 * kMiB, hold);
+    }
+    {
+      PeakMemoryTracker::ScopedPhase p(tracker, "optimizer");
+      touch(24 * kMiB, hold);
+    }
+    {
+      PeakMemoryTracker::ScopedPhase p(tracker, "weight_send");
+      std::this_thread::sleep_for(hold);
+    }
+  }
+  std::vector<PeakMemoryTracker::PhasePeak> peaks = tracker.peaks();
+  ASSERT_EQ(peaks.size(), 3u);
+  EXPECT_EQ(peaks[0].phase, "forward_backward");
+  EXPECT_EQ(peaks[1].phase, "optimizer");
+  EXPECT_EQ(peaks[2].phase, "weight_send");
+  for (const auto& p : peaks) EXPECT_EQ(p.count, 2) << p.phase;
+  auto growth = [&](const std::string& phase) {
+    for (const auto& p : peaks)
+      if (p.phase == phase) return (p.last_peak_bytes - p.start_bytes) / kMiB;
+    return int64_t{-1};
+  };
+  EXPECT_GE(growth("forward_backward"), 92) << tracker.mode_name();
+  EXPECT_GE(growth("optimizer"), 20) << tracker.mode_name();
+  EXPECT_LT(growth("optimizer"), 60) << tracker.mode_name();  // not the forward/backward peak
+  EXPECT_LT(growth("weight_send"), 8) << tracker.mode_name();
+  EXPECT_EQ(tracker.peak("forward_backward"), peaks[0].peak_bytes);
+  EXPECT_EQ(tracker.peak("never_ran"), 0);
+}
+
+TEST(PeakMemoryTracker, AttributesPeaksToPhasesWithClearRefs) {
+  PeakMemoryTracker tracker;
+  if (tracker.mode() != PeakMemoryTracker::Mode::kClearRefs) {
+    GTEST_SKIP() << "/proc/self/clear_refs is not writable here; the sampling test covers the fallback";
+  }
+  check_phase_attribution(tracker);
+}
+
+TEST(PeakMemoryTracker, AttributesPeaksToPhasesBySampling) {
+  PeakMemoryTracker tracker(/*force_sampling=*/true);
+  EXPECT_EQ(tracker.mode(), PeakMemoryTracker::Mode::kSampling);
+  check_phase_attribution(tracker);
+}
+
+TEST(PeakMemoryTracker, OuterPhaseIncludesItsInnerPhases) {
+  PeakMemoryTracker tracker;
+  {
+    PeakMemoryTracker::ScopedPhase step(tracker, "step");
+    {
+      PeakMemoryTracker::ScopedPhase fb(tracker, "forward_backward");
+      touch(80 * kMiB, std::chrono::milliseconds(30));
+    }
+    PeakMemoryTracker::ScopedPhase opt(tracker, "optimizer");
+  }
+  EXPECT_GE(tracker.peak("step"), tracker.peak("forward_backward"));
+  EXPECT_GE(tracker.peak("forward_backward"), tracker.peaks()[0].start_bytes + 76 * kMiB);
+}
+
+TEST(PeakMemoryTrackerDeathTest, EndWithoutBeginIsABug) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        PeakMemoryTracker tracker;
+        tracker.end();
+      },
+      "without a matching begin");
+}
+
+}  // namespace
+}  // namespace rlrun

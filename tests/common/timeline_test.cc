@@ -1,0 +1,235 @@
+#include "common/timeline.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+namespace rlrun {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class TimelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/rlrun-timeline-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  static std::string read(const std::string& p) {
+    std::ifstream in(p);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  static json parse(const std::string& p) { return json::parse(read(p)); }  // throws: test fails
+
+  static std::vector<json> of_phase(const json& events, const std::string& ph) {
+    std::vector<json> out;
+    for (const json& e : events)
+      if (e.at("ph") == ph) out.push_back(e);
+    return out;
+  }
+
+  fs::path dir_;
+};
+
+int64_t wall_us_now() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+TEST_F(TimelineTest, SpansFromSeveralThreadsNestAndParse) {
+  Timeline t;
+  const int64_t before = wall_us_now();
+  ASSERT_TRUE(t.open(path("timeline-trainer-0.json"), "trainer-0").ok());
+  t.set_thread_name("main");
+  constexpr int kThreads = 4, kSteps = 3;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&t, i] {
+      t.set_thread_name("worker-" + std::to_string(i));
+      for (int step = 0; step < kSteps; ++step) {
+        ScopedSpan outer("step", "trainer", t);
+        outer.arg("step", step).arg("rank", i);
+        ScopedSpan inner("forward_backward", "trainer", t);
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        t.counter("queue_depth", {{"groups", double(step)}});
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  t.close();
+  const int64_t after = wall_us_now();
+
+  json events = parse(path("timeline-trainer-0.json"));
+  ASSERT_TRUE(events.is_array());
+  std::map<int, std::string> thread_names;
+  std::string process_name;
+  for (const json& m : of_phase(events, "M")) {
+    EXPECT_EQ(m.at("pid"), ::getpid());
+    if (m.at("name") == "process_name") process_name = m.at("args").at("name");
+    if (m.at("name") == "thread_name") thread_names[m.at("tid")] = m.at("args").at("name");
+  }
+  EXPECT_EQ(process_name, "trainer-0");
+  ASSERT_EQ(thread_names.size(), size_t{kThreads + 1});
+
+  std::map<int, std::vector<json>> by_tid;
+  for (const json& x : of_phase(events, "X")) by_tid[x.at("tid")].push_back(x);
+  ASSERT_EQ(by_tid.size(), size_t{kThreads});
+  for (const auto& [tid, spans] : by_tid) {
+    EXPECT_EQ(thread_names[tid].rfind("worker-", 0), 0u);
+    ASSERT_EQ(spans.size(), size_t{2 * kSteps});
+    for (size_t k = 0; k < spans.size(); k += 2) {  // the inner span completes (is written) first
+      const json& inner = spans[k];
+      const json& outer = spans[k + 1];
+      EXPECT_EQ(inner.at("name"), "forward_backward");
+      EXPECT_EQ(outer.at("name"), "step");
+      EXPECT_EQ(outer.at("cat"), "trainer");
+      EXPECT_EQ(outer.at("args").at("step"), int(k / 2));
+      const int64_t its = inner.at("ts"), idur = inner.at("dur");
+      const int64_t ots = outer.at("ts"), odur = outer.at("dur");
+      EXPECT_GE(idur, 2000);
+      EXPECT_LE(ots, its);
+      EXPECT_LE(its + idur, ots + odur);
+      EXPECT_GE(its, before);
+      EXPECT_LE(ots + odur, after);
+    }
+  }
+  std::vector<json> counters = of_phase(events, "C");
+  ASSERT_EQ(counters.size(), size_t{kThreads * kSteps});
+  EXPECT_TRUE(counters[0].at("args").contains("groups"));
+}
+
+TEST_F(TimelineTest, DisabledTimelineRecordsNothing) {
+  Timeline t;
+  EXPECT_FALSE(t.enabled());
+  EXPECT_FALSE(global_timeline().enabled());
+  { ScopedSpan s("idle", "test", t); s.arg("x", 1); }
+  t.counter("depth", {{"n", 1}});
+  ASSERT_TRUE(t.open(path("a.json"), "a").ok());
+  t.close();
+  EXPECT_TRUE(of_phase(parse(path("a.json")), "X").empty());
+  EXPECT_FALSE(t.open("/nonexistent-dir/x.json", "a").ok());
+}
+
+TEST_F(TimelineTest, NamesAndArgsAreEscaped) {
+  Timeline t;
+  ASSERT_TRUE(t.open(path("e.json"), "proc \"q\"\n").ok());
+  t.complete("say \"hi\"\\\n", "c\t", t.now_us(), 5, JsonArgs().add("text", "a\"b").add("nan", std::nan("")).str());
+  t.instant("discard", "rollout", JsonArgs().add("reason", "stale").str());
+  t.close();
+  json events = parse(path("e.json"));
+  EXPECT_EQ(of_phase(events, "M")[0].at("args").at("name"), "proc \"q\"\n");
+  const json x = of_phase(events, "X").at(0);
+  EXPECT_EQ(x.at("name"), "say \"hi\"\\\n");
+  EXPECT_EQ(x.at("args").at("text"), "a\"b");
+  EXPECT_TRUE(x.at("args").at("nan").is_null());
+  EXPECT_EQ(of_phase(events, "i").at(0).at("args").at("reason"), "stale");
+}
+
+// A process that dies without close() leaves a file the periodic flush has written.
+TEST_F(TimelineTest, CrashedProcessLeavesReadableEvents) {
+  const std::string file = path("timeline-rollout-0.json");
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    Timeline t;
+    if (!t.open(file, "rollout-0", 0, std::chrono::milliseconds(10)).ok()) ::_exit(3);
+    for (int i = 0; i < 5; ++i) ScopedSpan s("decode", "rollout", t);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // several flush intervals
+    ::_exit(0);  // no close(), no destructors: as if killed
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string text = read(file);
+  EXPECT_EQ(text.find(']'), std::string::npos) << "no closing bracket expected";
+  ASSERT_TRUE(merge_timelines({file}, path("timeline.json")).ok());
+  EXPECT_EQ(of_phase(parse(path("timeline.json")), "X").size(), 5u);
+}
+
+TEST_F(TimelineTest, MergesProcessesInTimeOrder) {
+  Timeline a, b;
+  ASSERT_TRUE(a.open(path("timeline-orchestrator.json"), "orchestrator", 100).ok());
+  ASSERT_TRUE(b.open(path("timeline-trainer-0.json"), "trainer-0", 200).ok());
+  const int64_t t0 = a.now_us();
+  b.complete("train_step", "trainer", t0 + 300, 100);
+  a.complete("dispatch", "orchestrator", t0 + 100, 50);
+  b.complete("weight_send", "trainer", t0 + 200, 10);
+  a.counter("async_level", {{"level", 1}});
+  a.close();
+  b.close();
+
+  ASSERT_TRUE(merge_timelines({path("timeline-orchestrator.json"), path("timeline-trainer-0.json")},
+                              path("timeline.json")).ok());
+  json merged = parse(path("timeline.json"));
+  std::map<int, std::string> names;
+  size_t i = 0;
+  for (; i < merged.size() && merged[i].at("ph") == "M"; ++i) {
+    names[merged[i].at("pid")] = merged[i].at("args").at("name");
+  }
+  EXPECT_EQ(names, (std::map<int, std::string>{{100, "orchestrator"}, {200, "trainer-0"}}));
+  std::vector<std::string> order;
+  int64_t last_ts = 0;
+  for (; i < merged.size(); ++i) {
+    EXPECT_NE(merged[i].at("ph"), "M") << "metadata comes first";
+    EXPECT_GE(merged[i].at("ts").get<int64_t>(), last_ts);
+    last_ts = merged[i].at("ts");
+    if (merged[i].at("ph") == "X") order.push_back(merged[i].at("name"));
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"dispatch", "weight_send", "train_step"}));
+}
+
+TEST_F(TimelineTest, MergeSkipsATornEventAndKeepsTheRest) {
+  Timeline t;
+  ASSERT_TRUE(t.open(path("timeline-rollout-1.json"), "rollout-1", 300).ok());
+  for (int i = 0; i < 10; ++i) t.complete("decode", "rollout", t.now_us(), 10 + i);
+  t.close();
+  // Cut the file in the middle of its last event, as a kill during a write would.
+  std::string text = read(path("timeline-rollout-1.json"));
+  const size_t last = text.rfind("{\"ph\":\"X\"");
+  std::ofstream(path("timeline-rollout-1.json"), std::ios::trunc) << text.substr(0, last + 25);
+  // Another process with the same pid (another host) and one whose file never appeared.
+  Timeline other;
+  ASSERT_TRUE(other.open(path("timeline-rollout-2.json"), "rollout-2", 300).ok());
+  other.complete("decode", "rollout", other.now_us(), 1);
+  other.close();
+
+  ASSERT_TRUE(merge_timelines({path("timeline-rollout-1.json"), path("missing.json"),
+                               path("timeline-rollout-2.json")},
+                              path("timeline.json")).ok());
+  json merged = parse(path("timeline.json"));
+  std::map<int, std::string> names;
+  std::map<int, int> spans_per_pid;
+  for (const json& e : merged) {
+    if (e.at("ph") == "M") names[e.at("pid")] = e.at("args").at("name");
+    if (e.at("ph") == "X") spans_per_pid[e.at("pid")]++;
+  }
+  ASSERT_EQ(names.size(), 2u) << "same pid in two files must become two processes";
+  for (const auto& [pid, name] : names) {
+    EXPECT_EQ(spans_per_pid[pid], name == "rollout-1" ? 9 : 1) << name;  // the torn 10th is gone
+  }
+}
+
+TEST_F(TimelineTest, MergeReportsAnUnwritableOutput) {
+  Status s = merge_timelines({}, "/nonexistent-dir/timeline.json");
+  EXPECT_EQ(s.code(), StatusCode::kIOError);
+  EXPECT_NE(s.message().find("/nonexistent-dir/timeline.json"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace rlrun
