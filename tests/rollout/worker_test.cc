@@ -140,10 +140,10 @@ TEST(Worker, ServesRequestsSurvivesGarbageAndShutsDown) {
   truncated.pop_back();
   ASSERT_TRUE(orch.server->send_frames(orch.peer, std::move(truncated)).ok());
   EXPECT_EQ(orch.expect<ErrorReply>().code, StatusCode::kProtocol);
-  orch.send(TrainBatch{}, 77);
+  orch.send(TrainResult{}, 77);
   uint64_t corr = 0;
   const auto err = orch.expect<ErrorReply>(&corr);
-  EXPECT_EQ(err.request_kind, static_cast<uint16_t>(MessageKind::kTrainBatch));
+  EXPECT_EQ(err.request_kind, static_cast<uint16_t>(MessageKind::kTrainResult));
   EXPECT_EQ(corr, 77u);
 
   // A well-formed but invalid request: an error result, not a crash.
