@@ -10,6 +10,7 @@ namespace rlrun::orchestrator {
 
 int cmd_version(const Args& args);
 int cmd_validate(const Args& args);
+int cmd_rollout(const Args& args);
 
 namespace {
 
@@ -32,6 +33,28 @@ constexpr Command kCommands[] = {
      "--set key=value: message), and exits 2.\n\n"
      "  --print-defaults   print every key with its default and meaning (configs/defaults.yaml)\n",
      cmd_validate},
+    {"rollout", "run one rollout worker (generation server; the orchestrator starts these)",
+     "usage: rlrun rollout --orchestrator tcp://HOST:PORT --index I (--config PATH | PATH)\n"
+     "                     [--set key=value ...] [--host NAME]\n\n"
+     "Runs one rollout worker: a continuous-batching generation server over a paged KV cache.\n"
+     "It registers with the orchestrator's control plane, serves GenerateRequest (one\n"
+     "GenerateResult per sample as it finishes: tokens, log-probs, weight version per token),\n"
+     "Cancel, WeightSyncBegin (new weights are loaded between decode steps) and Shutdown, and\n"
+     "heartbeats its stats every heartbeat_interval_seconds. It exits when told to, or when the\n"
+     "orchestrator has been silent for heartbeat_timeout_seconds. The orchestrator starts these\n"
+     "processes itself; running one by hand is for debugging.\n\n"
+     "flags:\n"
+     "  --orchestrator tcp://HOST:PORT  the orchestrator's control endpoint (required)\n"
+     "  --index I                       this worker's index among the rollout workers (required)\n"
+     "  --config PATH                   the run's config (or PATH as the positional argument)\n"
+     "  --set key=value                 override a config key (repeatable)\n"
+     "  --host NAME                     host name reported at registration (default: hostname)\n\n"
+     "config keys used: model.*, seed, backend, cpu_threads_per_worker, max_model_len,\n"
+     "max_num_seqs, kv_block_size, kv_cache_memory_mb, weight_broadcast_bucket_mb,\n"
+     "heartbeat_interval_seconds, heartbeat_timeout_seconds, log_level.\n\n"
+     "exit status: 0 after Shutdown, 1 when the orchestrator is unreachable or gone or the\n"
+     "engine fails, 2 for bad flags or config.\n",
+     cmd_rollout},
 };
 
 void print_overview() {
