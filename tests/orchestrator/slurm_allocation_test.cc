@@ -1,6 +1,7 @@
 // Reading a Slurm allocation from synthetic environments, with the scontrol answers faked.
 #include <gtest/gtest.h>
 
+#include "orchestrator/launch_target.h"
 #include "orchestrator/slurm_allocation.h"
 
 namespace rlrun::orchestrator {
@@ -169,6 +170,36 @@ TEST(SlurmAllocation, RunAndCaptureReportsFailures) {
   ASSERT_FALSE(failed.ok());
   EXPECT_NE(failed.status().message().find("why"), std::string::npos);
   EXPECT_FALSE(run_and_capture({"/nonexistent/scontrol"}).ok());
+}
+
+TEST(LaunchTarget, LocalOrTheAllocation) {
+  FakeQueries q;
+  const NodeResources local{"localhost", "127.0.0.1", 0, 8};
+  auto outside = make_launch_target(rlrun::Launcher::kAuto, local, {}, q);
+  ASSERT_TRUE(outside.ok());
+  EXPECT_EQ(outside->kind, rlrun::Launcher::kLocal);
+  ASSERT_EQ(outside->nodes.size(), 1u);
+  EXPECT_EQ(outside->nodes[0].name, "localhost");
+  ASSERT_NE(outside->launcher, nullptr);
+
+  const EnvMap env = {{"SLURM_JOB_ID", "9"}, {"SLURM_JOB_NODELIST", "node[1-2]"}, {"SLURM_CPUS_ON_NODE", "4"},
+                      {"SLURM_GPUS_PER_NODE", "2"}, {"SLURMD_NODENAME", "node1"}};
+  auto inside = make_launch_target(rlrun::Launcher::kAuto, local, env, q);
+  ASSERT_TRUE(inside.ok()) << inside.status().to_string();
+  EXPECT_EQ(inside->kind, rlrun::Launcher::kSlurm);
+  ASSERT_EQ(inside->nodes.size(), 2u);
+  EXPECT_EQ(inside->this_node, "node1");
+  EXPECT_EQ(inside->description, "slurm job 9: node1(2 GPU, 4 CPU) node2(2 GPU, 4 CPU)");
+  // the Slurm launcher checks specs against the allocation
+  ProcessSpec s{"w", {"/bin/true"}, {}, "/dev/null", "localhost", {}};
+  EXPECT_NE(inside->launcher->start(s).message().find("not in job 9"), std::string::npos);
+
+  auto local_anyway = make_launch_target(rlrun::Launcher::kLocal, local, env, q);
+  ASSERT_TRUE(local_anyway.ok());
+  EXPECT_EQ(local_anyway->kind, rlrun::Launcher::kLocal);
+  auto broken = make_launch_target(rlrun::Launcher::kSlurm, local, {{"SLURM_JOB_ID", "9"}}, q);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_NE(broken.status().message().find("launcher: slurm"), std::string::npos);
 }
 
 }  // namespace
