@@ -234,6 +234,10 @@ class SlurmLauncher : public Launcher {
                                       ", where job ", allocation_.job_id, " holds ", node.gpus, " GPU(s)"));
         }
       }
+      if (spec.cpus > node.cpus) {
+        return invalid_argument(str("process ", spec.name, ": wants ", spec.cpus, " CPUs, but job ",
+                                    allocation_.job_id, " holds ", node.cpus, " on node ", node.name));
+      }
       return Status();
     }
     return invalid_argument(str("process ", spec.name, ": node \"", spec.node, "\" is not in job ",

@@ -93,6 +93,10 @@ TEST(SlurmLauncher, StartChecksThePlanAgainstTheAllocation) {
   st = launcher->start(spec("node1", {1, 2}));
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("GPU 2 does not exist on node node1, where job 77 holds 2 GPU(s)"), std::string::npos);
+  ProcessSpec greedy = spec("node2", {});
+  greedy.cpus = 5;
+  st = launcher->start(greedy);
+  EXPECT_NE(st.message().find("wants 5 CPUs, but job 77 holds 4 on node node2"), std::string::npos) << st.message();
   ProcessSpec empty = spec("node1", {});
   empty.argv.clear();
   EXPECT_FALSE(launcher->start(empty).ok());

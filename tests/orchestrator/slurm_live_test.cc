@@ -89,7 +89,10 @@ class SlurmLive : public ::testing::Test {
                   text.substr(0, text.find('\n')).c_str(), latency);
       EXPECT_EQ(field(text, "node"), plan.nodes[a.node].name) << name << ": " << text;
       std::string devices;
-      for (size_t i = 0; i < a.devices.size(); ++i) devices += (i ? "," : "") + std::to_string(a.devices[i]);
+      for (size_t i = 0; i < a.devices.size(); ++i) {
+        if (i > 0) devices += ',';
+        devices += std::to_string(a.devices[i]);
+      }
       EXPECT_EQ(field(text, "cvd"), devices) << name << ": " << text;  // the job holds whole fake nodes
       EXPECT_EQ(field(text, "var"), name);
       step_ids.insert(field(text, "step"));
