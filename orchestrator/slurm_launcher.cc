@@ -34,9 +34,12 @@ std::string join_ints(const std::vector<int>& v, int offset) {
 
 }  // namespace
 
-std::string slurm_step_name(const std::string& process_name) { return "rlrun-" + process_name; }
+std::string slurm_step_name(const std::string& process_name, int incarnation) {
+  return incarnation <= 1 ? "rlrun-" + process_name : str("rlrun-", process_name, ".r", incarnation);
+}
 
-std::vector<std::string> srun_command(const std::string& job_id, const ProcessSpec& spec) {
+std::vector<std::string> srun_command(const std::string& job_id, const ProcessSpec& spec,
+                                      const std::string& step_name) {
   std::vector<std::string> cmd = {"srun",
                                   "--jobid=" + job_id,
                                   "--nodes=1",
@@ -46,7 +49,7 @@ std::vector<std::string> srun_command(const std::string& job_id, const ProcessSp
                                   "--overlap",
                                   str("--cpus-per-task=", std::max(1, spec.cpus)),
                                   "--kill-on-bad-exit=1",
-                                  "--job-name=" + slurm_step_name(spec.name)};
+                                  "--job-name=" + step_name};
   if (!spec.gpus.empty()) {
     cmd.insert(cmd.end(), {"/bin/sh", "-c", kGpuPrologue, join_ints(spec.gpus, 1), join_ints(spec.gpus, 0)});
   }
@@ -99,7 +102,8 @@ class SlurmLauncher : public Launcher {
 
   Status start(const ProcessSpec& spec) override {
     RLRUN_RETURN_IF_ERROR(check_spec(spec));
-    const std::vector<std::string> command = srun_command(allocation_.job_id, spec);
+    const std::string step_name = slurm_step_name(spec.name, starts_[spec.name] + 1);
+    const std::vector<std::string> command = srun_command(allocation_.job_id, spec, step_name);
     int log_fd = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (log_fd < 0) return io_error(str(spec.log_path, ": cannot open log file: ", std::strerror(errno)));
     // srun exports its environment to the task (--export=ALL), so spec.env goes into srun's.
@@ -136,7 +140,8 @@ class SlurmLauncher : public Launcher {
       ::_exit(127);
     }
     ::close(log_fd);
-    live_.push_back(Step{spec.name, pid, ""});
+    ++starts_[spec.name];
+    live_.push_back(Step{spec.name, step_name, pid, ""});
     log::debug(str("started ", spec.name, " on ", spec.node, " (srun pid ", pid, ")"));
     return Status();
   }
@@ -213,6 +218,7 @@ class SlurmLauncher : public Launcher {
  private:
   struct Step {
     std::string name;
+    std::string step_name;  // --job-name of its step
     pid_t srun_pid;
     std::string step_id;  // "JOB.STEP" once seen in squeue
   };
@@ -252,7 +258,7 @@ class SlurmLauncher : public Launcher {
       return;
     }
     for (Step& s : live_) {
-      if (s.step_id.empty()) s.step_id = find_step_id(*out, slurm_step_name(s.name));
+      if (s.step_id.empty()) s.step_id = find_step_id(*out, s.step_name);
     }
   }
 
@@ -274,6 +280,7 @@ class SlurmLauncher : public Launcher {
 
   SlurmAllocation allocation_;
   std::vector<Step> live_;
+  std::map<std::string, int> starts_;  // process name -> how many times it was started
 };
 
 }  // namespace

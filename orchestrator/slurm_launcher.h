@@ -35,13 +35,16 @@ namespace rlrun::orchestrator {
 // ProcessSpec::gpus indices below that node's GPU count; start() says otherwise.
 std::unique_ptr<Launcher> make_slurm_launcher(const SlurmAllocation& allocation);
 
-// The full command line that starts `spec` as a step of job `job_id` (a pure function, tested):
+// The full command line that starts `spec` as step `step_name` of job `job_id` (pure, tested):
 //   srun --jobid=J --nodes=1 --ntasks=1 --nodelist=NODE --exact --overlap --cpus-per-task=C
-//        --kill-on-bad-exit=1 --job-name=rlrun-NAME [/bin/sh -c PROLOGUE ...] ARGV...
-std::vector<std::string> srun_command(const std::string& job_id, const ProcessSpec& spec);
+//        --kill-on-bad-exit=1 --job-name=STEP_NAME [/bin/sh -c PROLOGUE ...] ARGV...
+std::vector<std::string> srun_command(const std::string& job_id, const ProcessSpec& spec,
+                                      const std::string& step_name);
 
-// The step name srun_command gives `spec.name`; what squeue shows and kill() looks for.
-std::string slurm_step_name(const std::string& process_name);
+// The step name of the `incarnation`-th start (1, 2, ...) of process `process_name`: "rlrun-NAME",
+// then "rlrun-NAME.r2", ... what squeue shows and kill() looks for. A restarted worker's step
+// never shares its name with the record of an earlier one that the controller still lists.
+std::string slurm_step_name(const std::string& process_name, int incarnation);
 
 // "1234.5" for the step named `step_name` in `squeue --steps` output lines "ID|NAME", or "" when
 // absent (not created yet, or gone); the newest when several share the name.

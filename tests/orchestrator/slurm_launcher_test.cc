@@ -28,11 +28,12 @@ TEST(SrunCommand, CpuStep) {
       "srun", "--jobid=77", "--nodes=1", "--ntasks=1", "--nodelist=node2", "--exact", "--overlap",
       "--cpus-per-task=4", "--kill-on-bad-exit=1", "--job-name=rlrun-trainer-0",
       "/opt/rlrun", "trainer", "--rank", "0"};
-  EXPECT_EQ(srun_command("77", spec("node2", {})), expected);
+  EXPECT_EQ(srun_command("77", spec("node2", {}), slurm_step_name("trainer-0", 1)), expected);
+  EXPECT_EQ(slurm_step_name("trainer-0", 3), "rlrun-trainer-0.r3");
 }
 
 TEST(SrunCommand, GpuStepNarrowsCudaVisibleDevices) {
-  auto cmd = srun_command("77", spec("node1", {1, 3}));
+  auto cmd = srun_command("77", spec("node1", {1, 3}), "rlrun-trainer-0");
   ASSERT_EQ(cmd.size(), 10u + 5u + 4u);
   EXPECT_EQ(cmd[10], "/bin/sh");
   EXPECT_EQ(cmd[11], "-c");
@@ -60,7 +61,7 @@ TEST(SrunCommand, GpuStepNarrowsCudaVisibleDevices) {
 
 TEST(SrunCommand, StepLookup) {
   const std::string squeue = "5.0|rlrun-trainer-0\n5.1|rlrun-rollout-0\n5.12|rlrun-trainer-0\n5.3|rlrun-trainer-00\n";
-  EXPECT_EQ(find_step_id(squeue, slurm_step_name("trainer-0")), "5.12");  // the newest
+  EXPECT_EQ(find_step_id(squeue, slurm_step_name("trainer-0", 1)), "5.12");  // the newest
   EXPECT_EQ(find_step_id(squeue, "rlrun-rollout-0"), "5.1");
   EXPECT_EQ(find_step_id(squeue, "rlrun-rollout-1"), "");
   EXPECT_EQ(find_step_id("garbage\n|\n5|rlrun-x\n", "rlrun-x"), "");

@@ -69,6 +69,7 @@ class SlurmLive : public ::testing::Test {
       started_[s.name] = std::chrono::steady_clock::now();
       ASSERT_TRUE(launcher.start(s).ok());
       expected_[s.name] = a;
+      specs_[s.name] = s;
     };
     for (size_t r = 0; r < plan.trainers.size(); ++r) start_one("trainer-" + std::to_string(r), plan.trainers[r]);
     for (size_t s = 0; s < plan.rollout_servers.size(); ++s) start_one("rollout-" + std::to_string(s), plan.rollout_servers[s]);
@@ -150,19 +151,55 @@ class SlurmLive : public ::testing::Test {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     EXPECT_EQ(launcher->live_count(), 2u);
 
+    // A restarted worker (same name) is a new step; killing it must not hit the old one's record.
+    ASSERT_TRUE(launcher->start(specs_[victim]).ok());
+    const fs::path victim_log = dir_ / (victim + ".log");
+    // (the log also holds srun's report of the first kill)
+    auto starts_logged = [&] {
+      const std::string text = read_file(victim_log);
+      int n = 0;
+      for (size_t at = text.find("var=" + victim); at != std::string::npos; at = text.find("var=" + victim, at + 1)) ++n;
+      return n;
+    };
+    for (int i = 0; i < 600 && starts_logged() < 2; ++i) std::this_thread::sleep_for(50ms);
+    ASSERT_EQ(starts_logged(), 2) << read_file(victim_log);
+    ASSERT_TRUE(launcher->kill(victim).ok());
+    exits = wait_exits(*launcher, 1, 20s);
+    ASSERT_EQ(exits.size(), 1u);
+    EXPECT_EQ(exits[0].name, victim);
+    EXPECT_EQ(exits[0].signal, SIGKILL) << exits[0].describe();
+    EXPECT_EQ(launcher->live_count(), 2u);
+
     const auto t1 = std::chrono::steady_clock::now();
     launcher->stop_all(5000ms);
     std::printf("[slurm-live] stop_all took %.2f s\n",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
     EXPECT_EQ(launcher->live_count(), 0u);
-    auto steps = run_and_capture({"squeue", "--steps", "--noheader", "--jobs=" + allocation_.job_id, "--format=%i|%j"});
-    ASSERT_TRUE(steps.ok()) << steps.status().to_string();
-    EXPECT_EQ(steps->find("rlrun-" + tag), std::string::npos) << "steps left behind:\n" << *steps;
+    const std::string left = steps_named("rlrun-" + tag, 10s);
+    EXPECT_EQ(left, "") << "steps left behind:\n" << left;
+  }
+
+  // squeue's lines for live steps whose name starts with `prefix`, once none is left or `limit`
+  // passes: the controller forgets a step shortly after its srun has returned.
+  std::string steps_named(const std::string& prefix, std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      auto out = run_and_capture({"squeue", "--steps", "--noheader", "--jobs=" + allocation_.job_id, "--format=%i|%j"});
+      if (!out.ok()) return out.status().to_string();
+      std::string matching;
+      std::istringstream lines(*out);
+      for (std::string line; std::getline(lines, line);) {
+        if (line.find("|" + prefix) != std::string::npos) matching += line + "\n";
+      }
+      if (matching.empty() || std::chrono::steady_clock::now() > deadline) return matching;
+      std::this_thread::sleep_for(100ms);
+    }
   }
 
   SlurmAllocation allocation_;
   fs::path dir_;
   std::map<std::string, Assignment> expected_;
+  std::map<std::string, ProcessSpec> specs_;
   std::map<std::string, std::chrono::steady_clock::time_point> started_;
 };
 
@@ -205,15 +242,8 @@ TEST_F(SlurmLive, StepsDieWithTheOrchestrator) {
   ::kill(orchestrator, SIGKILL);
   ::waitpid(orchestrator, nullptr, 0);
   const auto t0 = std::chrono::steady_clock::now();
-  std::string steps = "?";
-  while (std::chrono::steady_clock::now() - t0 < 20s) {
-    auto out = run_and_capture({"squeue", "--steps", "--noheader", "--jobs=" + allocation_.job_id, "--format=%i|%j"});
-    ASSERT_TRUE(out.ok()) << out.status().to_string();
-    steps = *out;
-    if (steps.find("rlrun-orphan") == std::string::npos) break;
-    std::this_thread::sleep_for(100ms);
-  }
-  EXPECT_EQ(steps.find("rlrun-orphan"), std::string::npos) << "the step outlived its orchestrator:\n" << steps;
+  const std::string left = steps_named("rlrun-orphan", 20s);
+  EXPECT_EQ(left, "") << "the step outlived its orchestrator:\n" << left;
   std::printf("[slurm-live] orchestrator SIGKILLed -> its step gone after %.2f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
