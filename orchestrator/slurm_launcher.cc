@@ -169,8 +169,9 @@ class SlurmLauncher : public Launcher {
       lookup_step_ids();
     }
     if (it->step_id.empty()) {
-      // No step yet, so no remote task: ending srun is enough.
-      ::kill(it->srun_pid, SIGKILL);
+      // No step listed yet (srun still waiting to create it): SIGTERM makes srun give up, or
+      // cancel the step should it appear meanwhile; a SIGKILLed srun could orphan a fresh task.
+      ::kill(it->srun_pid, SIGTERM);
       return Status();
     }
     if (Status st = scancel({"--signal=KILL", it->step_id}); !st.ok()) {

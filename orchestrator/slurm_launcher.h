@@ -15,7 +15,8 @@
 // Exits: srun returns the task's exit code, or 128+N when a signal N ended it (srun(1)); poll_exits
 // reports the latter as signal N. A worker exiting with a code above 128 by itself therefore reads
 // as a signal.
-// Teardown: kill() sends SIGKILL to the step's task (scancel --signal=KILL JOB.STEP); stop_all()
+// Teardown: kill() sends SIGKILL to the step's task (scancel --signal=KILL JOB.STEP; it looks the
+// step up with squeue and may block up to ~2 s for a step still being created); stop_all()
 // sends SIGTERM to every step, then after the grace period terminates srun (which cancels its
 // step: SIGKILL after Slurm's KillWait). Every srun gets PR_SET_PDEATHSIG=SIGTERM, so the steps
 // end when the orchestrator dies, and Slurm ends every step with the job when the batch script or
