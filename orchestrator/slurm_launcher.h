@@ -6,6 +6,8 @@
 // Placement: --nodelist=NODE --nodes=1 --ntasks=1 pins the step to the planned node. Steps run
 // side by side (--overlap: they may share the job's CPUs, memory and GPUs on a node; rlrun's plan,
 // not Slurm, decides who uses which device), each bound to its --cpus-per-task (--exact).
+// Without --overlap a step with no GPU request takes all the job's GPUs on its node and the next
+// step waits; with it, steps start together even under CR_Core_Memory with --mem set (Slurm 22.05).
 // GPUs: a step sees all of the job's GPUs on its node, in Slurm's CUDA_VISIBLE_DEVICES; planned
 // device i is the i-th entry of that list (Slurm's indices may be remapped by cgroups or name GPUs
 // other jobs do not hold), so a tiny /bin/sh prologue in the step narrows CUDA_VISIBLE_DEVICES to
