@@ -60,10 +60,11 @@ int cmd_plan(const Args& args) {
     return plan.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailed;
   }
   const std::vector<MemoryLever> levers = memory_levers(*config, *plan);
+  const LeverPath path = levers_until_fit(*config, *plan);
   if (parsed->has("--json"))
-    std::printf("%s\n", plan_to_json(*plan, levers, parsed->config_path).dump(2).c_str());
+    std::printf("%s\n", plan_to_json(*plan, levers, path, parsed->config_path).dump(2).c_str());
   else
-    std::fputs(render_plan_text(*plan, levers, parsed->config_path).c_str(), stdout);
+    std::fputs(render_plan_text(*plan, levers, path, parsed->config_path).c_str(), stdout);
   return plan->fits() ? kExitOk : kExitPlanDoesNotFit;
 }
 

@@ -36,6 +36,12 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 }  // namespace
 
+std::string as_set_args(const std::string& change) {
+  std::string out = "--set ";
+  for (char ch : change) out += ch == ' ' ? std::string(" --set ") : std::string(1, ch);
+  return out;
+}
+
 Result<DeviceMemory> device_memory_for(const Config& c) {
   if (c.backend == Backend::kCuda)
     return DeviceMemory{c.device_memory_gb * kGiB, str("device_memory_gb: ", c.device_memory_gb, " GiB per GPU")};
@@ -209,9 +215,32 @@ std::vector<MemoryLever> memory_levers(const Config& c, const RunPlan& plan) {
     if (!next.ok()) continue;
     const double saves = metric(plan, cand.process) - metric(*next, cand.process);
     if (saves <= 0) continue;
-    out.push_back({cand.process, cand.change, saves, next->fits() && next->rollout.sequences_waiting == 0, cand.cost});
+    out.push_back({cand.process, cand.change, saves, next->fits() && next->rollout.sequences_waiting == 0,
+                   next->rollout.sequences_waiting, cand.cost, cand.config});
   }
   return out;
+}
+
+LeverPath levers_until_fit(const Config& config, const RunPlan& plan) {
+  LeverPath path;
+  Config cur = config;
+  RunPlan cur_plan = plan;
+  for (int step = 0; step < 16 && !cur_plan.fits(); ++step) {
+    const bool trainer_short = !cur_plan.trainer_fits() || !cur_plan.host_fits();
+    const bool rollout_short = !cur_plan.rollout_fits() || !cur_plan.host_fits();
+    const std::vector<MemoryLever> levers = memory_levers(cur, cur_plan);
+    auto it = std::find_if(levers.begin(), levers.end(), [&](const MemoryLever& l) {
+      return l.process == "trainer" ? trainer_short : rollout_short;
+    });
+    if (it == levers.end()) break;
+    Result<RunPlan> next = plan_run(it->config, &plan.device);
+    if (!next.ok()) break;
+    path.steps.push_back(*it);
+    cur = it->config;
+    cur_plan = *next;
+  }
+  path.fits = cur_plan.fits();
+  return path;
 }
 
 Status check_plan_fits(const Config& config) {
@@ -225,6 +254,11 @@ Status check_plan_fits(const Config& config) {
   for (const MemoryLever& l : levers)
     msg << "\n  " << l.change << "  saves " << format_bytes(l.saves_bytes) << (l.fits_after ? " (then fits)" : "")
         << "; cost: " << l.cost;
+  const LeverPath path = levers_until_fit(config, plan);
+  if (path.fits && !path.steps.empty()) {
+    msg << "\ncheapest way to fit:";
+    for (const MemoryLever& l : path.steps) msg << " " << as_set_args(l.change);
+  }
   return resource_exhausted(msg.str());
 }
 

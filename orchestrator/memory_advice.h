@@ -71,7 +71,9 @@ struct MemoryLever {
   std::string change;    // as --set arguments: "gradient_checkpointing=true"
   double saves_bytes = 0;
   bool fits_after = false;  // the whole plan fits with this change alone
+  int64_t sequences_waiting_after = 0;  // rollout sequences that still wait after it
   std::string cost;
+  Config config;             // the config with this change
 };
 
 // The levers that reduce the memory of a process that does not fit (or whose sequences wait),
@@ -80,6 +82,17 @@ struct MemoryLever {
 // max_model_len, more trainer ranks, tensor parallelism for rollout. Only levers that save bytes
 // for this config are listed.
 std::vector<MemoryLever> memory_levers(const Config& config, const RunPlan& plan);
+
+// The cheapest levers applied one after another (each time the first lever for a process that
+// does not fit) until the plan fits; `fits` false when 16 steps do not get there.
+struct LeverPath {
+  std::vector<MemoryLever> steps;
+  bool fits = false;
+};
+LeverPath levers_until_fit(const Config& config, const RunPlan& plan);
+
+// "a=1 b=2" -> "--set a=1 --set b=2"
+std::string as_set_args(const std::string& change);
 
 // What `rlrun CONFIG` calls before launching anything: OK when the plan fits; otherwise
 // resource_exhausted with the plan's problems and the levers (one per line).

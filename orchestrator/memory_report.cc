@@ -86,7 +86,8 @@ void render_rollout(std::ostringstream& o, const RunPlan& p) {
 
 }  // namespace
 
-std::string render_plan_text(const RunPlan& p, const std::vector<MemoryLever>& levers, const std::string& name) {
+std::string render_plan_text(const RunPlan& p, const std::vector<MemoryLever>& levers, const LeverPath& path,
+                             const std::string& name) {
   std::ostringstream o;
   const engine::ModelConfig& m = p.model;
   o << "memory plan for " << name << "\n";
@@ -107,13 +108,24 @@ std::string render_plan_text(const RunPlan& p, const std::vector<MemoryLever>& l
   o << "\n" << (p.fits() ? "verdict: fits" : "verdict: DOES NOT FIT") << "\n";
   for (const std::string& problem : plan_problems(p)) o << "  " << problem << "\n";
   if (!levers.empty()) o << "levers, cheapest first (rlrun plan CONFIG --set ...):\n";
-  for (const MemoryLever& l : levers)
-    o << "  " << l.process << ": " << l.change << "  saves " << format_bytes(l.saves_bytes)
-      << (l.fits_after ? " (then fits)" : "") << "\n      cost: " << l.cost << "\n";
+  for (const MemoryLever& l : levers) {
+    o << "  " << l.process << ": " << l.change << "  saves " << format_bytes(l.saves_bytes);
+    if (l.process == "rollout" && !p.shared_host)
+      o << " of KV demand (then " << l.sequences_waiting_after << " sequences wait)";
+    o << (l.fits_after ? " (then fits)" : "") << "\n      cost: " << l.cost << "\n";
+  }
+  if (path.fits && !path.steps.empty()) {
+    o << "cheapest way to fit:";
+    for (const MemoryLever& l : path.steps) o << " " << as_set_args(l.change);
+    o << "\n";
+  } else if (!p.fits()) {
+    o << "no combination of these levers fits: the model needs more or larger devices\n";
+  }
   return o.str();
 }
 
-json plan_to_json(const RunPlan& p, const std::vector<MemoryLever>& levers, const std::string& name) {
+json plan_to_json(const RunPlan& p, const std::vector<MemoryLever>& levers, const LeverPath& path,
+                  const std::string& name) {
   const TrainerBudget& t = p.trainer;
   const RolloutBudget& r = p.rollout;
   const engine::ModelConfig& m = p.model;
@@ -171,7 +183,10 @@ json plan_to_json(const RunPlan& p, const std::vector<MemoryLever>& levers, cons
                            {"set", l.change},
                            {"saves_bytes", exact(l.saves_bytes)},
                            {"fits_after", l.fits_after},
+                           {"sequences_waiting_after", l.sequences_waiting_after},
                            {"cost", l.cost}});
+  j["fit_path"] = {{"fits", path.fits}, {"set", json::array()}};
+  for (const MemoryLever& l : path.steps) j["fit_path"]["set"].push_back(l.change);
   return j;
 }
 

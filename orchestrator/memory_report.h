@@ -16,7 +16,9 @@
 //                "max_num_seqs", "sequences_that_fit", "sequences_waiting", "peak_bytes",
 //                "need_bytes", "fits"},
 //    "host_total_bytes", "problems": [STRING], "levers": [{"process", "set", "saves_bytes",
-//    "fits_after", "cost"}]}
+//    "fits_after", "sequences_waiting_after", "cost"}], "fit_path": {"fits", "set": [STRING]}}
+// ("set" values are --set arguments, several separated by a space; "fit_path" applies the
+// cheapest levers one after another until the plan fits.)
 //
 // The run's measured side, RUN_DIR/summary.json, as the run loop writes it (keys read here):
 //   {"processes": [
@@ -47,9 +49,10 @@ namespace rlrun::orchestrator {
 // "4.31 MiB", "104.3 GiB" (binary units, 3 significant digits).
 std::string format_bytes(double bytes);
 
-std::string render_plan_text(const RunPlan& plan, const std::vector<MemoryLever>& levers,
+// `path`: levers_until_fit() of the same plan (printed as "cheapest way to fit").
+std::string render_plan_text(const RunPlan& plan, const std::vector<MemoryLever>& levers, const LeverPath& path,
                              const std::string& config_name);
-nlohmann::json plan_to_json(const RunPlan& plan, const std::vector<MemoryLever>& levers,
+nlohmann::json plan_to_json(const RunPlan& plan, const std::vector<MemoryLever>& levers, const LeverPath& path,
                             const std::string& config_name);
 
 struct MeasuredProcess {

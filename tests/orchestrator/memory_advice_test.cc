@@ -68,7 +68,7 @@ TEST(MemoryAdvice, LeversComeInOrderOfCostWithTheirSavings) {
   const int len = index_of(levers, "max_model_len=2048");
   const int ranks = index_of(levers, "trainer_num_workers=2");
   const int tp = index_of(levers, "inference_tensor_parallel_size=2");
-  for (int i : {ckpt, rows, seq, seqs, len, ranks, tp}) ASSERT_GE(i, 0) << render_plan_text(*plan, levers, "7b");
+  for (int i : {ckpt, rows, seq, seqs, len, ranks, tp}) ASSERT_GE(i, 0) << render_plan_text(*plan, levers, {}, "7b");
   EXPECT_EQ(ckpt, 0);
   EXPECT_LT(ckpt, rows);
   EXPECT_LT(rows, seq);
@@ -151,9 +151,10 @@ TEST(MemoryAdvice, JsonHasTheDocumentedKeys) {
   const Config c = llama2_7b_on_cuda();
   Result<RunPlan> plan = plan_run(c);
   ASSERT_TRUE(plan.ok());
-  const nlohmann::json j = nlohmann::json::parse(plan_to_json(*plan, memory_levers(c, *plan), "7b.yaml").dump());
+  const nlohmann::json j = nlohmann::json::parse(
+      plan_to_json(*plan, memory_levers(c, *plan), levers_until_fit(c, *plan), "7b.yaml").dump());
   for (const char* k : {"config", "backend", "precision", "fits", "device", "model", "trainer", "rollout",
-                        "host_total_bytes", "problems", "levers"})
+                        "host_total_bytes", "problems", "levers", "fit_path"})
     EXPECT_TRUE(j.contains(k)) << k;
   for (const char* k : {"weights", "gradients", "master_weights", "optimizer_moments", "activations",
                         "activations_checkpointing", "activations_no_checkpointing", "backward_scratch",
@@ -168,6 +169,30 @@ TEST(MemoryAdvice, JsonHasTheDocumentedKeys) {
   ASSERT_FALSE(j["levers"].empty());
   EXPECT_EQ(j["levers"][0]["set"], "gradient_checkpointing=true");
   EXPECT_TRUE(j["levers"][0]["saves_bytes"].is_number_integer());
+  EXPECT_EQ(j["fit_path"]["fits"], true);
+  EXPECT_EQ(j["fit_path"]["set"][0], "gradient_checkpointing=true");
+}
+
+// 7B on 80 GiB GPUs: checkpointing and shorter rows are not enough; the distributed optimizer
+// over more ranks is (10 + 8/R bytes per parameter: R = 4 gives 12 B/param, 75 GiB).
+TEST(MemoryAdvice, LeversUntilFitFindTheCheapestCombination) {
+  const Config c = llama2_7b_on_cuda();
+  Result<RunPlan> plan = plan_run(c);
+  ASSERT_TRUE(plan.ok());
+  const LeverPath path = levers_until_fit(c, *plan);
+  ASSERT_TRUE(path.fits);
+  ASSERT_GE(path.steps.size(), 3u);
+  EXPECT_EQ(path.steps.front().change, "gradient_checkpointing=true");
+  EXPECT_EQ(path.steps.back().change, "trainer_num_workers=4 use_distributed_optimizer=true");
+  for (const MemoryLever& l : path.steps) EXPECT_EQ(l.process, "trainer") << l.change;  // rollout fits already
+  Result<RunPlan> after = plan_run(path.steps.back().config);
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->fits());
+  EXPECT_EQ(after->trainer_ranks, 4);
+  EXPECT_EQ(as_set_args("a=1 b=2"), "--set a=1 --set b=2");
+  const Status s = check_plan_fits(c);
+  EXPECT_THAT(s.message(), HasSubstr("cheapest way to fit: --set gradient_checkpointing=true"));
+  EXPECT_THAT(s.message(), HasSubstr("--set trainer_num_workers=4 --set use_distributed_optimizer=true"));
 }
 
 TEST(MemoryAdvice, RunSummaryParsesAndRejectsBadInput) {
