@@ -221,6 +221,34 @@ std::vector<MemoryLever> memory_levers(const Config& c, const RunPlan& plan) {
   return out;
 }
 
+namespace {
+
+// How many bytes `process` is short of fitting (<= 0: it fits).
+double deficit(const RunPlan& p, const std::string& process) {
+  if (p.shared_host) return p.host_total() - p.device.bytes;
+  if (process == "trainer") return p.trainer_need() - p.device.bytes;
+  if (p.rollout.sequences_that_fit < 1) return p.rollout.kv_bytes_per_sequence - p.rollout.kv_pool;
+  const double share = p.backend == "cuda" ? p.device.bytes * p.rollout_inputs.gpu_memory_utilization : p.device.bytes;
+  return p.rollout_need() - share;
+}
+
+// "a=1 b=2" settings of every step, the last value of a key winning, in order of first appearance.
+std::vector<std::string> collapse_settings(const std::vector<MemoryLever>& steps) {
+  std::vector<std::string> out;
+  for (const MemoryLever& l : steps) {
+    std::istringstream words(l.change);
+    for (std::string kv; words >> kv;) {
+      const std::string key = kv.substr(0, kv.find('='));
+      auto it = std::find_if(out.begin(), out.end(), [&](const std::string& o) { return o.rfind(key + "=", 0) == 0; });
+      if (it == out.end()) out.push_back(kv);
+      else *it = kv;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 LeverPath levers_until_fit(const Config& config, const RunPlan& plan) {
   LeverPath path;
   Config cur = config;
@@ -228,18 +256,26 @@ LeverPath levers_until_fit(const Config& config, const RunPlan& plan) {
   for (int step = 0; step < 16 && !cur_plan.fits(); ++step) {
     const bool trainer_short = !cur_plan.trainer_fits() || !cur_plan.host_fits();
     const bool rollout_short = !cur_plan.rollout_fits() || !cur_plan.host_fits();
-    const std::vector<MemoryLever> levers = memory_levers(cur, cur_plan);
-    auto it = std::find_if(levers.begin(), levers.end(), [&](const MemoryLever& l) {
-      return l.process == "trainer" ? trainer_short : rollout_short;
-    });
-    if (it == levers.end()) break;
-    Result<RunPlan> next = plan_run(it->config, &plan.device);
-    if (!next.ok()) break;
-    path.steps.push_back(*it);
-    cur = it->config;
-    cur_plan = *next;
+    // The cheapest lever that fits, or that closes at least a tenth of its process's deficit
+    // (so a lever that cannot matter, like trimming rows when the model state is the problem,
+    // is passed over).
+    bool taken = false;
+    for (const MemoryLever& l : memory_levers(cur, cur_plan)) {
+      if (l.process == "trainer" ? !trainer_short : !rollout_short) continue;
+      Result<RunPlan> next = plan_run(l.config, &plan.device);
+      if (!next.ok()) continue;
+      const double before = deficit(cur_plan, l.process), after = deficit(*next, l.process);
+      if (!next->fits() && before - after < 0.1 * before) continue;
+      path.steps.push_back(l);
+      cur = l.config;
+      cur_plan = *next;
+      taken = true;
+      break;
+    }
+    if (!taken) break;
   }
   path.fits = cur_plan.fits();
+  path.settings = collapse_settings(path.steps);
   return path;
 }
 
@@ -257,7 +293,7 @@ Status check_plan_fits(const Config& config) {
   const LeverPath path = levers_until_fit(config, plan);
   if (path.fits && !path.steps.empty()) {
     msg << "\ncheapest way to fit:";
-    for (const MemoryLever& l : path.steps) msg << " " << as_set_args(l.change);
+    for (const std::string& kv : path.settings) msg << " --set " << kv;
   }
   return resource_exhausted(msg.str());
 }

@@ -83,10 +83,12 @@ struct MemoryLever {
 // for this config are listed.
 std::vector<MemoryLever> memory_levers(const Config& config, const RunPlan& plan);
 
-// The cheapest levers applied one after another (each time the first lever for a process that
-// does not fit) until the plan fits; `fits` false when 16 steps do not get there.
+// The cheapest levers applied one after another until the plan fits: each step takes the first
+// lever (in order of cost) for a process that does not fit that either makes the plan fit or
+// closes at least a tenth of that process's shortfall. `fits` false when no lever helps enough.
 struct LeverPath {
   std::vector<MemoryLever> steps;
+  std::vector<std::string> settings;  // the steps' "key=value"s, the last value of a key winning
   bool fits = false;
 };
 LeverPath levers_until_fit(const Config& config, const RunPlan& plan);

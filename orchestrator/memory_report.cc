@@ -116,7 +116,7 @@ std::string render_plan_text(const RunPlan& p, const std::vector<MemoryLever>& l
   }
   if (path.fits && !path.steps.empty()) {
     o << "cheapest way to fit:";
-    for (const MemoryLever& l : path.steps) o << " " << as_set_args(l.change);
+    for (const std::string& kv : path.settings) o << " --set " << kv;
     o << "\n";
   } else if (!p.fits()) {
     o << "no combination of these levers fits: the model needs more or larger devices\n";
@@ -186,7 +186,7 @@ json plan_to_json(const RunPlan& p, const std::vector<MemoryLever>& levers, cons
                            {"sequences_waiting_after", l.sequences_waiting_after},
                            {"cost", l.cost}});
   j["fit_path"] = {{"fits", path.fits}, {"set", json::array()}};
-  for (const MemoryLever& l : path.steps) j["fit_path"]["set"].push_back(l.change);
+  for (const std::string& kv : path.settings) j["fit_path"]["set"].push_back(kv);
   return j;
 }
 
