@@ -96,14 +96,21 @@ RolloutBudget plan_rollout(const RolloutPlanInputs& in) {
   b.weight_receive_buffer = in.weight_receive_buffer_bytes;
   b.kv_bytes_per_token = 2.0 * static_cast<double>(m.num_layers * m.num_kv_heads * m.head_dim()) * p.kv_bytes / tp;
 
-  // Prefill of one chunk: one layer's activations at a time, the residual stream, and the logits.
+  // One forward_cached() of `chunk` new tokens (model_infer.cc): two residual buffers, one layer's
+  // activations without the saved statistics, and the last token's hidden state, its norm and
+  // logits per sequence, all in compute dtype; token ids and positions (i32).
   const int64_t chunk = in.decode_workspace_tokens > 0 ? in.decode_workspace_tokens : in.max_model_len;
   const engine::DType dt = activation_dtype(p);
+  const double stats = static_cast<double>(chunk * (2 + m.num_heads)) * 4.0;
   const double one_layer = static_cast<double>(engine::estimate_saved_activation_bytes(m, chunk, dt, false) -
                                                engine::estimate_saved_activation_bytes(m, chunk, dt, true)) /
-                           static_cast<double>(m.num_layers);
+                               static_cast<double>(m.num_layers) -
+                           stats;
+  const double seqs = static_cast<double>(std::min(chunk, in.max_num_seqs));
   b.workspace = (one_layer + 2.0 * static_cast<double>(chunk * m.hidden_size) * p.activation_bytes +
-                 static_cast<double>(std::min(chunk, in.max_num_seqs) * m.vocab_size) * 4.0) / tp;
+                 seqs * static_cast<double>(2 * m.hidden_size + m.vocab_size) * p.activation_bytes) /
+                    tp +
+                static_cast<double>(chunk) * 2 * 4;
 
   const double block_tokens = static_cast<double>(std::max<int64_t>(1, in.kv_block_size));
   const double per_block = b.kv_bytes_per_token * block_tokens;

@@ -107,6 +107,23 @@ TEST(MemoryMeasured, RolloutWeightsAndKvPoolMatchThePlan) {
     expect_within_20_percent("  rollout weights", r.weights, weights);
     expect_within_20_percent("  KV pool", r.kv_pool, pool);
     EXPECT_EQ(r.sequences_that_fit, blocks / per_seq_blocks);
+    if (kv_mb != 0) continue;
+
+    // The planned prefill: max_num_seqs prompts of max_prompt_tokens + 1 tokens in one step.
+    ASSERT_EQ(plan->rollout_inputs.decode_workspace_tokens, c.max_num_seqs * (c.max_prompt_tokens + 1));
+    std::vector<engine::SeqId> seqs;
+    std::vector<int32_t> tokens, cu{0};
+    for (int64_t s = 0; s < c.max_num_seqs; ++s) {
+      seqs.push_back(s);
+      ASSERT_TRUE((*cache)->add_sequence(s).ok());
+      for (int64_t i = 0; i <= c.max_prompt_tokens; ++i) tokens.push_back(static_cast<int32_t>((s + i) % 100));
+      cu.push_back(static_cast<int32_t>(tokens.size()));
+    }
+    const double before = static_cast<double>((*backend)->bytes_in_use());
+    Result<engine::Tensor> logits = (*model)->forward_cached(**cache, seqs, tokens, cu);
+    ASSERT_TRUE(logits.ok()) << logits.status().message();
+    expect_within_20_percent("  prefill workspace", r.workspace,
+                             static_cast<double>((*backend)->peak_bytes()) - before);
   }
 }
 
