@@ -65,7 +65,7 @@ void render_rollout(std::ostringstream& o, const RunPlan& p) {
   o << "rollout worker (x" << p.rollout_workers << ", tensor parallel " << p.tensor_parallel_size << ")\n";
   line(o, "weights", r.weights);
   line(o, "weight-receive buffer", r.weight_receive_buffer);
-  line(o, "prefill / decode workspace (approx.)", r.workspace);
+  line(o, "prefill workspace (one step)", r.workspace, "max_num_seqs prompts at once");
   o << "  KV cache: 2 x " << in.model.num_layers << " layers x " << in.model.num_kv_heads << " kv heads x "
     << in.model.head_dim() << " x " << in.precision.kv_bytes << " B";
   if (p.tensor_parallel_size > 1) o << " / " << p.tensor_parallel_size << " GPUs";
