@@ -221,8 +221,10 @@ Result<std::vector<MeasuredProcess>> parse_run_summary(const std::string& text, 
     m.role = e["role"].get<std::string>();
     RLRUN_ASSIGN_OR_RETURN(int64_t rank, int_key(e, "rank", where, false));
     m.rank = std::max<int64_t>(0, rank);
-    RLRUN_ASSIGN_OR_RETURN(m.peak_bytes, int_key(e, "peak_memory_bytes", where, true));
-    RLRUN_ASSIGN_OR_RETURN(m.peak_resident_bytes, int_key(e, "peak_resident_bytes", where, false));
+    RLRUN_ASSIGN_OR_RETURN(m.backend_peak_bytes, int_key(e, "backend_peak_bytes", where, false));
+    RLRUN_ASSIGN_OR_RETURN(m.peak_memory_bytes, int_key(e, "peak_memory_bytes", where, false));
+    if (m.backend_peak_bytes < 0 && m.peak_memory_bytes < 0)
+      return invalid_argument(where + ": needs `backend_peak_bytes` or `peak_memory_bytes` (integer byte counts)");
     if (e.contains("phase_peak_bytes")) {
       const json& ph = e["phase_peak_bytes"];
       if (!ph.is_object()) return invalid_argument(where + ": `phase_peak_bytes` must be an object");
@@ -249,21 +251,21 @@ std::string render_comparison(const RunPlan& p, const std::vector<MeasuredProces
   for (const MeasuredProcess& m : measured) {
     const bool trainer = m.role == "trainer";
     const std::string who = str(m.role, " ", m.rank);
-    row(who + " peak", trainer ? p.trainer.peak() : p.rollout.total(), static_cast<double>(m.peak_bytes));
+    const double plan = trainer ? p.trainer.peak() : p.rollout.total();
+    if (m.backend_peak_bytes >= 0) row(who + " backend peak", plan, static_cast<double>(m.backend_peak_bytes));
+    if (m.peak_memory_bytes >= 0) row(who + " resident peak", plan, static_cast<double>(m.peak_memory_bytes));
     if (trainer) {
       for (const auto& [phase, bytes] : m.phase_peak_bytes) {
-        const double plan = phase == "forward_backward" ? p.trainer.forward_backward_peak()
-                            : phase == "weight_send"    ? p.trainer.weight_send_peak()
-                            : phase == "optimizer"      ? p.trainer.model_state()
-                                                        : -1;
-        if (plan >= 0) row(str("  ", phase), plan, static_cast<double>(bytes));
+        const double phase_plan = phase == "forward_backward" ? p.trainer.forward_backward_peak()
+                                  : phase == "weight_send"    ? p.trainer.weight_send_peak()
+                                  : phase == "optimizer"      ? p.trainer.model_state()
+                                                              : -1;
+        if (phase_plan >= 0) row(str("  ", phase), phase_plan, static_cast<double>(bytes));
       }
     }
-    if (m.peak_resident_bytes >= 0)
-      o << "  (process resident peak " << format_bytes(static_cast<double>(m.peak_resident_bytes))
-        << ": includes the runtime, not only the budget)\n";
   }
-  o << "ratio = measured / plan; plan figures are Backend allocations (device memory on cuda)\n";
+  o << "ratio = measured / plan. The plan counts Backend allocations (device memory on cuda): the backend\n"
+       "peak should match it; the resident peak adds the process's runtime (code, libraries, threads).\n";
   return o.str();
 }
 

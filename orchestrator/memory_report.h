@@ -23,15 +23,16 @@
 // The run's measured side, RUN_DIR/summary.json, as the run loop writes it (keys read here):
 //   {"processes": [
 //     {"role": "trainer" | "rollout",
-//      "rank": INT,                       // trainer rank or rollout worker index
-//      "peak_memory_bytes": INT,          // REQUIRED: Backend::peak_bytes() at the end of the run
-//                                         // (device memory on cuda, backend allocations on cpu):
-//                                         // what the plan budgets
-//      "peak_resident_bytes": INT,        // optional: process RSS peak (common/memory.h VmHWM)
+//      "rank": INT,                  // trainer rank or rollout worker index (default 0)
+//      "backend_peak_bytes": INT,    // Backend::peak_bytes() at the end of the run: device memory
+//                                    // on cuda, backend allocations on cpu. What the plan budgets.
+//      "peak_memory_bytes": INT,     // process resident peak (common/memory.h, the Heartbeat's
+//                                    // peak_memory_bytes): the budget plus the runtime
 //      "phase_peak_bytes": {"forward_backward": INT, "optimizer": INT, "weight_send": INT}
-//                                         // optional, trainer: Backend peak within each phase
+//                                    // optional, trainer: Backend::peak_bytes() within each phase
 //     }, ...]}
-// Unknown keys are ignored; a missing or mistyped required key is an error naming it.
+// Each process needs backend_peak_bytes or peak_memory_bytes (both when possible); unknown keys
+// are ignored; a missing or mistyped key is an error naming it.
 #pragma once
 
 #include <cstdint>
@@ -58,8 +59,8 @@ nlohmann::json plan_to_json(const RunPlan& plan, const std::vector<MemoryLever>&
 struct MeasuredProcess {
   std::string role;  // "trainer" | "rollout"
   int64_t rank = 0;
-  int64_t peak_bytes = 0;
-  int64_t peak_resident_bytes = -1;             // -1: not recorded
+  int64_t backend_peak_bytes = -1;  // -1: not recorded
+  int64_t peak_memory_bytes = -1;   // resident; -1: not recorded
   std::map<std::string, int64_t> phase_peak_bytes;
 };
 

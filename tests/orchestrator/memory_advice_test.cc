@@ -201,16 +201,20 @@ TEST(MemoryAdvice, LeversUntilFitFindTheCheapestCombination) {
 
 TEST(MemoryAdvice, RunSummaryParsesAndRejectsBadInput) {
   auto ok = parse_run_summary(
-      R"({"processes": [{"role": "trainer", "rank": 0, "peak_memory_bytes": 1000,
+      R"({"processes": [{"role": "trainer", "rank": 0, "backend_peak_bytes": 1000, "peak_memory_bytes": 3000,
            "phase_peak_bytes": {"forward_backward": 900}}, {"role": "rollout", "peak_memory_bytes": 5, "x": 1}]})",
       "s.json");
   ASSERT_TRUE(ok.ok()) << ok.status().message();
   ASSERT_EQ(ok->size(), 2u);
+  EXPECT_EQ((*ok)[0].backend_peak_bytes, 1000);
+  EXPECT_EQ((*ok)[0].peak_memory_bytes, 3000);
   EXPECT_EQ((*ok)[0].phase_peak_bytes.at("forward_backward"), 900);
-  EXPECT_EQ((*ok)[1].peak_resident_bytes, -1);
+  EXPECT_EQ((*ok)[1].backend_peak_bytes, -1);
+  EXPECT_EQ((*ok)[1].peak_memory_bytes, 5);
   for (const char* bad : {"", "[]", R"({"processes": [{"role": "trainer"}]})",
                           R"({"processes": [{"role": "gpu", "peak_memory_bytes": 1}]})",
                           R"({"processes": [{"role": "trainer", "peak_memory_bytes": -4}]})",
+                          R"({"processes": [{"role": "trainer", "backend_peak_bytes": "9"}]})",
                           R"({"processes": [{"role": "trainer", "peak_memory_bytes": 1, "phase_peak_bytes": 3}]})"}) {
     auto r = parse_run_summary(bad, "s.json");
     EXPECT_FALSE(r.ok()) << bad;

@@ -100,19 +100,22 @@ TEST(PlanCli, CompareReadsTheRunDirectory) {
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.err, HasSubstr("summary.json"));
   dir.write("run/summary.json",
-            R"({"processes": [{"role": "trainer", "rank": 0, "peak_memory_bytes": 30000000,
-                "phase_peak_bytes": {"forward_backward": 30000000, "weight_send": 18000000}},
-               {"role": "rollout", "rank": 0, "peak_memory_bytes": 20000000, "peak_resident_bytes": 90000000}]})");
+            R"({"processes": [{"role": "trainer", "rank": 0, "backend_peak_bytes": 29411328,
+                "peak_memory_bytes": 80000000,
+                "phase_peak_bytes": {"forward_backward": 29411328, "weight_send": 17844224}},
+               {"role": "rollout", "rank": 0, "peak_memory_bytes": 90000000}]})");
   CliRun r = rlrun(dir, "plan --compare '" + dir.path() + "/run'");
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("trainer 0 peak"));
+  // The quickstart trainer's planned peak is 29411328 bytes (memory_measured_test): ratio 1.
+  EXPECT_THAT(r.out, HasSubstr("trainer 0 backend peak"));
+  EXPECT_THAT(r.out, HasSubstr("   1.000\n"));
+  EXPECT_THAT(r.out, HasSubstr("trainer 0 resident peak"));
   EXPECT_THAT(r.out, HasSubstr("  forward_backward"));
-  EXPECT_THAT(r.out, HasSubstr("rollout 0 peak"));
-  EXPECT_THAT(r.out, HasSubstr("ratio"));
+  EXPECT_THAT(r.out, HasSubstr("rollout 0 resident peak"));
   dir.write("run/summary.json", R"({"processes": [{"role": "trainer"}]})");
   r = rlrun(dir, "plan --compare '" + dir.path() + "/run'");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("peak_memory_bytes"));
+  EXPECT_THAT(r.err, HasSubstr("backend_peak_bytes"));
 }
 
 }  // namespace
