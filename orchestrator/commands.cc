@@ -58,7 +58,8 @@ constexpr Command kCommands[] = {
      "same check before launching anything.\n\n"
      "  --json             the plan as JSON (keys documented in orchestrator/memory_report.h)\n"
      "  --compare RUN_DIR  plan RUN_DIR/config.yaml and print it beside the peaks the run measured\n"
-     "                     (RUN_DIR/summary.json), per process and phase, with measured/plan ratios\n\n"
+     "                     (RUN_DIR/summary.json: per process backend_peak_bytes, peak_memory_bytes,\n"
+     "                     phase_peak_bytes), per process and phase, with measured/plan ratios\n\n"
      "Exit status: 0 the plan fits (or --compare printed), 3 the plan does not fit (the advice is\n"
      "printed), 2 the command line or config is wrong, 1 RUN_DIR/summary.json is missing or bad.\n",
      cmd_plan},
