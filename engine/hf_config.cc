@@ -98,6 +98,31 @@ Status check_unsupported(const Json& j, const ModelConfig& c, const std::string&
 
 }  // namespace
 
+Status validate_model_config(const ModelConfig& c) {
+  if (c.architecture != "llama" && c.architecture != "qwen2") {
+    return invalid_argument(str("model architecture `", c.architecture, "` is not supported (llama or qwen2)"));
+  }
+  for (auto [name, v] : {std::pair<const char*, int64_t>{"hidden_size", c.hidden_size}, {"num_layers", c.num_layers},
+                         {"num_heads", c.num_heads}, {"num_kv_heads", c.num_kv_heads},
+                         {"intermediate_size", c.intermediate_size}, {"vocab_size", c.vocab_size},
+                         {"max_position", c.max_position}}) {
+    if (v < 1 || v > kMaxDim) return invalid_argument(str("model ", name, " = ", v, " must be in [1, ", kMaxDim, "]"));
+  }
+  if (c.hidden_size % c.num_heads != 0) {
+    return invalid_argument(str("model hidden_size ", c.hidden_size, " is not a multiple of num_heads ", c.num_heads));
+  }
+  if (c.head_dim() % 2 != 0) {  // RoPE rotates pairs of dimensions
+    return invalid_argument(str("model head_dim ", c.head_dim(), " (hidden_size / num_heads) must be even"));
+  }
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return invalid_argument(str("model num_heads ", c.num_heads, " is not a multiple of num_kv_heads ", c.num_kv_heads));
+  }
+  if (!(c.rope_theta > 0) || !(c.rms_norm_eps > 0)) {
+    return invalid_argument("model rope_theta and rms_norm_eps must be positive");
+  }
+  return Status();
+}
+
 Result<ModelConfig> parse_hf_config(const std::string& json_text, const std::string& source) {
   const Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return invalid_argument(str(source, ": not a valid JSON object"));

@@ -27,7 +27,8 @@ Result<ModelConfig> read_hf_config(const std::string& path);
 // (llama with qkv_bias, qwen2 without).
 Result<std::string> hf_config_json(const ModelConfig& config, const std::string& torch_dtype);
 
-// validate_model_config(): model_config.h.
+// Checks the shape fields of a ModelConfig (also used for configs that do not come from JSON).
+Status validate_model_config(const ModelConfig& config);
 
 // One named parameter with its shape; torch Linear weights are (out_features, in_features).
 struct TensorSpec {

@@ -48,7 +48,8 @@ struct ForwardOutput {
   Tensor entropy;   // (N, f32)
 };
 
-// validate_model_config(): model_config.h.
+// Checks a config can be built (head counts divide, head_dim even, sizes positive).
+Status validate_model_config(const ModelConfig& config);
 
 class Model {
  public:

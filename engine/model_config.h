@@ -7,8 +7,6 @@
 #include <cstdint>
 #include <string>
 
-#include "common/status.h"
-
 namespace rlrun::engine {
 
 struct ModelConfig {
@@ -31,10 +29,5 @@ struct ModelConfig {
   // Parameters of the whole model (embedding counted once when tied).
   int64_t num_parameters() const;
 };
-
-// Checks a config can be built: a supported architecture, sizes in [1, 2^24], hidden_size =
-// num_heads * an even head_dim, num_heads a multiple of num_kv_heads, positive rope_theta and
-// rms_norm_eps. The one check for every source of a ModelConfig (YAML, config.json, tests).
-Status validate_model_config(const ModelConfig& config);
 
 }  // namespace rlrun::engine

@@ -29,6 +29,8 @@ Model::Model(Backend& backend, const ModelConfig& config, ModelOptions options)
 
 Model::~Model() = default;
 
+// validate_model_config() is defined once, in hf_config.cc (declared in model.h and hf_config.h).
+
 Result<std::unique_ptr<Model>> Model::create(Backend& backend, const ModelConfig& config, ModelOptions options) {
   RLRUN_RETURN_IF_ERROR(validate_model_config(config));
   if (options.logits_chunk_elements <= 0) return invalid_argument("logits_chunk_elements must be > 0");

@@ -11,6 +11,8 @@ namespace rlrun::orchestrator {
 int cmd_version(const Args& args);
 int cmd_validate(const Args& args);
 int cmd_generate(const Args& args);
+int cmd_rollout(const Args& args);
+int cmd_plan(const Args& args);
 
 namespace {
 
@@ -62,6 +64,58 @@ constexpr Command kCommands[] = {
      "goes to stderr. Exit 0 on success, 2 for bad flags, a missing or invalid checkpoint, or\n"
      "prompt ids outside the vocabulary, 1 when generation fails.\n",
      cmd_generate},
+    {"rollout", "run one rollout worker (generation server; the orchestrator starts these)",
+     "usage: rlrun rollout --orchestrator tcp://HOST:PORT --index I (--config PATH | PATH)\n"
+     "                     [--set key=value ...] [--host NAME]\n\n"
+     "Runs one rollout worker: a continuous-batching generation server over a paged KV cache.\n"
+     "It registers with the orchestrator's control plane, serves GenerateRequest (one\n"
+     "GenerateResult per sample as it finishes: tokens, log-probs, weight version per token),\n"
+     "Cancel, WeightSyncBegin (new weights are loaded between decode steps) and Shutdown, and\n"
+     "heartbeats its stats every heartbeat_interval_seconds. It exits when told to, or when the\n"
+     "orchestrator has been silent for heartbeat_timeout_seconds. The orchestrator starts these\n"
+     "processes itself; running one by hand is for debugging.\n\n"
+     "flags:\n"
+     "  --orchestrator tcp://HOST:PORT  the orchestrator's control endpoint (required)\n"
+     "  --index I                       this worker's index among the rollout workers (required)\n"
+     "  --config PATH                   the run's config (or PATH as the positional argument)\n"
+     "  --set key=value                 override a config key (repeatable)\n"
+     "  --host NAME                     host name reported at registration (default: hostname)\n\n"
+     "config keys used: model.*, seed, backend, cpu_threads_per_worker, max_model_len,\n"
+     "max_num_seqs, kv_block_size, kv_cache_memory_mb, weight_broadcast_bucket_mb,\n"
+     "heartbeat_interval_seconds, heartbeat_timeout_seconds, log_level.\n\n"
+     "exit status: 0 after Shutdown, 1 when the orchestrator is unreachable or gone or the\n"
+     "engine fails, 2 for bad flags or config.\n",
+     cmd_rollout},
+    {"plan", "print each process's memory budget, and what to change when it does not fit",
+     "usage: rlrun plan CONFIG [--set key=value ...] [--json]\n"
+     "       rlrun plan --compare RUN_DIR [--set key=value ...]\n\n"
+     "Loads CONFIG like `rlrun validate` and prints, before anything starts, the memory budget of\n"
+     "a trainer rank and of a rollout worker, each line in human units and in exact bytes:\n"
+     "  trainer: weights, gradients, AdamW moments, fp32 master weights (cpu: fp32, 16 B/param;\n"
+     "           cuda: bf16 weights + fp32 master, gradients and moments, 18 B/param; the\n"
+     "           distributed optimizer divides the moments over the ranks), the activations of one\n"
+     "           packed micro-batch of seq_len x micro_batch_rows tokens with AND without\n"
+     "           gradient checkpointing (the engine's own count plus backward scratch), the\n"
+     "           logits / log-prob workspace and the weight-send buffer;\n"
+     "  rollout: weights, the weight-receive buffer, the prefill workspace and the KV cache: bytes\n"
+     "           per token (2 x layers x kv_heads x head_dim x dtype bytes), how many sequences of\n"
+     "           max_model_len fit in the pool (gpu_memory_utilization of the GPU, or\n"
+     "           kv_cache_memory_mb on cpu) and how many of max_num_seqs would wait.\n"
+     "Memory per process: device_memory_gb per GPU with backend cuda (plan a GPU run anywhere\n"
+     "with --set backend=cuda), this host's RAM with backend cpu, shared by every process of a\n"
+     "local run. The model's shape comes from `model:` or the checkpoint's config.json.\n\n"
+     "When a budget does not fit, the plan says which and lists the levers in order of cost, each\n"
+     "with the bytes it saves for this config and what it costs: gradient_checkpointing,\n"
+     "use_distributed_optimizer, micro_batch_rows / seq_len, max_num_seqs, max_model_len, more\n"
+     "trainer ranks, and (last resort) inference_tensor_parallel_size. `rlrun CONFIG` runs the\n"
+     "same check before launching anything.\n\n"
+     "  --json             the plan as JSON (keys documented in orchestrator/memory_report.h)\n"
+     "  --compare RUN_DIR  plan RUN_DIR/config.yaml and print it beside the peaks the run measured\n"
+     "                     (RUN_DIR/summary.json: per process backend_peak_bytes, peak_memory_bytes,\n"
+     "                     phase_peak_bytes), per process and phase, with measured/plan ratios\n\n"
+     "Exit status: 0 the plan fits (or --compare printed), 3 the plan does not fit (the advice is\n"
+     "printed), 2 the command line or config is wrong, 1 RUN_DIR/summary.json is missing or bad.\n",
+     cmd_plan},
 };
 
 void print_overview() {

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/log.h"
 #include "tests/common/protocol_samples.h"
 
 namespace rlrun {
@@ -57,14 +58,14 @@ TEST(Protocol, HeaderLayoutIsPinned) {
   // Changing these bytes breaks every peer: bump kProtocolVersion if this test must change.
   Frames frames = encode(Shutdown{"ab"}, 0x0102030405060708ull);
   ASSERT_EQ(frames.size(), 1u);
-  const std::string expected("RLRN\x01\x00\x0c\x00\x08\x07\x06\x05\x04\x03\x02\x01\x00\x00\x00\x00\x06\x00\x00\x00"
+  const std::string expected("RLRN\x02\x00\x0c\x00\x08\x07\x06\x05\x04\x03\x02\x01\x00\x00\x00\x00\x06\x00\x00\x00"
                              "\x02\x00\x00\x00" "ab", 30);
   EXPECT_EQ(bytes_of(frames[0]), expected);
 }
 
 TEST(Protocol, DecodedArraysShareTheReceivedFrames) {
-  Frames frames = encode(testing::sample_messages()[4]);  // GenerateResult: token_ids, logprobs
-  ASSERT_EQ(frames.size(), 3u);
+  Frames frames = encode(testing::sample_messages()[4]);  // GenerateResult: token_ids, logprobs, versions
+  ASSERT_EQ(frames.size(), 4u);
   const void* ids_bytes = frames[1].data();
   const void* logprob_bytes = frames[2].data();
   auto decoded = decode(std::move(frames));
@@ -106,10 +107,11 @@ TEST(Protocol, RejectsWrongMagicAndVersion) {
   static_cast<char*>(bad_magic[0].data())[0] = 'X';
   EXPECT_THAT(decode_error(std::move(bad_magic)).message(), HasSubstr("bad magic"));
   Frames bad_version = clone(good);
-  static_cast<char*>(bad_version[0].data())[4] = 2;
+  static_cast<char*>(bad_version[0].data())[4] = kProtocolVersion + 1;
   Status s = decode_error(std::move(bad_version));
   EXPECT_EQ(s.code(), StatusCode::kProtocol);
-  EXPECT_THAT(s.message(), AllOf(HasSubstr("version 2"), HasSubstr("speaks version 1")));
+  EXPECT_THAT(s.message(), AllOf(HasSubstr(str("version ", kProtocolVersion + 1)),
+                                 HasSubstr(str("speaks version ", kProtocolVersion))));
 }
 
 TEST(Protocol, RejectsUnknownKindEmptyAndShortHeader) {
