@@ -1,0 +1,194 @@
+#include "trainer/checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "trainer/checkpoint_files.h"
+#include "trainer/rank_reduce.h"
+
+namespace rlrun::trainer {
+
+namespace fs = std::filesystem;
+using engine::CommDType;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kFormat = 1;
+constexpr const char* kComplete = "COMPLETE";
+constexpr const char* kState = "trainer_state.json";
+constexpr const char* kFiles[3] = {"params.f32", "adam_m.f32", "adam_v.f32"};
+
+
+// Element ranges of the flat buffer in order, each with the rank that holds its moments.
+struct OwnedRange {
+  int64_t begin, end;
+  int owner;
+};
+std::vector<OwnedRange> moment_owners(int ranks, int64_t flat, bool sharded) {
+  std::vector<OwnedRange> out;
+  for (int r = 0; r < (sharded ? ranks : 1); ++r) {
+    for (const auto& [b, e] : Optimizer::owned_ranges_of(r, ranks, flat, sharded)) out.push_back({b, e, r});
+  }
+  std::sort(out.begin(), out.end(), [](const OwnedRange& a, const OwnedRange& b) { return a.begin < b.begin; });
+  return out;
+}
+
+// Rank 0 writes params (from its backend) and the moments (streamed from their owners); the
+// other ranks take part in the moment broadcasts. `files` (rank 0) are the three writers.
+Status write_state(TrainableModel& model, Optimizer& optimizer, engine::Communicator* comm, FileWriter* files,
+                   Status& root_status) {
+  const int rank = comm_rank(comm), ranks = comm_size(comm);
+  const int64_t flat = model.flat_size();
+  std::vector<float> m, v;
+  if (rank == 0) {
+    std::vector<float> chunk;
+    for (int64_t b = 0; b < flat && root_status.ok(); b += kCheckpointChunkElements) {
+      const int64_t e = std::min(flat, b + kCheckpointChunkElements);
+      chunk.resize(static_cast<size_t>(e - b));
+      model.backend().copy_to_host(chunk.data(), model.params_flat().rows(b, e), chunk.size() * sizeof(float));
+      root_status = files[0].write(chunk.data(), chunk.size() * sizeof(float));
+    }
+  }
+  for (const OwnedRange& r : moment_owners(ranks, flat, optimizer.sharded())) {
+    for (int64_t b = r.begin; b < r.end; b += kCheckpointChunkElements) {
+      const int64_t e = std::min(r.end, b + kCheckpointChunkElements);
+      m.resize(static_cast<size_t>(e - b));
+      v.resize(m.size());
+      if (rank == r.owner) optimizer.copy_moments_to_host(b, e, m.data(), v.data());
+      if (r.owner != 0) {
+        RLRUN_RETURN_IF_ERROR(comm->broadcast(m.data(), m.size(), CommDType::kF32, r.owner));
+        RLRUN_RETURN_IF_ERROR(comm->broadcast(v.data(), v.size(), CommDType::kF32, r.owner));
+      }
+      if (rank == 0 && root_status.ok()) root_status = files[1].write(m.data(), m.size() * sizeof(float));
+      if (rank == 0 && root_status.ok()) root_status = files[2].write(v.data(), v.size() * sizeof(float));
+    }
+  }
+  return Status();
+}
+
+Result<json> parse_extras(const CheckpointExtras& extras) {
+  json loader = json::parse(extras.loader_state, nullptr, /*allow_exceptions=*/false);
+  if (loader.is_discarded()) return invalid_argument("checkpoint: loader_state is not valid JSON text");
+  return loader;
+}
+
+// Rank 0: everything after the data files: export, manifest, COMPLETE, rename, prune.
+Status finish_on_root(const std::string& root, const std::string& tmp, const std::string& final_dir, json manifest,
+                      const CheckpointOptions& options) {
+  if (options.export_model) {
+    std::error_code ec;
+    fs::create_directories(tmp + "/model", ec);
+    if (ec) return io_error(str("cannot create ", tmp, "/model: ", ec.message()));
+    RLRUN_RETURN_IF_ERROR(options.export_model(tmp + "/model").with_context("checkpoint model export"));
+  }
+  RLRUN_RETURN_IF_ERROR(write_text_file(tmp + "/" + kState, manifest.dump(2)));
+  RLRUN_RETURN_IF_ERROR(write_text_file(tmp + "/" + kComplete, "complete\n"));
+  RLRUN_RETURN_IF_ERROR(fsync_directory(tmp));
+  std::error_code ec;
+  fs::remove_all(final_dir, ec);  // the same step saved again
+  fs::rename(tmp, final_dir, ec);
+  if (ec) return io_error(str("cannot rename ", tmp, " to ", final_dir, ": ", ec.message()));
+  RLRUN_RETURN_IF_ERROR(fsync_directory(root));
+  return Status();
+}
+
+// Parses "step-000123" (digits only) into 123.
+std::optional<int64_t> step_of(const std::string& name) {
+  if (name.size() <= 5 || name.compare(0, 5, "step-") != 0 || name.size() > 5 + 18) return std::nullopt;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+// Removes *.tmp leftovers, torn checkpoints and complete ones beyond keep_last (oldest first).
+void prune(const std::string& root, int64_t keep_last) {
+  std::vector<std::pair<int64_t, fs::path>> complete;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool tmp = name.size() > 4 && name.substr(name.size() - 4) == ".tmp" && step_of(name.substr(0, name.size() - 4));
+    const auto step = step_of(name);
+    std::error_code rm;
+    if (tmp || (step && !fs::exists(entry.path() / kComplete))) {
+      fs::remove_all(entry.path(), rm);
+    } else if (step) {
+      complete.push_back({*step, entry.path()});
+    }
+  }
+  if (keep_last <= 0 || static_cast<int64_t>(complete.size()) <= keep_last) return;
+  std::sort(complete.begin(), complete.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < complete.size(); ++i) {
+    std::error_code rm;
+    fs::remove_all(complete[i].second, rm);
+  }
+}
+
+}  // namespace
+
+std::string checkpoint_dir(const std::string& root, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%06lld", static_cast<long long>(step));
+  return (fs::path(root) / name).string();
+}
+
+std::optional<std::string> latest_complete_checkpoint(const std::string& root) {
+  std::optional<std::pair<int64_t, std::string>> best;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const auto step = step_of(entry.path().filename().string());
+    std::error_code e2;
+    if (!step || !entry.is_directory(e2) || !fs::exists(entry.path() / kComplete, e2)) continue;
+    if (!best || *step > best->first) best = {{*step, entry.path().string()}};
+  }
+  if (!best) return std::nullopt;
+  return best->second;
+}
+
+Result<std::string> save_checkpoint(const std::string& root, int64_t step, const CheckpointExtras& extras,
+                                    TrainableModel& model, Optimizer& optimizer, engine::Communicator* comm,
+                                    const CheckpointOptions& options) {
+  const bool is_root = comm_rank(comm) == 0;
+  const std::string final_dir = checkpoint_dir(root, step), tmp = final_dir + ".tmp";
+  Status status;
+  Result<json> loader = parse_extras(extras);
+  if (!loader.ok()) status = loader.status();
+  FileWriter files[3];
+  if (is_root && status.ok()) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    fs::create_directories(tmp, ec);
+    if (ec) status = io_error(str("cannot create checkpoint directory ", tmp, ": ", ec.message()));
+    for (int i = 0; i < 3 && status.ok(); ++i) status = files[i].open(tmp + "/" + kFiles[i]);
+  }
+  RLRUN_RETURN_IF_ERROR(agree_with_root(comm, status));
+  RLRUN_RETURN_IF_ERROR(write_state(model, optimizer, comm, files, status));
+  if (is_root && status.ok()) {
+    for (int i = 0; i < 3 && status.ok(); ++i) status = files[i].finish();
+  }
+  if (is_root && status.ok()) {
+    json manifest = {{"format", kFormat},
+                     {"step", step},
+                     {"optimizer_step", optimizer.step_count()},
+                     {"learning_rate", options.learning_rate},
+                     {"trainer_ranks", comm_size(comm)},
+                     {"use_distributed_optimizer", optimizer.sharded()},
+                     {"flat_elements", model.flat_size()},
+                     {"layout_digest", engine::layout_digest({model.param_specs(), model.flat_size(), "f32"})},
+                     {"loader_state", *loader},
+                     {"rng_state", extras.rng_state}};
+    for (int i = 0; i < 3; ++i) manifest["files"][kFiles[i]] = {{"bytes", files[i].bytes()}, {"fnv1a64", files[i].checksum()}};
+    status = finish_on_root(root, tmp, final_dir, std::move(manifest), options);
+    if (status.ok()) prune(root, options.keep_last);
+  }
+  RLRUN_RETURN_IF_ERROR(agree_with_root(comm, status.ok() ? status : status.with_context("saving checkpoint " + final_dir)));
+  return final_dir;
+}
+
+}  // namespace rlrun::trainer

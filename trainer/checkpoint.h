@@ -1,0 +1,79 @@
+// checkpoint.h - trainer checkpoints that survive a crash at any instant, and resume bit for bit.
+//
+// A checkpoint is a directory <root>/step-000123/ (the trainer step, 6+ digits):
+//   trainer_state.json  format, step, optimizer_step (the LR schedule is a pure function of it:
+//                       trainer/lr_schedule.h), last learning_rate, trainer ranks and
+//                       use_distributed_optimizer at save time (informational), flat_elements,
+//                       layout digest, per-file byte counts and FNV-1a 64 checksums, and the
+//                       caller's loader_state (opaque JSON text) and rng_state (opaque text)
+//   params.f32          the f32 master weights (P), raw little-endian
+//   adam_m.f32, adam_v.f32  the AdamW moments (P each), GATHERED from the shards: a checkpoint
+//                       does not depend on trainer_num_workers or use_distributed_optimizer, and
+//                       only trainer rank 0 touches the file system (no shared FS needed)
+//   model/              HF export (config.json + model.safetensors) when an exporter is given
+//   COMPLETE            written last
+// Everything is written into step-000123.tmp/ (each file fsync'd), then COMPLETE, then the
+// directory is renamed to step-000123/ and the root fsync'd. A crash leaves at worst a *.tmp
+// directory or a directory without COMPLETE, which latest_complete_checkpoint() never picks and
+// the next save removes; the previous checkpoint stays intact. checkpoint_keep_last prunes the
+// oldest complete checkpoints after a successful save.
+//
+// Save and load are collective over the trainer ranks: moments stream through rank 0 in chunks
+// of kCheckpointChunkElements (memory bounded by the chunk, not by P). On load rank 0 validates
+// the files (sizes, checksums, layout) and broadcasts the data; every rank returns the same
+// Status. Files are untrusted on load: errors name the file and what is wrong.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "engine/communicator.h"
+#include "trainer/optimizer.h"
+#include "trainer/trainable_model.h"
+
+namespace rlrun::trainer {
+
+constexpr int64_t kCheckpointChunkElements = int64_t{4} << 20;  // 16 MiB of f32
+
+struct CheckpointExtras {
+  std::string loader_state = "null";  // JSON text: the data loader's position (caller's format)
+  std::string rng_state;              // opaque: the caller's RNG state
+};
+
+struct CheckpointInfo {
+  std::string dir;
+  int64_t step = 0;
+  int64_t optimizer_step = 0;
+  double learning_rate = 0.0;
+  CheckpointExtras extras;
+};
+
+// Writes the HF export of the current weights into `dir` (called on rank 0 only).
+using ModelExporter = std::function<Status(const std::string& dir)>;
+
+struct CheckpointOptions {
+  int64_t keep_last = 2;  // checkpoint_keep_last: complete checkpoints kept, 0 = all
+  ModelExporter export_model;  // may be empty
+  double learning_rate = 0.0;  // informational
+};
+
+// "<root>/step-000123"
+std::string checkpoint_dir(const std::string& root, int64_t step);
+
+// Collective. Returns the final directory (on every rank).
+Result<std::string> save_checkpoint(const std::string& root, int64_t step, const CheckpointExtras& extras,
+                                    TrainableModel& model, Optimizer& optimizer, engine::Communicator* comm,
+                                    const CheckpointOptions& options = {});
+
+// The complete checkpoint with the highest step under root, or nullopt (none, or root missing).
+// Directories without COMPLETE and *.tmp directories are skipped.
+std::optional<std::string> latest_complete_checkpoint(const std::string& root);
+
+// Collective. Loads weights and optimizer state (grads are zeroed) from `dir`.
+Result<CheckpointInfo> load_checkpoint(const std::string& dir, TrainableModel& model, Optimizer& optimizer,
+                                       engine::Communicator* comm);
+
+}  // namespace rlrun::trainer

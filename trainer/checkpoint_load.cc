@@ -1,0 +1,130 @@
+// load_checkpoint (checkpoint.h): rank 0 validates the files and streams them to every rank.
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "trainer/checkpoint.h"
+#include "trainer/checkpoint_files.h"
+#include "trainer/rank_reduce.h"
+
+namespace rlrun::trainer {
+
+namespace fs = std::filesystem;
+using engine::CommDType;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kFiles[3] = {"params.f32", "adam_m.f32", "adam_v.f32"};
+constexpr int64_t kMaxManifestBytes = int64_t{64} << 20;
+
+// Rank 0: reads and checks the manifest and opens the data files.
+Result<json> open_on_root(const std::string& dir, TrainableModel& model, FileReader* readers) {
+  if (!fs::exists(fs::path(dir) / "COMPLETE")) {
+    return not_found(str("checkpoint ", dir, " has no COMPLETE marker (torn or not a checkpoint); use "
+                         "latest_complete_checkpoint() to pick one"));
+  }
+  const std::string path = dir + "/trainer_state.json";
+  RLRUN_ASSIGN_OR_RETURN(std::string text, read_text_file(path, kMaxManifestBytes));
+  json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.is_object()) return invalid_argument(str(path, ": not a JSON object"));
+  const int64_t flat = model.flat_size();
+  try {
+    if (m.at("format").get<int>() != 1) return invalid_argument(str(path, ": unknown checkpoint format ", m.at("format")));
+    if (m.at("flat_elements").get<int64_t>() != flat) {
+      return invalid_argument(str(path, ": the checkpoint holds ", m.at("flat_elements"), " parameters, this model ",
+                                  flat, " (another model config?)"));
+    }
+    if (m.at("layout_digest").get<uint64_t>() != engine::layout_digest({model.param_specs(), flat, "f32"})) {
+      return invalid_argument(str(path, ": the parameter layout (names, shapes) differs from this model's"));
+    }
+    (void)m.at("step").get<int64_t>();
+    if (m.at("optimizer_step").get<int64_t>() < 0) return invalid_argument(str(path, ": negative optimizer_step"));
+    (void)m.at("rng_state").get<std::string>();
+    for (int i = 0; i < 3; ++i) {
+      const json& f = m.at("files").at(kFiles[i]);
+      RLRUN_RETURN_IF_ERROR(readers[i].open(dir + "/" + kFiles[i]));
+      const int64_t want = flat * static_cast<int64_t>(sizeof(float));
+      if (readers[i].size() != want || f.at("bytes").get<int64_t>() != want) {
+        return invalid_argument(str(dir, "/", kFiles[i], " is ", readers[i].size(), " bytes, expected ", want));
+      }
+      (void)f.at("fnv1a64").get<uint64_t>();
+    }
+  } catch (const json::exception& e) {
+    return invalid_argument(str(path, ": missing or mistyped field (", e.what(), ")"));
+  }
+  return m;
+}
+
+
+// Rank 0 reads chunk [b, e) of the three files and broadcasts it; every rank keeps the params and
+// the moments it owns. A read error on rank 0 is remembered (zeros are sent) and reported after.
+Status stream_state(TrainableModel& model, Optimizer& optimizer, engine::Communicator* comm, FileReader* readers,
+                    Status& root_status) {
+  const bool is_root = comm_rank(comm) == 0;
+  const int64_t flat = model.flat_size();
+  std::vector<float> buf[3];
+  for (int64_t b = 0; b < flat; b += kCheckpointChunkElements) {
+    const int64_t e = std::min(flat, b + kCheckpointChunkElements);
+    for (int i = 0; i < 3; ++i) {
+      buf[i].assign(static_cast<size_t>(e - b), 0.0f);
+      if (is_root && root_status.ok()) root_status = readers[i].read(buf[i].data(), buf[i].size() * sizeof(float));
+      if (comm_size(comm) > 1) RLRUN_RETURN_IF_ERROR(comm->broadcast(buf[i].data(), buf[i].size(), CommDType::kF32, 0));
+    }
+    model.backend().copy_from_host(model.params_flat().rows(b, e), buf[0].data(), buf[0].size() * sizeof(float));
+    for (const auto& [ob, oe] : optimizer.owned_ranges()) {
+      const int64_t lo = std::max(b, ob), hi = std::min(e, oe);
+      if (lo < hi) optimizer.copy_moments_from_host(lo, hi, buf[1].data() + (lo - b), buf[2].data() + (lo - b));
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<CheckpointInfo> load_checkpoint(const std::string& dir, TrainableModel& model, Optimizer& optimizer,
+                                       engine::Communicator* comm) {
+  const bool is_root = comm_rank(comm) == 0;
+  FileReader readers[3];
+  Status status;
+  std::string manifest_text;
+  if (is_root) {
+    Result<json> m = open_on_root(dir, model, readers);
+    if (m.ok()) {
+      manifest_text = m->dump();
+    } else {
+      status = m.status();
+    }
+  }
+  RLRUN_RETURN_IF_ERROR(agree_with_root(comm, status));
+  if (comm_size(comm) > 1) {
+    uint64_t size = manifest_text.size();
+    RLRUN_RETURN_IF_ERROR(comm->broadcast(&size, sizeof(size), CommDType::kU8, 0));
+    manifest_text.resize(size);
+    RLRUN_RETURN_IF_ERROR(comm->broadcast(manifest_text.data(), size, CommDType::kU8, 0));
+  }
+  RLRUN_RETURN_IF_ERROR(stream_state(model, optimizer, comm, readers, status));
+  const json manifest = json::parse(manifest_text);  // written by rank 0 above: well-formed
+  if (is_root && status.ok()) {
+    for (int i = 0; i < 3 && status.ok(); ++i) {
+      if (readers[i].checksum() != manifest["files"][kFiles[i]]["fnv1a64"].get<uint64_t>()) {
+        status = invalid_argument(str(dir, "/", kFiles[i], ": checksum mismatch (the file is corrupt)"));
+      }
+    }
+  }
+  RLRUN_RETURN_IF_ERROR(agree_with_root(comm, status.ok() ? status : status.with_context("loading checkpoint " + dir)));
+  CheckpointInfo info;
+  info.dir = dir;
+  info.step = manifest["step"].get<int64_t>();
+  info.optimizer_step = manifest["optimizer_step"].get<int64_t>();
+  info.learning_rate = manifest.value("learning_rate", 0.0);
+  info.extras.loader_state = manifest["loader_state"].dump();
+  info.extras.rng_state = manifest["rng_state"].get<std::string>();
+  optimizer.set_step_count(info.optimizer_step);
+  model.params_changed();
+  if (model.has_grads()) model.zero_grads();
+  return info;
+}
+
+}  // namespace rlrun::trainer

@@ -1,0 +1,41 @@
+// model_adapter.h - the Llama decoder (engine/model.h) as the trainer's TrainableModel.
+// The adapter borrows the model: the Model must outlive it.
+#pragma once
+
+#include <vector>
+
+#include "engine/model.h"
+#include "trainer/trainable_model.h"
+
+namespace rlrun::trainer {
+
+// The flat layout of a model's parameters (HF names, shapes, offsets): what weight sync sends
+// and every receiver compares with its own.
+std::vector<ParamSpec> param_specs_of(const std::vector<engine::ParamInfo>& params);
+
+class ModelAdapter : public TrainableModel {
+ public:
+  explicit ModelAdapter(engine::Model& model);
+
+  engine::Model& model() { return model_; }
+  engine::Backend& backend() override { return model_.backend(); }
+  const std::vector<ParamSpec>& param_specs() const override { return specs_; }
+  int64_t flat_size() const override { return model_.weights().flat_size(); }
+  const engine::Tensor& params_flat() override { return model_.weights().master_flat(); }
+  void params_changed() override { model_.weights().sync_compute(); }
+  bool has_grads() const override { return model_.weights().has_grads(); }
+  const engine::Tensor& grads_flat() override { return model_.weights().grad_flat(); }
+  void zero_grads() override { model_.weights().zero_grads(); }
+  void release_grads() override { model_.weights().release_grads(); }
+  void restore_grads() override { model_.weights().restore_grads(); }
+  Result<ModelForward> forward(const MicroBatch& batch, bool for_backward) override;
+  void backward(const engine::Tensor& dlogprob, const engine::Tensor& dentropy) override {
+    model_.backward(dlogprob, dentropy);
+  }
+
+ private:
+  engine::Model& model_;
+  std::vector<ParamSpec> specs_;
+};
+
+}  // namespace rlrun::trainer

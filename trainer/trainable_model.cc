@@ -1,0 +1,67 @@
+#include "trainer/trainable_model.h"
+
+#include "common/log.h"
+
+namespace rlrun::trainer {
+
+std::vector<ParamRange> decay_ranges(std::span<const ParamSpec> specs) {
+  std::vector<ParamRange> ranges;
+  ranges.reserve(specs.size());
+  for (const ParamSpec& p : specs) ranges.push_back({p.offset, p.offset + p.numel, p.shape.size() >= 2});
+  return ranges;
+}
+
+namespace {
+
+Status check_cu_seqlens(std::span<const int32_t> cu, size_t n) {
+  if (cu.size() < 2 || cu.front() != 0 || static_cast<size_t>(cu.back()) != n) {
+    return invalid_argument(str("micro-batch: cu_seqlens must start at 0 and end at the token count ", n,
+                                " (", cu.size(), " entries given)"));
+  }
+  for (size_t s = 1; s < cu.size(); ++s) {
+    if (cu[s] <= cu[s - 1]) return invalid_argument(str("micro-batch: cu_seqlens[", s, "] = ", cu[s], " is not above cu_seqlens[", s - 1, "]"));
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                                    std::span<const int32_t> cu_seqlens, std::span<const uint8_t> loss_mask,
+                                    std::span<const float> advantages, std::span<const float> rollout_logprobs) {
+  const size_t n = tokens.size();
+  if (positions.size() != n || loss_mask.size() != n || rollout_logprobs.size() != n) {
+    return invalid_argument(str("micro-batch: positions (", positions.size(), "), loss_mask (", loss_mask.size(),
+                                ") and rollout_logprobs (", rollout_logprobs.size(), ") must have one entry per token (", n, ")"));
+  }
+  RLRUN_RETURN_IF_ERROR(check_cu_seqlens(cu_seqlens, n));
+  const size_t seqs = cu_seqlens.size() - 1;
+  const bool per_token = advantages.size() == n && n != seqs;
+  if (advantages.size() != seqs && !per_token) {
+    return invalid_argument(str("micro-batch: advantages has ", advantages.size(), " entries; expected one per sequence (",
+                                seqs, ") or per token (", n, ")"));
+  }
+  MicroBatch mb;
+  mb.input_ids.assign(tokens.begin(), tokens.end());
+  mb.position_ids.assign(positions.begin(), positions.end());
+  mb.cu_seqlens.assign(cu_seqlens.begin(), cu_seqlens.end());
+  mb.targets.assign(n, -1);
+  mb.loss_mask.assign(n, 0);
+  mb.rollout_logprobs.assign(n, 0.0f);
+  if (per_token) {
+    mb.advantages.assign(n, 0.0f);
+  } else {
+    mb.advantages.assign(advantages.begin(), advantages.end());
+  }
+  for (size_t s = 0; s < seqs; ++s) {
+    for (int32_t t = cu_seqlens[s]; t + 1 < cu_seqlens[s + 1]; ++t) {
+      mb.targets[t] = tokens[t + 1];
+      mb.loss_mask[t] = loss_mask[t + 1] != 0 ? 1 : 0;
+      mb.rollout_logprobs[t] = mb.loss_mask[t] ? rollout_logprobs[t + 1] : 0.0f;
+      if (per_token) mb.advantages[t] = advantages[t + 1];
+    }
+  }
+  return mb;
+}
+
+}  // namespace rlrun::trainer

@@ -1,0 +1,85 @@
+// trainable_model.h - what the trainer needs from a policy model, and one packed micro-batch.
+//
+// The trainer drives any model through this interface: the Llama decoder (model_adapter.h wraps
+// engine::Model) or a test double. Parameters and gradients are each ONE flat f32 buffer on the
+// model's backend; `param_specs()` names the tensors inside them (HF names, shapes, element
+// offsets), which the optimizer (weight-decay ranges), checkpoints and weight sync use.
+// Threads: one thread drives a model at a time.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/backend.h"
+#include "engine/weight_sync.h"
+#include "trainer/optimizer.h"
+
+namespace rlrun::trainer {
+
+// A tensor inside the flat buffers: HF name, shape, element offset, numel (engine/weight_sync.h).
+using ParamSpec = engine::FlatTensor;
+
+// Weight decay for matrices and embeddings (rank >= 2), none for norms and biases.
+std::vector<ParamRange> decay_ranges(std::span<const ParamSpec> specs);
+
+// One packed micro-batch on the host: N tokens of S whole sequences, arrays aligned with the
+// PREDICTIONS: at index t the model reads input_ids[t] at position_ids[t] and predicts targets[t]
+// (the next token of the same sequence, or < 0 for none: a sequence's last token, padding).
+// loss_mask[t] = 1 trains that prediction; rollout_logprobs[t] is the behaviour policy's
+// log-prob of targets[t]. make_micro_batch() builds one from token-aligned arrays.
+struct MicroBatch {
+  std::vector<int32_t> input_ids;         // (N)
+  std::vector<int32_t> position_ids;      // (N) restart at 0 per sequence
+  std::vector<int32_t> cu_seqlens;        // (S + 1), cu[0] = 0, cu[S] = N
+  std::vector<int32_t> targets;           // (N)
+  std::vector<uint8_t> loss_mask;         // (N)
+  std::vector<float> advantages;          // (S) per sequence, or (N) per prediction
+  std::vector<float> rollout_logprobs;    // (N); 0 where unmasked
+  std::vector<float> ref_logprobs;        // (N) KL reference, or empty when kl_coef = 0
+
+  int64_t num_tokens() const { return static_cast<int64_t>(input_ids.size()); }
+};
+
+// Token-aligned inputs as the packer/protocol carry them (loss_mask[t] = 1 for a completion token
+// t, rollout_logprobs[t] its log-prob, advantages per sequence (S) or per token (N)) shifted into
+// a MicroBatch: prediction t of a sequence targets token t + 1 with that token's mask, log-prob
+// and (per-token) advantage; each sequence's last prediction has no target. invalid_argument on
+// inconsistent sizes or cu_seqlens.
+Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                                    std::span<const int32_t> cu_seqlens, std::span<const uint8_t> loss_mask,
+                                    std::span<const float> advantages, std::span<const float> rollout_logprobs);
+
+struct ModelForward {
+  engine::Tensor logprobs;  // (N, f32) on the backend: log p(targets[t]); 0 where target < 0
+  engine::Tensor entropy;   // (N, f32) entropy of each predicted distribution (nats)
+};
+
+class TrainableModel {
+ public:
+  virtual ~TrainableModel() = default;
+
+  virtual engine::Backend& backend() = 0;
+  virtual const std::vector<ParamSpec>& param_specs() const = 0;
+  virtual int64_t flat_size() const = 0;
+
+  virtual const engine::Tensor& params_flat() = 0;  // f32 (P): the master weights
+  // Call after params_flat() changed (optimizer step, load): refreshes derived copies.
+  virtual void params_changed() = 0;
+
+  virtual bool has_grads() const = 0;
+  virtual const engine::Tensor& grads_flat() = 0;  // f32 (P); aborts when released
+  virtual void zero_grads() = 0;
+  virtual void release_grads() = 0;  // frees the gradient memory (backend raw_free)
+  virtual void restore_grads() = 0;  // allocates it again, zeroed
+
+  // Untrusted input: invalid_argument for bad ids/shapes. for_backward = false keeps nothing.
+  virtual Result<ModelForward> forward(const MicroBatch& batch, bool for_backward) = 0;
+  // d(loss)/d(logprob) and d(loss)/d(entropy) (N, f32; dentropy may be undefined); ACCUMULATES
+  // into grads_flat(). Must follow forward(for_backward = true).
+  virtual void backward(const engine::Tensor& dlogprob, const engine::Tensor& dentropy) = 0;
+};
+
+}  // namespace rlrun::trainer
