@@ -51,7 +51,7 @@ using Frames = std::vector<zmq::message_t>;
 
 // ---------------------------------------------------------------- constants and limits
 inline constexpr uint32_t kWireMagic = 0x4E524C52;  // "RLRN" as bytes in memory
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;  // 2: rollout stats in Heartbeat, per-token weight versions
 inline constexpr size_t kHeaderPrefixBytes = 24;
 
 // Every limit of the wire format, in one place. The control plane also sets ZMQ_MAXMSGSIZE to
@@ -134,22 +134,35 @@ struct RegisterAck {
   bool operator==(const RegisterAck&) const = default;
 };
 
-// worker -> orchestrator, periodically.
+// worker -> orchestrator, periodically. The orchestrator answers each with a Heartbeat echo
+// (same correlation id); a worker that hears nothing from it for heartbeat_timeout_seconds exits.
+// The fields after peak_memory_bytes are a rollout worker's (zero from other roles).
 struct Heartbeat {
   static constexpr MessageKind kKind = MessageKind::kHeartbeat;
   uint32_t worker_id = 0;
   uint64_t weight_version = 0;
-  uint32_t active_requests = 0;
-  uint32_t queued_requests = 0;
+  uint32_t active_requests = 0;    // rollout: sequences running (in the KV cache)
+  uint32_t queued_requests = 0;    // rollout: sequences waiting (new or preempted)
   float kv_cache_utilization = 0;  // fraction in [0, 1]
-  uint64_t memory_bytes = 0;       // in use now
+  uint64_t memory_bytes = 0;       // in use now (resident)
   uint64_t peak_memory_bytes = 0;
+  uint32_t kv_blocks_used = 0;
+  uint32_t kv_blocks_free = 0;
+  uint64_t tokens_generated = 0;       // since the worker started
+  float tokens_per_second = 0;         // over the last heartbeat interval
+  uint64_t preemptions = 0;            // since the worker started
+  double idle_seconds = 0;             // since the worker started: time with no sequence to run
+  double last_weight_sync_seconds = 0; // duration of the last weight update (0 = none yet)
 
   template <class V, class M> static void fields(V& v, M& m) {
     v.field("worker_id", m.worker_id); v.field("weight_version", m.weight_version);
     v.field("active_requests", m.active_requests); v.field("queued_requests", m.queued_requests);
     v.field("kv_cache_utilization", m.kv_cache_utilization);
     v.field("memory_bytes", m.memory_bytes); v.field("peak_memory_bytes", m.peak_memory_bytes);
+    v.field("kv_blocks_used", m.kv_blocks_used); v.field("kv_blocks_free", m.kv_blocks_free);
+    v.field("tokens_generated", m.tokens_generated); v.field("tokens_per_second", m.tokens_per_second);
+    v.field("preemptions", m.preemptions); v.field("idle_seconds", m.idle_seconds);
+    v.field("last_weight_sync_seconds", m.last_weight_sync_seconds);
   }
   bool operator==(const Heartbeat&) const = default;
 };
@@ -190,6 +203,8 @@ struct GenerateResult {
   std::string error;                    // set when finish_reason is kError
   uint64_t first_weight_version = 0;    // weight version of the first generated token
   uint64_t last_weight_version = 0;     // and of the last (differs if weights changed mid-sample)
+  WireArray<int64_t> weight_versions;   // per token: the weight version that sampled it (same length)
+  uint32_t preemptions = 0;             // times this sample was preempted and recomputed
   double queue_seconds = 0;             // received -> first scheduled
   double prefill_seconds = 0;
   double decode_seconds = 0;
@@ -200,6 +215,7 @@ struct GenerateResult {
     v.field("finish_reason", m.finish_reason); v.field("error", m.error);
     v.field("first_weight_version", m.first_weight_version);
     v.field("last_weight_version", m.last_weight_version);
+    v.field("weight_versions", m.weight_versions); v.field("preemptions", m.preemptions);
     v.field("queue_seconds", m.queue_seconds); v.field("prefill_seconds", m.prefill_seconds);
     v.field("decode_seconds", m.decode_seconds);
   }

@@ -57,14 +57,14 @@ TEST(Protocol, HeaderLayoutIsPinned) {
   // Changing these bytes breaks every peer: bump kProtocolVersion if this test must change.
   Frames frames = encode(Shutdown{"ab"}, 0x0102030405060708ull);
   ASSERT_EQ(frames.size(), 1u);
-  const std::string expected("RLRN\x01\x00\x0c\x00\x08\x07\x06\x05\x04\x03\x02\x01\x00\x00\x00\x00\x06\x00\x00\x00"
+  const std::string expected("RLRN\x02\x00\x0c\x00\x08\x07\x06\x05\x04\x03\x02\x01\x00\x00\x00\x00\x06\x00\x00\x00"
                              "\x02\x00\x00\x00" "ab", 30);
   EXPECT_EQ(bytes_of(frames[0]), expected);
 }
 
 TEST(Protocol, DecodedArraysShareTheReceivedFrames) {
-  Frames frames = encode(testing::sample_messages()[4]);  // GenerateResult: token_ids, logprobs
-  ASSERT_EQ(frames.size(), 3u);
+  Frames frames = encode(testing::sample_messages()[4]);  // GenerateResult: token_ids, logprobs, versions
+  ASSERT_EQ(frames.size(), 4u);
   const void* ids_bytes = frames[1].data();
   const void* logprob_bytes = frames[2].data();
   auto decoded = decode(std::move(frames));

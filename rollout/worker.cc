@@ -1,0 +1,250 @@
+#include "rollout/worker.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "common/memory.h"
+
+namespace rlrun::rollout {
+
+namespace {
+
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+std::string this_host() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+}  // namespace
+
+GenerationRequest to_generation_request(const GenerateRequest& request) {
+  GenerationRequest r;
+  r.request_id = request.request_id;
+  r.prompt = request.prompt_ids.to_vector();
+  r.num_samples = request.num_samples;
+  r.first_sample_index = request.first_sample_index;
+  r.sampling.temperature = request.temperature;
+  r.sampling.top_p = request.top_p;
+  r.max_tokens = request.max_tokens;
+  r.stop_token_ids = request.stop_token_ids;
+  r.seed = request.seed;
+  r.min_weight_version = request.min_weight_version;
+  return r;
+}
+
+GenerateResult to_generate_result(SampleOutput output) {
+  GenerateResult r;
+  r.request_id = output.request_id;
+  r.sample_index = output.sample_index;
+  if (!output.weight_versions.empty()) {
+    r.first_weight_version = static_cast<uint64_t>(output.weight_versions.front());
+    r.last_weight_version = static_cast<uint64_t>(output.weight_versions.back());
+  }
+  r.token_ids = std::move(output.tokens);
+  r.logprobs = std::move(output.logprobs);
+  r.weight_versions = std::move(output.weight_versions);
+  r.finish_reason = output.finish_reason;
+  r.error = std::move(output.error);
+  r.preemptions = output.preemptions;
+  r.queue_seconds = output.queue_seconds;
+  r.prefill_seconds = output.prefill_seconds;
+  r.decode_seconds = output.decode_seconds;
+  return r;
+}
+
+Worker::Worker(Scheduler& scheduler, engine::Communicator* weight_comm, WorkerOptions options)
+    : scheduler_(scheduler), weight_comm_(weight_comm), options_(std::move(options)) {
+  if (weight_comm_ != nullptr)
+    updater_ = std::make_unique<WeightUpdater>(scheduler_.model(), *weight_comm_, options_.max_weight_bucket_bytes);
+}
+
+Worker::~Worker() = default;
+
+template <WireMessage T>
+void Worker::send(const T& message, uint64_t correlation_id) {
+  const Status s = client_->send(message, correlation_id);
+  if (!s.ok()) log::warn(str("rollout: could not send ", message_kind_name(T::kKind), ": ", s.message()));
+}
+
+void Worker::send_error(StatusCode code, MessageKind request_kind, const std::string& message, uint64_t correlation_id) {
+  send(ErrorReply{code, static_cast<uint16_t>(request_kind), message}, correlation_id);
+  ++summary_.errors_sent;
+}
+
+Status Worker::register_with_orchestrator() {
+  ControlClient::Options co;
+  co.endpoint = options_.orchestrator;
+  co.identity = str("rollout-", options_.index);
+  RLRUN_ASSIGN_OR_RETURN(client_, ControlClient::connect(co));
+  Register reg;
+  reg.role = Role::kRollout;
+  reg.rank = options_.index;
+  reg.host = options_.host.empty() ? this_host() : options_.host;
+  reg.pid = static_cast<uint32_t>(getpid());
+  reg.devices = options_.devices;
+  Result<Message> reply = client_->request(reg, to_ms(options_.heartbeat_timeout_seconds));
+  if (!reply.ok()) {
+    if (reply.status().code() == StatusCode::kTimeout)
+      return unavailable(str("rollout ", options_.index, ": no RegisterAck from ", options_.orchestrator, " within ",
+                             options_.heartbeat_timeout_seconds, " s; is the orchestrator running there?"));
+    return reply.status();
+  }
+  const RegisterAck* ack = reply->get<RegisterAck>();
+  if (ack == nullptr)
+    return protocol_error(str("rollout: the orchestrator answered Register with ", message_kind_name(reply->kind())));
+  worker_id_ = ack->assigned_id;
+  log::info(str("rollout ", options_.index, ": registered with ", options_.orchestrator, " as worker ", worker_id_));
+  return {};
+}
+
+void Worker::handle_generate(const GenerateRequest& request, uint64_t correlation_id) {
+  correlation_of_[request.request_id] = correlation_id;
+  scheduler_.add(to_generation_request(request));
+}
+
+bool Worker::handle(const Message& message) {
+  last_heard_ = Clock::now();
+  if (const auto* r = message.get<GenerateRequest>()) {
+    handle_generate(*r, message.correlation_id);
+  } else if (const auto* c = message.get<Cancel>()) {
+    for (uint64_t id : c->request_ids) scheduler_.cancel(id);
+  } else if (const auto* w = message.get<WeightSyncBegin>()) {
+    pending_sync_ = std::make_unique<WeightSyncBegin>(*w);
+  } else if (const auto* s = message.get<Shutdown>()) {
+    summary_.exit_reason = str("shutdown: ", s->reason);
+    return false;
+  } else if (message.get<Heartbeat>() != nullptr || message.get<RegisterAck>() != nullptr) {
+    // liveness only
+  } else if (message.get<ErrorReply>() != nullptr) {
+    log::warn(str("rollout: the orchestrator reported an error: ", message.get<ErrorReply>()->message));
+  } else {
+    send_error(StatusCode::kInvalidArgument, message.kind(),
+               str("a rollout worker does not serve ", message_kind_name(message.kind()), " messages"),
+               message.correlation_id);
+  }
+  return true;
+}
+
+void Worker::run_weight_sync(const WeightSyncBegin& begin) {
+  WeightSyncEnd end;
+  end.version = begin.version;
+  if (updater_ == nullptr) {
+    end.ok = false;
+    end.error = str("rollout ", options_.index, " has no weight-sync group");
+  } else {
+    const auto start = Clock::now();
+    Result<engine::WeightReceiveReport> report = updater_->receive();
+    last_weight_sync_seconds_ = seconds_between(start, Clock::now());
+    if (!report.ok()) {
+      end.ok = false;
+      end.error = report.status().message();
+      log::error(str("rollout ", options_.index, ": weight sync of version ", begin.version, " failed: ", end.error));
+    } else {
+      if (report->version != begin.version)
+        log::warn(str("rollout: WeightSyncBegin announced version ", begin.version, " but the sender sent ",
+                      report->version, "; using the sender's"));
+      end.version = report->version;
+      scheduler_.set_weight_version(report->version);
+      ++summary_.weight_syncs;
+    }
+  }
+  send(end);
+}
+
+void Worker::send_finished() {
+  for (SampleOutput& out : scheduler_.take_finished()) {
+    const auto it = correlation_of_.find(out.request_id);
+    const uint64_t correlation = it == correlation_of_.end() ? 0 : it->second;
+    send(to_generate_result(std::move(out)), correlation);
+    ++summary_.results_sent;
+  }
+  if (!scheduler_.has_unfinished()) correlation_of_.clear();  // bounded: no request in flight
+}
+
+void Worker::send_heartbeat() {
+  const auto now = Clock::now();
+  const SchedulerStats st = scheduler_.stats();
+  Heartbeat hb;
+  hb.worker_id = worker_id_;
+  hb.weight_version = scheduler_.weight_version();
+  hb.active_requests = static_cast<uint32_t>(st.running);
+  hb.queued_requests = static_cast<uint32_t>(st.waiting);
+  hb.kv_blocks_used = static_cast<uint32_t>(st.kv_blocks_used);
+  hb.kv_blocks_free = static_cast<uint32_t>(st.kv_blocks_total - st.kv_blocks_used);
+  hb.kv_cache_utilization = st.kv_blocks_total > 0 ? float(st.kv_blocks_used) / float(st.kv_blocks_total) : 0.0f;
+  hb.tokens_generated = static_cast<uint64_t>(st.tokens_generated);
+  const double dt = seconds_between(last_heartbeat_, now);
+  hb.tokens_per_second = dt > 0 ? static_cast<float>((st.tokens_generated - tokens_at_last_heartbeat_) / dt) : 0.0f;
+  hb.preemptions = static_cast<uint64_t>(st.preemptions);
+  hb.idle_seconds = idle_seconds_;
+  hb.last_weight_sync_seconds = last_weight_sync_seconds_;
+  if (Result<ProcessMemory> mem = read_process_memory(); mem.ok()) {
+    hb.memory_bytes = static_cast<uint64_t>(mem->resident_bytes);
+    hb.peak_memory_bytes = static_cast<uint64_t>(mem->peak_resident_bytes);
+  }
+  send(hb, ++heartbeat_counter_);
+  ++summary_.heartbeats_sent;
+  tokens_at_last_heartbeat_ = st.tokens_generated;
+  last_heartbeat_ = now;
+}
+
+void Worker::note_malformed() {
+  const uint64_t seen = client_->malformed_count();
+  if (seen == summary_.malformed_seen) return;
+  send_error(StatusCode::kProtocol, MessageKind{}, str("rollout ", options_.index, " dropped ",
+                                                       seen - summary_.malformed_seen, " malformed message(s)"), 0);
+  summary_.malformed_seen = seen;
+}
+
+Status Worker::run() {
+  RLRUN_RETURN_IF_ERROR(register_with_orchestrator());
+  last_heard_ = last_heartbeat_ = last_turn_ = Clock::now();
+  send_heartbeat();
+  const auto interval = to_ms(options_.heartbeat_interval_seconds);
+  while (true) {
+    // Wait in the poll only when there is nothing to step (no busy spin), never past a heartbeat.
+    const bool busy = scheduler_.can_step() || pending_sync_ != nullptr;
+    auto wait = std::chrono::milliseconds(0);
+    if (!busy) {
+      const auto until_heartbeat =
+          std::chrono::duration_cast<std::chrono::milliseconds>(last_heartbeat_ + interval - Clock::now());
+      wait = std::clamp(until_heartbeat, std::chrono::milliseconds(1), options_.idle_wait);
+    }
+    for (int i = 0; i < options_.max_messages_per_turn; ++i) {
+      Result<Message> m = client_->receive(i == 0 ? wait : std::chrono::milliseconds(0));
+      if (!m.ok()) break;
+      if (!handle(*m)) return {};
+    }
+    note_malformed();
+    const auto now = Clock::now();
+    if (!busy) idle_seconds_ += seconds_between(last_turn_, now);
+    last_turn_ = now;
+    if (pending_sync_ != nullptr) {  // the step boundary: no forward pass is in flight
+      const std::unique_ptr<WeightSyncBegin> begin = std::move(pending_sync_);
+      run_weight_sync(*begin);
+    }
+    if (scheduler_.can_step()) {
+      const Status s = scheduler_.step();
+      if (!s.ok()) log::error(str("rollout ", options_.index, ": engine step failed: ", s.message()));
+    }
+    send_finished();
+    if (Clock::now() - last_heartbeat_ >= interval) send_heartbeat();
+    if (seconds_between(last_heard_, Clock::now()) > options_.heartbeat_timeout_seconds) {
+      summary_.exit_reason = "orchestrator silent";
+      return unavailable(str("rollout ", options_.index, ": nothing heard from the orchestrator for ",
+                             options_.heartbeat_timeout_seconds, " s (heartbeat_timeout_seconds); exiting"));
+    }
+  }
+}
+
+}  // namespace rlrun::rollout

@@ -1,0 +1,105 @@
+// worker.h - the rollout worker's service loop: the control-plane side of `rlrun rollout`.
+//
+// Life: connect a DEALER (identity "rollout-<index>") to the orchestrator, send Register (role
+// rollout) and wait for RegisterAck, then loop until Shutdown:
+//   - drain the control messages that arrived (GenerateRequest -> Scheduler::add, Cancel,
+//     WeightSyncBegin, Shutdown; anything a rollout worker does not serve gets an ErrorReply);
+//   - at the step boundary, load a pending weight sync (WeightUpdater) and answer WeightSyncEnd;
+//   - run one Scheduler::step() and send a GenerateResult per finished sample (with the
+//     correlation id of its GenerateRequest);
+//   - every heartbeat_interval_seconds send a Heartbeat with the worker's stats.
+// When there is nothing to step the loop waits in the socket poll (never busy-spins). The
+// orchestrator answers each Heartbeat; any message from it proves it alive. After
+// heartbeat_timeout_seconds without one, run() returns unavailable (the process exits).
+// Malformed bytes never crash the worker: the control client drops malformed messages (the worker
+// reports each batch of them with an ErrorReply), invalid requests come back as error results.
+//
+// Threads: run() owns the calling thread; the Scheduler, its Model and the Communicator must
+// outlive the Worker and are used only from that thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/control_plane.h"
+#include "common/protocol.h"
+#include "common/status.h"
+#include "engine/communicator.h"
+#include "rollout/scheduler.h"
+#include "rollout/weight_update.h"
+
+namespace rlrun::rollout {
+
+struct WorkerOptions {
+  std::string orchestrator;            // tcp://HOST:PORT of the orchestrator's ControlServer
+  int32_t index = 0;                   // rollout worker index (Register.rank)
+  std::string host;                    // reported in Register ("" = this machine's hostname)
+  std::vector<std::string> devices{"cpu"};
+  double heartbeat_interval_seconds = 1.0;
+  double heartbeat_timeout_seconds = 10.0;  // also bounds the wait for RegisterAck
+  std::chrono::milliseconds idle_wait{50};  // longest socket wait per loop turn when idle
+  int max_messages_per_turn = 256;          // control messages drained between two steps
+  int64_t max_weight_bucket_bytes = int64_t{1} << 32;
+};
+
+// What the worker did, for tests and the final log line.
+struct WorkerSummary {
+  uint64_t results_sent = 0;
+  uint64_t heartbeats_sent = 0;
+  uint64_t weight_syncs = 0;
+  uint64_t errors_sent = 0;       // ErrorReply messages
+  uint64_t malformed_seen = 0;    // messages the control client dropped as malformed
+  std::string exit_reason;
+};
+
+class Worker {
+ public:
+  // weight_comm: the weight-sync group (this worker a receiver), or nullptr when there is none
+  // (a WeightSyncBegin is then answered with WeightSyncEnd{ok = false}).
+  Worker(Scheduler& scheduler, engine::Communicator* weight_comm, WorkerOptions options);
+  ~Worker();
+
+  // Registers and serves. ok after Shutdown; unavailable when the orchestrator cannot be reached
+  // or went silent; other errors for a failed registration.
+  Status run();
+  const WorkerSummary& summary() const { return summary_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Status register_with_orchestrator();
+  // Returns false when the message asks the worker to stop.
+  bool handle(const Message& message);
+  void handle_generate(const GenerateRequest& request, uint64_t correlation_id);
+  void run_weight_sync(const WeightSyncBegin& begin);
+  void send_finished();
+  void send_heartbeat();
+  void send_error(StatusCode code, MessageKind request_kind, const std::string& message, uint64_t correlation_id);
+  void note_malformed();
+  template <WireMessage T> void send(const T& message, uint64_t correlation_id = 0);
+
+  Scheduler& scheduler_;
+  engine::Communicator* weight_comm_;
+  std::unique_ptr<WeightUpdater> updater_;
+  WorkerOptions options_;
+  std::unique_ptr<ControlClient> client_;
+  uint32_t worker_id_ = 0;
+  std::unordered_map<uint64_t, uint64_t> correlation_of_;  // request id -> its GenerateRequest's
+  std::unique_ptr<WeightSyncBegin> pending_sync_;
+  Clock::time_point last_heard_, last_heartbeat_, last_turn_;
+  int64_t tokens_at_last_heartbeat_ = 0;
+  double idle_seconds_ = 0;
+  double last_weight_sync_seconds_ = 0;
+  uint64_t heartbeat_counter_ = 0;
+  WorkerSummary summary_;
+};
+
+// Converts a wire request (validated later by Scheduler::add).
+GenerationRequest to_generation_request(const GenerateRequest& request);
+// Converts a finished sample to its wire result.
+GenerateResult to_generate_result(SampleOutput output);
+
+}  // namespace rlrun::rollout

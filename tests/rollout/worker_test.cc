@@ -1,0 +1,214 @@
+// (f) The rollout worker's loop (in-process, on its own thread) against a ControlServer playing
+// the orchestrator: register, generate, heartbeat, garbage and malformed requests answered with
+// errors while the worker keeps serving, idle without spinning, shutdown, a silent orchestrator.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <ctime>
+#include <functional>
+#include <thread>
+
+#include "common/control_plane.h"
+#include "rollout/worker.h"
+#include "tests/rollout/rollout_test_util.h"
+
+namespace rlrun::rollout {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The worker and everything it borrows, running on a thread.
+struct WorkerThread {
+  std::unique_ptr<engine::Backend> backend = testing::cpu_backend();
+  std::unique_ptr<engine::Model> model = testing::tiny_model(*backend);
+  std::unique_ptr<Scheduler> scheduler = testing::make_scheduler(*model, testing::small_options());
+  std::unique_ptr<Worker> worker;
+  Status status;
+  std::thread thread;
+
+  WorkerThread(const std::string& endpoint, double heartbeat_interval, double heartbeat_timeout) {
+    WorkerOptions o;
+    o.orchestrator = endpoint;
+    o.index = 3;
+    o.host = "test-host";
+    o.heartbeat_interval_seconds = heartbeat_interval;
+    o.heartbeat_timeout_seconds = heartbeat_timeout;
+    worker = std::make_unique<Worker>(*scheduler, nullptr, o);
+    thread = std::thread([this] { status = worker->run(); });
+  }
+  ~WorkerThread() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+// The orchestrator's side: answers heartbeats (echo) and hands everything else to the caller.
+struct FakeOrchestrator {
+  std::unique_ptr<ControlServer> server;
+  std::string peer;
+  std::vector<Heartbeat> heartbeats;
+
+  FakeOrchestrator() {
+    auto s = ControlServer::bind({});
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    server = std::move(s).value();
+  }
+
+  // The next message that is not a heartbeat, within `timeout`.
+  std::optional<Incoming> next(std::chrono::milliseconds timeout = 10000ms) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto in = server->poll(20ms);
+      if (!in.ok()) continue;
+      if (const Heartbeat* hb = in->message.get<Heartbeat>()) {
+        heartbeats.push_back(*hb);
+        EXPECT_TRUE(server->send(in->peer, Heartbeat{}, in->message.correlation_id).ok());
+        continue;
+      }
+      return std::move(in).value();
+    }
+    return std::nullopt;
+  }
+
+  template <class T> T expect(uint64_t* correlation = nullptr) {
+    auto in = next();
+    EXPECT_TRUE(in.has_value()) << "no " << message_kind_name(T::kKind) << " came";
+    if (!in) return T{};
+    const T* m = in->message.get<T>();
+    EXPECT_NE(m, nullptr) << "expected " << message_kind_name(T::kKind) << ", got "
+                          << message_kind_name(in->message.kind());
+    if (correlation != nullptr) *correlation = in->message.correlation_id;
+    return m == nullptr ? T{} : *m;
+  }
+
+  void accept_registration() {
+    auto in = next();
+    ASSERT_TRUE(in.has_value());
+    const Register* reg = in->message.get<Register>();
+    ASSERT_NE(reg, nullptr);
+    EXPECT_EQ(reg->role, Role::kRollout);
+    EXPECT_EQ(reg->rank, 3);
+    EXPECT_EQ(reg->host, "test-host");
+    EXPECT_EQ(reg->pid, static_cast<uint32_t>(getpid()));
+    peer = in->peer;
+    ASSERT_TRUE(server->send(peer, RegisterAck{42, "digest", {}}, in->message.correlation_id).ok());
+  }
+
+  template <class T> void send(const T& m, uint64_t correlation = 0) { ASSERT_TRUE(server->send(peer, m, correlation).ok()); }
+};
+
+GenerateRequest request(uint64_t id, std::vector<int32_t> prompt, uint32_t samples, uint32_t max_tokens) {
+  GenerateRequest r;
+  r.request_id = id;
+  r.prompt_ids = std::move(prompt);
+  r.num_samples = samples;
+  r.temperature = 0;
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+TEST(Worker, ServesRequestsSurvivesGarbageAndShutsDown) {
+  FakeOrchestrator orch;
+  WorkerThread w(orch.server->endpoint(), 0.05, 10.0);
+  orch.accept_registration();
+
+  orch.send(request(1, {1, 2, 3}, 2, 5), 1001);
+  for (int i = 0; i < 2; ++i) {
+    uint64_t corr = 0;
+    const auto r = orch.expect<GenerateResult>(&corr);
+    EXPECT_EQ(corr, 1001u);
+    EXPECT_EQ(r.request_id, 1u);
+    EXPECT_EQ(r.finish_reason, FinishReason::kLength);
+    EXPECT_EQ(r.token_ids.size(), 5u);
+    EXPECT_EQ(r.logprobs.size(), 5u);
+    EXPECT_EQ(r.weight_versions.size(), 5u);
+  }
+
+  // Idle: the loop waits in the socket poll instead of spinning.
+  const std::clock_t cpu0 = std::clock();
+  const auto wall0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - wall0 < 500ms) orch.next(50ms);
+  const double cpu = double(std::clock() - cpu0) / CLOCKS_PER_SEC;
+  EXPECT_LT(cpu, 0.2) << "the idle worker burned " << cpu << " s of CPU in 0.5 s";
+
+  // Garbage frames, a truncated message, a message kind the worker does not serve.
+  Frames garbage;
+  garbage.emplace_back(std::string("this is not rlrun"));
+  ASSERT_TRUE(orch.server->send_frames(orch.peer, std::move(garbage)).ok());
+  EXPECT_EQ(orch.expect<ErrorReply>().code, StatusCode::kProtocol);
+  Frames truncated = encode(request(2, {1, 2}, 1, 3));
+  truncated.pop_back();
+  ASSERT_TRUE(orch.server->send_frames(orch.peer, std::move(truncated)).ok());
+  EXPECT_EQ(orch.expect<ErrorReply>().code, StatusCode::kProtocol);
+  orch.send(TrainBatch{}, 77);
+  uint64_t corr = 0;
+  const auto err = orch.expect<ErrorReply>(&corr);
+  EXPECT_EQ(err.request_kind, static_cast<uint16_t>(MessageKind::kTrainBatch));
+  EXPECT_EQ(corr, 77u);
+
+  // A well-formed but invalid request: an error result, not a crash.
+  orch.send(request(3, {}, 1, 3), 1003);
+  auto bad = orch.expect<GenerateResult>();
+  EXPECT_EQ(bad.finish_reason, FinishReason::kError);
+  EXPECT_NE(bad.error.find("empty"), std::string::npos);
+
+  // No weight-sync group in this worker: the sync is refused, not hung.
+  orch.send(WeightSyncBegin{5, 0, 0, false, {}});
+  const auto end = orch.expect<WeightSyncEnd>();
+  EXPECT_FALSE(end.ok);
+  EXPECT_EQ(end.version, 5u);
+
+  // Held by min_weight_version, then cancelled: comes back cancelled with nothing generated.
+  GenerateRequest held = request(4, {5, 6}, 1, 3);
+  held.min_weight_version = 1;
+  orch.send(held, 1004);
+  orch.send(Cancel{{4}, "off_policy"});
+  const auto cancelled = orch.expect<GenerateResult>();
+  EXPECT_EQ(cancelled.request_id, 4u);
+  EXPECT_EQ(cancelled.finish_reason, FinishReason::kCancelled);
+  EXPECT_TRUE(cancelled.token_ids.empty());
+
+  // Still serving.
+  orch.send(request(5, {7, 8, 9}, 1, 4), 1005);
+  EXPECT_EQ(orch.expect<GenerateResult>().token_ids.size(), 4u);
+  const size_t seen = orch.heartbeats.size();  // wait for two heartbeats sent after the last result
+  const auto hb_deadline = std::chrono::steady_clock::now() + 10s;
+  while (orch.heartbeats.size() < seen + 2 && std::chrono::steady_clock::now() < hb_deadline) orch.next(100ms);
+  ASSERT_GE(orch.heartbeats.size(), seen + 2);
+  const Heartbeat& hb = orch.heartbeats.back();
+  EXPECT_EQ(hb.worker_id, 42u);
+  EXPECT_EQ(hb.tokens_generated, 14u);
+  EXPECT_GT(hb.idle_seconds, 0.3);
+  EXPECT_GT(hb.memory_bytes, 0u);
+  EXPECT_EQ(hb.kv_blocks_used, 0u);
+  EXPECT_EQ(hb.kv_blocks_free, 64u);
+
+  orch.send(Shutdown{"test over"});
+  w.thread.join();
+  EXPECT_TRUE(w.status.ok()) << w.status.to_string();
+  EXPECT_EQ(w.worker->summary().exit_reason, "shutdown: test over");
+  EXPECT_EQ(w.worker->summary().malformed_seen, 2u);
+}
+
+TEST(Worker, ExitsWhenTheOrchestratorGoesSilent) {
+  FakeOrchestrator orch;
+  WorkerThread w(orch.server->endpoint(), 0.05, 0.4);
+  orch.accept_registration();
+  const auto start = std::chrono::steady_clock::now();
+  w.thread.join();  // nobody answers its heartbeats
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(w.status.code(), StatusCode::kUnavailable) << w.status.to_string();
+  EXPECT_GE(waited, 0.35);
+  EXPECT_LT(waited, 5.0);
+}
+
+TEST(Worker, FailsRegistrationWhenNobodyAnswers) {
+  FakeOrchestrator orch;  // binds a port, never reads it
+  WorkerThread w(orch.server->endpoint(), 0.05, 0.3);
+  w.thread.join();
+  EXPECT_EQ(w.status.code(), StatusCode::kUnavailable);
+  EXPECT_NE(w.status.message().find("RegisterAck"), std::string::npos) << w.status.message();
+}
+
+}  // namespace
+}  // namespace rlrun::rollout
