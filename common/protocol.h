@@ -180,7 +180,7 @@ struct GenerateRequest {
   uint32_t first_sample_index = 0;
   float temperature = 1.0f;
   float top_p = 1.0f;
-  uint32_t max_tokens = 0;
+  uint32_t max_tokens = 0;           // 0: until max_model_len
   std::vector<int32_t> stop_token_ids;
   uint64_t seed = 0;
   uint64_t min_weight_version = 0;  // do not start before this weight version is loaded

@@ -98,7 +98,8 @@ std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, co
   }
   for (int i = 0; i < c.inference_num_workers; ++i) {
     const std::string name = str("rollout-", i);
-    ProcessSpec p{name, {exe, "rollout", "--orchestrator", endpoint, "--index", str(i), "--config", config_path},
+    ProcessSpec p{name, {exe, "rollout", "--orchestrator", endpoint, "--index", str(i), "--config", config_path,
+                         "--weight-group-epoch", "0"},
                   {}, str(dir, "/logs/", name, ".log"), "", {}};
     out.push_back({p, WorkerSlot{name, Role::kRollout, i, p.log_path}});
   }

@@ -12,6 +12,7 @@ int cmd_version(const Args& args);
 int cmd_validate(const Args& args);
 int cmd_run(const Args& args);
 int cmd_trainer(const Args& args);
+int cmd_rollout(const Args& args);
 
 namespace {
 
@@ -70,6 +71,30 @@ constexpr Command kCommands[] = {
      "  --timeline PATH                 write this process's Chrome-trace events there\n\n"
      "exit status: 0 after Shutdown, 1 on failure, 2 for bad flags or config.\n",
      cmd_trainer},
+    {"rollout", "run one rollout worker (generation server; the orchestrator starts these)",
+     "usage: rlrun rollout --orchestrator tcp://HOST:PORT --index I (--config PATH | PATH)\n"
+     "                     [--set key=value ...] [--host NAME]\n\n"
+     "Runs one rollout worker: a continuous-batching generation server over a paged KV cache.\n"
+     "It registers with the orchestrator's control plane, serves GenerateRequest (one\n"
+     "GenerateResult per sample as it finishes: tokens, log-probs, weight version per token),\n"
+     "Cancel, WeightSyncBegin (new weights are loaded between decode steps) and Shutdown, and\n"
+     "heartbeats its stats every heartbeat_interval_seconds. It exits when told to, or when the\n"
+     "orchestrator has been silent for heartbeat_timeout_seconds. The orchestrator starts these\n"
+     "processes itself; running one by hand is for debugging.\n\n"
+     "flags:\n"
+     "  --orchestrator tcp://HOST:PORT  the orchestrator's control endpoint (required)\n"
+     "  --index I                       this worker's index among the rollout workers (required)\n"
+     "  --config PATH                   the run's config (or PATH as the positional argument)\n"
+     "  --set key=value                 override a config key (repeatable)\n"
+     "  --host NAME                     host name reported at registration (default: hostname)\n"
+     "  --weight-group-epoch E          join weight-sync group weights-E through the orchestrator\n"
+     "                                  (the orchestrator passes it; without it weights never change)\n\n"
+     "config keys used: model.*, seed, backend, cpu_threads_per_worker, max_model_len,\n"
+     "max_num_seqs, kv_block_size, kv_cache_memory_mb, weight_broadcast_bucket_mb,\n"
+     "heartbeat_interval_seconds, heartbeat_timeout_seconds, log_level.\n\n"
+     "exit status: 0 after Shutdown, 1 when the orchestrator is unreachable or gone or the\n"
+     "engine fails, 2 for bad flags or config.\n",
+     cmd_rollout},
 };
 
 void print_overview() {

@@ -63,10 +63,7 @@ std::string Scheduler::validate(const GenerationRequest& r) const {
   if (!std::isfinite(t) || t < 0) return str("temperature ", t, " is not a finite value >= 0");
   if (!(p > 0 && p <= 1)) return str("top_p ", p, " is not in (0, 1]");
   if (r.max_tokens < 0) return str("max_tokens ", r.max_tokens, " is negative");
-  for (const auto& s : running_)
-    if (s->out.request_id == r.request_id) return str("request id ", r.request_id, " is already being generated");
-  for (const auto& s : waiting_)
-    if (s->out.request_id == r.request_id) return str("request id ", r.request_id, " is already queued");
+  if (is_active(r.request_id)) return str("request id ", r.request_id, " is already being generated");
   return {};
 }
 
@@ -122,6 +119,11 @@ std::vector<SampleOutput> Scheduler::take_finished() {
   std::vector<SampleOutput> out;
   out.swap(finished_);
   return out;
+}
+
+bool Scheduler::is_active(uint64_t request_id) const {
+  auto match = [&](const std::unique_ptr<Sequence>& s) { return s->out.request_id == request_id; };
+  return std::any_of(running_.begin(), running_.end(), match) || std::any_of(waiting_.begin(), waiting_.end(), match);
 }
 
 bool Scheduler::can_step() const {

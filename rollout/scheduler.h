@@ -112,6 +112,8 @@ class Scheduler {
   std::vector<SampleOutput> take_finished();
 
   bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
+  // Whether some sample of the request is still running or waiting.
+  bool is_active(uint64_t request_id) const;
   // Sequences that step() could advance now (waiting ones may be held by min_weight_version).
   bool can_step() const;
   void set_weight_version(uint64_t version) { weight_version_ = version; }

@@ -108,6 +108,15 @@ Status Worker::register_with_orchestrator() {
 }
 
 void Worker::handle_generate(const GenerateRequest& request, uint64_t correlation_id) {
+  if (correlation_of_.count(request.request_id) != 0) {  // answered here: the map keeps the original's
+    GenerateResult error;
+    error.request_id = request.request_id;
+    error.sample_index = request.first_sample_index;
+    error.finish_reason = FinishReason::kError;
+    error.error = str("request ", request.request_id, ": request id is already being generated");
+    send(error, correlation_id);
+    return;
+  }
   correlation_of_[request.request_id] = correlation_id;
   scheduler_.add(to_generation_request(request));
 }
@@ -162,13 +171,14 @@ void Worker::run_weight_sync(const WeightSyncBegin& begin) {
 }
 
 void Worker::send_finished() {
-  for (SampleOutput& out : scheduler_.take_finished()) {
+  std::vector<SampleOutput> finished = scheduler_.take_finished();
+  for (SampleOutput& out : finished) {
     const auto it = correlation_of_.find(out.request_id);
-    const uint64_t correlation = it == correlation_of_.end() ? 0 : it->second;
-    send(to_generate_result(std::move(out)), correlation);
+    send(to_generate_result(std::move(out)), it == correlation_of_.end() ? 0 : it->second);
     ++summary_.results_sent;
   }
-  if (!scheduler_.has_unfinished()) correlation_of_.clear();  // bounded: no request in flight
+  for (const SampleOutput& out : finished)  // request_id survives the move
+    if (!scheduler_.is_active(out.request_id)) correlation_of_.erase(out.request_id);  // its last sample went
 }
 
 void Worker::send_heartbeat() {

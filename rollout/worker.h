@@ -87,7 +87,7 @@ class Worker {
   WorkerOptions options_;
   std::unique_ptr<ControlClient> client_;
   uint32_t worker_id_ = 0;
-  std::unordered_map<uint64_t, uint64_t> correlation_of_;  // request id -> its GenerateRequest's
+  std::unordered_map<uint64_t, uint64_t> correlation_of_;  // request in flight -> its GenerateRequest's
   std::unique_ptr<WeightSyncBegin> pending_sync_;
   Clock::time_point last_heard_, last_heartbeat_, last_turn_;
   int64_t tokens_at_last_heartbeat_ = 0;

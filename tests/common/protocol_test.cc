@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/log.h"
 #include "tests/common/protocol_samples.h"
 
 namespace rlrun {
@@ -106,10 +107,11 @@ TEST(Protocol, RejectsWrongMagicAndVersion) {
   static_cast<char*>(bad_magic[0].data())[0] = 'X';
   EXPECT_THAT(decode_error(std::move(bad_magic)).message(), HasSubstr("bad magic"));
   Frames bad_version = clone(good);
-  static_cast<char*>(bad_version[0].data())[4] = 2;
+  static_cast<char*>(bad_version[0].data())[4] = kProtocolVersion + 1;
   Status s = decode_error(std::move(bad_version));
   EXPECT_EQ(s.code(), StatusCode::kProtocol);
-  EXPECT_THAT(s.message(), AllOf(HasSubstr("version 2"), HasSubstr("speaks version 1")));
+  EXPECT_THAT(s.message(), AllOf(HasSubstr(str("version ", kProtocolVersion + 1)),
+                                 HasSubstr(str("speaks version ", kProtocolVersion))));
 }
 
 TEST(Protocol, RejectsUnknownKindEmptyAndShortHeader) {

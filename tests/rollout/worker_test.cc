@@ -7,11 +7,14 @@
 
 #include <ctime>
 #include <functional>
+#include <future>
 #include <thread>
 
 #include "common/control_plane.h"
+#include "engine/communicator.h"
 #include "rollout/worker.h"
 #include "tests/rollout/rollout_test_util.h"
+#include "trainer/weight_sender.h"
 
 namespace rlrun::rollout {
 namespace {
@@ -140,10 +143,10 @@ TEST(Worker, ServesRequestsSurvivesGarbageAndShutsDown) {
   truncated.pop_back();
   ASSERT_TRUE(orch.server->send_frames(orch.peer, std::move(truncated)).ok());
   EXPECT_EQ(orch.expect<ErrorReply>().code, StatusCode::kProtocol);
-  orch.send(TrainBatch{}, 77);
+  orch.send(TrainResult{}, 77);
   uint64_t corr = 0;
   const auto err = orch.expect<ErrorReply>(&corr);
-  EXPECT_EQ(err.request_kind, static_cast<uint16_t>(MessageKind::kTrainBatch));
+  EXPECT_EQ(err.request_kind, static_cast<uint16_t>(MessageKind::kTrainResult));
   EXPECT_EQ(corr, 77u);
 
   // A well-formed but invalid request: an error result, not a crash.
@@ -188,6 +191,68 @@ TEST(Worker, ServesRequestsSurvivesGarbageAndShutsDown) {
   EXPECT_TRUE(w.status.ok()) << w.status.to_string();
   EXPECT_EQ(w.worker->summary().exit_reason, "shutdown: test over");
   EXPECT_EQ(w.worker->summary().malformed_seen, 2u);
+}
+
+// WeightSyncBegin -> the worker receives the weights from trainer rank 0 (a thread with the
+// trainer's WeightSender) over Gloo at its next step boundary, answers WeightSyncEnd, and samples
+// under the new version from then on.
+TEST(Worker, LoadsNewWeightsWhenTheOrchestratorSaysSo) {
+  FakeOrchestrator orch;
+  auto store = engine::make_in_process_store();
+  auto group = [&](int rank) {
+    engine::GroupOptions g;
+    g.name = "worker-weights";
+    g.rank = rank;
+    g.size = 2;
+    g.timeout = 20000ms;
+    auto comm = engine::make_gloo_communicator(store, g);
+    EXPECT_TRUE(comm.ok()) << comm.status().message();
+    return std::move(comm).value();
+  };
+  std::promise<void> go;
+  std::thread sender([&] {
+    auto comm = group(0);
+    auto backend = testing::cpu_backend();
+    auto trainer_model = testing::tiny_model(*backend, /*seed=*/2);
+    trainer::WeightSender ws(*backend, flat_layout_of(trainer_model->weights()), *comm, 1024);
+    go.get_future().wait();
+    EXPECT_TRUE(ws.send(trainer_model->weights().master_flat(), 1).ok());
+  });
+  Status status;
+  std::thread worker([&] {
+    auto comm = group(1);
+    auto backend = testing::cpu_backend();
+    auto model = testing::tiny_model(*backend);
+    auto scheduler = testing::make_scheduler(*model, testing::small_options());
+    WorkerOptions o;
+    o.orchestrator = orch.server->endpoint();
+    o.index = 3;
+    o.host = "test-host";
+    o.heartbeat_interval_seconds = 0.05;
+    Worker w(*scheduler, comm.get(), o);
+    status = w.run();
+  });
+  orch.accept_registration();
+  orch.send(request(1, {1, 2, 3}, 1, 5));
+  EXPECT_EQ(orch.expect<GenerateResult>().weight_versions.to_vector(), std::vector<int64_t>(5, 0));
+  orch.send(WeightSyncBegin{1, 0, 1024, false, {}});
+  go.set_value();
+  const auto end = orch.expect<WeightSyncEnd>();
+  EXPECT_TRUE(end.ok) << end.error;
+  EXPECT_EQ(end.version, 1u);
+  orch.send(request(2, {1, 2, 3}, 1, 5));
+  const auto after = orch.expect<GenerateResult>();
+  EXPECT_EQ(after.weight_versions.to_vector(), std::vector<int64_t>(5, 1));
+  EXPECT_EQ(after.first_weight_version, 1u);
+  EXPECT_EQ(after.last_weight_version, 1u);
+  const size_t seen = orch.heartbeats.size();
+  while (orch.heartbeats.size() < seen + 1) orch.next(100ms);
+  EXPECT_EQ(orch.heartbeats.back().weight_version, 1u);
+  EXPECT_GT(orch.heartbeats.back().last_weight_sync_seconds, 0.0);
+  orch.send(Shutdown{"done"});
+  worker.join();
+  sender.join();
+  EXPECT_TRUE(status.ok()) << status.to_string();
 }
 
 TEST(Worker, ExitsWhenTheOrchestratorGoesSilent) {

@@ -1,0 +1,107 @@
+// `rlrun rollout`: one rollout worker process (started by the orchestrator's launcher).
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "orchestrator/cli_args.h"
+#include "orchestrator/commands.h"
+#include "orchestrator/model_from_config.h"
+#include "orchestrator/rendezvous.h"
+#include "rollout/scheduler.h"
+#include "rollout/worker.h"
+
+namespace rlrun::orchestrator {
+
+namespace {
+
+Result<int32_t> parse_index(const std::string& text) {
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || v < 0 || v > 1 << 20)
+    return invalid_argument(str("--index `", text, "` is not a worker index (0, 1, ...)"));
+  return static_cast<int32_t>(v);
+}
+
+rollout::SchedulerOptions scheduler_options(const Config& c, const engine::Model& model) {
+  rollout::SchedulerOptions o;
+  o.max_num_seqs = c.max_num_seqs;
+  o.max_model_len = c.max_model_len;
+  o.kv_block_size = c.kv_block_size;
+  o.kv_num_blocks = rollout::kv_blocks_for_budget(model, o, c.kv_cache_memory_mb << 20);
+  return o;
+}
+
+// weight_group_epoch < 0: no weight-sync group (a WeightSyncBegin is answered ok = false).
+int serve(const Config& config, rollout::WorkerOptions options, int weight_group_epoch) {
+  if (config.backend != Backend::kCpu) {
+    log::error("rollout: only backend cpu is implemented for rollout workers so far");
+    return kExitUsage;
+  }
+  const int threads = static_cast<int>(config.cpu_threads_per_worker);
+  Result<std::unique_ptr<engine::Backend>> backend = engine::create_backend("cpu", threads);
+  if (!backend.ok()) return log::error(backend.status().message()), kExitFailed;
+  Result<std::unique_ptr<engine::Model>> model = engine::Model::create(**backend, model_config_from(config.model));
+  if (!model.ok()) return log::error(str("rollout: ", model.status().message())), kExitUsage;
+  // Same seed and init as the trainer's random start; every run's first weight sync replaces it.
+  if (!config.model.checkpoint.empty())
+    log::warn("rollout: model.checkpoint is not loaded by rollout workers yet; generating with random "
+              "weights until the first weight sync");
+  (*model)->weights().init_random(static_cast<uint64_t>(config.seed), static_cast<float>(config.model.init_std));
+  Result<std::unique_ptr<rollout::Scheduler>> scheduler =
+      rollout::Scheduler::create(**model, scheduler_options(config, **model));
+  if (!scheduler.ok()) return log::error(str("rollout: ", scheduler.status().message())), kExitUsage;
+  options.heartbeat_interval_seconds = config.heartbeat_interval_seconds;
+  options.heartbeat_timeout_seconds = config.heartbeat_timeout_seconds;
+  options.max_weight_bucket_bytes = config.weight_broadcast_bucket_mb << 20;
+  // The weight-sync group (trainer rank 0 + every rollout worker), formed through the
+  // orchestrator's rendezvous store before registering: registered means ready.
+  std::unique_ptr<engine::Communicator> weight_comm;
+  if (weight_group_epoch >= 0) {
+    Result<std::unique_ptr<engine::Communicator>> joined =
+        join_group(options.orchestrator, str("rollout-", options.index),
+                   weight_sync_group(config, options.index + 1, weight_group_epoch));
+    if (!joined.ok()) return log::error(str("rollout ", options.index, ": ", joined.status().message())), kExitFailed;
+    weight_comm = std::move(*joined);
+  }
+  rollout::Worker worker(**scheduler, weight_comm.get(), options);
+  const Status s = worker.run();
+  if (!s.ok()) return log::error(s.message()), kExitFailed;
+  log::info(str("rollout ", options.index, ": ", worker.summary().exit_reason, "; ", worker.summary().results_sent,
+                " results sent"));
+  return kExitOk;
+}
+
+}  // namespace
+
+int cmd_rollout(const Args& args) {
+  static constexpr FlagSpec kFlags[] = {
+      {"--orchestrator", true}, {"--index", true}, {"--config", true}, {"--host", true},
+      {"--weight-group-epoch", true}};
+  Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
+  if (!parsed.ok()) return report_usage_error("rollout", parsed.status());
+  std::string path = parsed->config_path;
+  if (parsed->has("--config")) {
+    if (!path.empty()) return report_usage_error("rollout", invalid_argument("give the config once (--config or PATH)"));
+    path = parsed->value("--config");
+  }
+  if (path.empty()) return report_usage_error("rollout", invalid_argument("missing --config PATH; see --help"));
+  if (!parsed->has("--orchestrator"))
+    return report_usage_error("rollout", invalid_argument("missing --orchestrator tcp://HOST:PORT; see --help"));
+  if (!parsed->has("--index")) return report_usage_error("rollout", invalid_argument("missing --index I; see --help"));
+  Result<int32_t> index = parse_index(parsed->value("--index"));
+  if (!index.ok()) return report_usage_error("rollout", index.status());
+  Result<Config> config = load_config(path, parsed->overrides);
+  if (!config.ok()) return report_config_errors("rollout", config.status());
+  log::set_min_level(config->log_level);
+  rollout::WorkerOptions options;
+  options.orchestrator = parsed->value("--orchestrator");
+  options.index = *index;
+  options.host = parsed->value("--host");
+  const std::string epoch = parsed->value("--weight-group-epoch", "-1");
+  return serve(*config, options, epoch == "-1" ? -1 : std::atoi(epoch.c_str()));
+}
+
+}  // namespace rlrun::orchestrator
