@@ -131,7 +131,7 @@ Status run(const Config& config, const std::string& dir, RunOutcome& outcome) {
   (*metrics_server)->add_collectable(process_memory_collectable("orchestrator"));
 
   std::unique_ptr<Launcher> launcher = make_local_launcher();
-  Orchestrator orchestrator(config, *server, *launcher, metrics, **task, tokenizer, slots,
+  Orchestrator orchestrator(config, *server, *launcher, metrics, *task, tokenizer, slots,
                             (fs::path(dir) / "metrics.jsonl").string(), g_interrupted);
   Status status;
   for (const auto& [spec, slot] : specs) {
