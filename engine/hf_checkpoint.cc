@@ -114,7 +114,7 @@ Result<HfCheckpoint> load_hf_checkpoint(const std::string& dir) {
 Status save_hf_checkpoint(const std::string& dir, const ModelConfig& config, std::span<const HostTensor> tensors,
                           DType dtype) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) {
-    return invalid_argument(str("saving checkpoint ", dir, ": dtype ", dtype_name(dtype), " (use F32 or BF16)"));
+    return invalid_argument(str("saving checkpoint ", dir, ": dtype ", safetensors_dtype_name(dtype), " (use F32 or BF16)"));
   }
   RLRUN_ASSIGN_OR_RETURN(std::string config_json,
                          hf_config_json(config, dtype == DType::kF32 ? "float32" : "bfloat16"));

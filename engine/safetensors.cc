@@ -30,7 +30,7 @@ using Json = nlohmann::json;
 
 }  // namespace
 
-const char* dtype_name(DType dtype) {
+const char* safetensors_dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kF32: return "F32";
     case DType::kF16: return "F16";
@@ -41,20 +41,11 @@ const char* dtype_name(DType dtype) {
   return "?";
 }
 
-Result<DType> parse_dtype(std::string_view name) {
+Result<DType> parse_safetensors_dtype(std::string_view name) {
   for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kI64}) {
-    if (name == dtype_name(d)) return d;
+    if (name == safetensors_dtype_name(d)) return d;
   }
   return invalid_argument(str("unsupported dtype `", name, "` (supported: F32, F16, BF16, I32, I64)"));
-}
-
-int64_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: case DType::kI32: return 4;
-    case DType::kF16: case DType::kBF16: return 2;
-    case DType::kI64: return 8;
-  }
-  return 0;
 }
 
 int64_t TensorView::numel() const {
@@ -141,7 +132,7 @@ Result<std::pair<int64_t, int64_t>> parse_tensor_entry(const Json& entry, Tensor
   }
   const Json& dtype = entry["dtype"];
   if (!dtype.is_string()) return invalid_argument("`dtype` is not a string");
-  RLRUN_ASSIGN_OR_RETURN(view.dtype, parse_dtype(dtype.get<std::string>()));
+  RLRUN_ASSIGN_OR_RETURN(view.dtype, parse_safetensors_dtype(dtype.get<std::string>()));
 
   const Json& shape = entry["shape"];
   if (!shape.is_array()) return invalid_argument("`shape` is not an array");
@@ -154,7 +145,7 @@ Result<std::pair<int64_t, int64_t>> parse_tensor_entry(const Json& entry, Tensor
     view.shape.push_back(d);
   }
   int64_t nbytes = 0;
-  if (__builtin_mul_overflow(numel, dtype_size(view.dtype), &nbytes)) {
+  if (__builtin_mul_overflow(numel, static_cast<int64_t>(dtype_size(view.dtype)), &nbytes)) {
     return invalid_argument(str("shape ", shape.dump(), " overflows"));
   }
 
@@ -167,7 +158,7 @@ Result<std::pair<int64_t, int64_t>> parse_tensor_entry(const Json& entry, Tensor
   if (end < begin) return invalid_argument(str("data_offsets [", begin, ", ", end, "] end before begin"));
   if (end - begin != nbytes) {
     return invalid_argument(str("data_offsets [", begin, ", ", end, "] hold ", end - begin,
-                                " bytes but ", dtype_name(view.dtype), " ", shape_string(view.shape),
+                                " bytes but ", safetensors_dtype_name(view.dtype), " ", shape_string(view.shape),
                                 " needs ", nbytes));
   }
   return std::make_pair(begin, end);
@@ -312,7 +303,7 @@ Result<std::vector<float>> tensor_to_f32(const TensorView& view, const std::stri
       return out;
     default:
       return invalid_argument(str("safetensors file ", source, ": tensor `", view.name, "` has dtype ",
-                                  dtype_name(view.dtype), ", expected a float type (F32, BF16, F16)"));
+                                  safetensors_dtype_name(view.dtype), ", expected a float type (F32, BF16, F16)"));
   }
 }
 
@@ -330,7 +321,7 @@ Result<std::vector<uint8_t>> encode_f32(std::span<const float> values, DType dty
       std::memcpy(out.data() + 2 * i, &b, 2);
     }
   } else {
-    return invalid_argument(str("cannot write float tensors as ", dtype_name(dtype), " (use F32 or BF16)"));
+    return invalid_argument(str("cannot write float tensors as ", safetensors_dtype_name(dtype), " (use F32 or BF16)"));
   }
   return out;
 }
@@ -353,10 +344,10 @@ Status write_safetensors(const std::string& path, std::span<const TensorToWrite>
     }
     if (static_cast<uint64_t>(numel) * dtype_size(t.dtype) != t.bytes.size()) {
       return invalid_argument(str("writing ", path, ": tensor `", t.name, "` has ", t.bytes.size(), " bytes but ",
-                                  dtype_name(t.dtype), " ", shape_string(t.shape), " needs ", numel * dtype_size(t.dtype)));
+                                  safetensors_dtype_name(t.dtype), " ", shape_string(t.shape), " needs ", numel * static_cast<int64_t>(dtype_size(t.dtype))));
     }
     const int64_t end = offset + static_cast<int64_t>(t.bytes.size());
-    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, end}}};
+    header[t.name] = {{"dtype", safetensors_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, end}}};
     offset = end;
     pieces.emplace_back(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
   }

@@ -21,14 +21,13 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/tensor.h"
 
 namespace rlrun::engine {
 
-enum class DType { kF32, kF16, kBF16, kI32, kI64 };
-
-const char* dtype_name(DType dtype);           // the safetensors spelling: "F32", "BF16", ...
-Result<DType> parse_dtype(std::string_view name);  // inverse of dtype_name; others are errors
-int64_t dtype_size(DType dtype);               // bytes per element
+// Element types are engine::DType (tensor.h); files may also hold kF16 and kI64.
+const char* safetensors_dtype_name(DType dtype);            // the file's spelling: "F32", "BF16", ...
+Result<DType> parse_safetensors_dtype(std::string_view name);  // inverse; other names are errors
 
 // One tensor of an open file; `bytes` points into the file's buffer (valid while the file lives).
 struct TensorView {

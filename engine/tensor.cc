@@ -13,6 +13,8 @@ size_t dtype_size(DType dtype) {
     case DType::kF32: return 4;
     case DType::kBF16: return 2;
     case DType::kI32: return 4;
+    case DType::kF16: return 2;
+    case DType::kI64: return 8;
   }
   RLRUN_CHECK(false, "unknown dtype");
 }
@@ -22,25 +24,10 @@ const char* dtype_name(DType dtype) {
     case DType::kF32: return "f32";
     case DType::kBF16: return "bf16";
     case DType::kI32: return "i32";
+    case DType::kF16: return "f16";
+    case DType::kI64: return "i64";
   }
   return "?";
-}
-
-float bf16_to_f32(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &wide, sizeof value);
-  return value;
-}
-
-uint16_t f32_to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) {
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN, sign kept
-  }
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);  // round to nearest, ties to even
-  return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
 // ---- Shape ------------------------------------------------------------------------------------

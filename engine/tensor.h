@@ -21,22 +21,24 @@
 #include <string>
 #include <vector>
 
+#include "engine/bf16.h"  // f32_to_bf16 / bf16_to_f32 on the host
+
 namespace rlrun::engine {
 
 class Backend;
 
+// The one element-type enum of the engine. Backends compute with kF32, kBF16 and kI32; kF16 and
+// kI64 exist only as storage types of files (safetensors) and are converted on load.
 enum class DType : uint8_t {
   kF32,   // IEEE float: master weights, gradients, optimizer state, CPU compute, saved statistics
   kBF16,  // bfloat16 stored as uint16_t: CUDA compute, checkpoints, weight broadcast
   kI32,   // token ids, positions, cu_seqlens
+  kF16,   // IEEE half (files only)
+  kI64,   // int64 (files only)
 };
 
 size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);  // "f32", "bf16", "i32"
-
-// bfloat16 <-> float on the host. f32_to_bf16 rounds to nearest even; NaN stays NaN.
-float bf16_to_f32(uint16_t bits);
-uint16_t f32_to_bf16(float value);
+const char* dtype_name(DType dtype);  // "f32", "bf16", "i32", "f16", "i64"
 
 // Up to 4 dimensions, each >= 0. Shape{} is a scalar (rank 0, one element).
 struct Shape {

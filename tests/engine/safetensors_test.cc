@@ -77,7 +77,7 @@ TEST(Safetensors, RoundTripsF32AndBf16ThroughAFile) {
   };
   const std::map<std::string, std::string> metadata = {{"format", "pt"}, {"step", "7"}};
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    const std::string path = dir.file(std::string("rt_") + dtype_name(dtype) + ".safetensors");
+    const std::string path = dir.file(std::string("rt_") + safetensors_dtype_name(dtype) + ".safetensors");
     ASSERT_TRUE(write_safetensors_f32(path, tensors, dtype, metadata).ok());
     Result<SafetensorsFile> file = SafetensorsFile::open(path);
     ASSERT_TRUE(file.ok()) << file.status().to_string();
