@@ -185,8 +185,15 @@ void Orchestrator::finish_group(Group& group) {
   std::vector<float> rewards(group_size_), advantages(group_size_);
   for (uint32_t i = 0; i < group_size_; ++i) rewards[i] = static_cast<float>(group.samples[i].reward);
   if (config_.discard_group_zero_advantage && trainer::group_has_zero_spread(rewards)) {
+    // A policy that never (or always) solves the task gives no group a reward spread: say so
+    // rather than wait in silence.
+    if (++zero_spread_in_a_row_ == 10 * config_.prompts_batch_size_for_trainer)
+      log::warn(str(zero_spread_in_a_row_, " groups in a row had no reward spread and were discarded "
+                    "(discard_group_zero_advantage): no batch can form until the policy sometimes succeeds; "
+                    "set discard_group_zero_advantage: false, or start from a model that solves some prompts"));
     return discard_all("zero_advantage");
   }
+  zero_spread_in_a_row_ = 0;
   const Result<trainer::Algorithm> algorithm = trainer::parse_algorithm(enum_name(config_.algorithm));
   const Status s = algorithm.ok() ? trainer::compute_group_advantages(*algorithm, rewards, advantages)
                                   : algorithm.status();
