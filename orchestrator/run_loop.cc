@@ -94,6 +94,12 @@ Status Orchestrator::handle(const Incoming& in) {
     on_result(*result);
   } else if (const auto* tr = m.get<TrainResult>()) {
     train_results_[static_cast<int>(tr->rank)] = *tr;
+    // The step's resident peaks: sharper than the heartbeats' samples.
+    int64_t& best = outcome_.peak_memory_bytes[in.peer];
+    for (const char* key : {"memory_forward_backward_rss_peak_bytes", "memory_optimizer_rss_peak_bytes"}) {
+      auto it = tr->metrics.find(key);
+      if (it != tr->metrics.end()) best = std::max(best, static_cast<int64_t>(it->second));
+    }
   } else if (const auto* end = m.get<WeightSyncEnd>()) {
     sync_ends_[in.peer] = *end;
   } else if (const auto* err = m.get<ErrorReply>()) {

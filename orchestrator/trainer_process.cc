@@ -107,7 +107,8 @@ class TrainerLoop {
   // ok after Shutdown; unavailable when the orchestrator went silent.
   Status serve() {
     const auto interval = to_ms(config_.heartbeat_interval_seconds);
-    last_heard_ = last_heartbeat_ = Clock::now();
+    last_heard_ = Clock::now();
+    send_heartbeat();  // memory figures from the start, even for a run shorter than an interval
     while (true) {
       Result<Message> m = client_->receive(interval);
       if (m.ok()) {

@@ -70,8 +70,12 @@ TEST(StalenessGate, SimulatedRunTrainsNothingOlderThanTheGateAllows) {
       }
     }
     EXPECT_GT(trainer_step, 100) << "max_async " << max_async;
-    if (in_order) EXPECT_EQ(discarded, 0) << "max_async " << max_async;
-    if (max_async == 0) EXPECT_EQ(discarded, 0) << "synchronous: a batch is one version";
+    if (in_order) {
+      EXPECT_EQ(discarded, 0) << "max_async " << max_async;
+    }
+    if (max_async == 0) {
+      EXPECT_EQ(discarded, 0) << "synchronous: a batch is one version";
+    }
   }
 }
 
