@@ -121,7 +121,7 @@ Status run(const Config& config, const std::string& dir, RunOutcome& outcome) {
 
   std::vector<std::pair<ProcessSpec, WorkerSlot>> specs = worker_specs(config, dir, server->endpoint());
   std::vector<WorkerSlot> slots;
-  std::vector<std::string> rollout_names, processes{"orchestrator"};
+  std::vector<std::string> rollout_names, processes;  // the orchestrator's own: process_memory_collectable
   for (const auto& [spec, slot] : specs) {
     slots.push_back(slot);
     processes.push_back(slot.name);

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/memory.h"
 #include "common/timeline.h"
+#include "orchestrator/model_from_config.h"
 
 namespace rlrun::orchestrator {
 
@@ -41,6 +42,7 @@ Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher
     if (auto id = tokenizer_.token_to_id(name)) stop_ids_.push_back(*id);
   }
   last_tick_ = Clock::now();
+  weight_bytes_ = model_config_from(config.model).num_parameters() * static_cast<int64_t>(sizeof(float));
 }
 
 WorkerSlot* Orchestrator::worker_by_name(const std::string& name) {
@@ -142,7 +144,7 @@ Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
   }
   metrics_.queue_depth->Set(static_cast<double>(ready_.size()));
   metrics_.in_flight_groups->Set(static_cast<double>(groups_.size()));
-  metrics_.async_level->Set(static_cast<double>(gate_.async_level(outstanding_groups())));
+  metrics_.async_level->Set(static_cast<double>(gate_.current_async_level(outstanding_groups())));
   return Status();
 }
 
@@ -184,6 +186,7 @@ Status Orchestrator::weight_sync(uint64_t version) {
   }
   last_sync_seconds_ = seconds_since(start);
   metrics_.weight_sync_seconds->Increment(last_sync_seconds_);
+  metrics_.weight_sync_bytes->Increment(static_cast<double>(weight_bytes_));
   return Status();
 }
 
@@ -215,7 +218,7 @@ void Orchestrator::write_step_line(const std::map<std::string, double>& trainer_
                          ",\"reward_std\":", json_number(reward_std), ",\"wait_seconds\":", json_number(wait_s),
                          ",\"train_seconds\":", json_number(train_s), ",\"weight_sync_seconds\":", json_number(sync_s),
                          ",\"tokens_trained\":", tokens, ",\"tokens_generated_total\":", outcome_.tokens_generated,
-                         ",\"async_level\":", gate_.async_level(outstanding_groups()),
+                         ",\"async_level\":", gate_.current_async_level(outstanding_groups()),
                          ",\"discarded_total\":", ledger_.summary().discarded_total(), ",\"trainer\":{");
   bool first = true;
   for (const auto& [key, value] : trainer_metrics) {

@@ -166,6 +166,7 @@ class Orchestrator {
   Clock::time_point last_tick_, loop_start_;
   bool looping_ = false, trainer_waiting_ = false;
   double last_sync_seconds_ = 0;
+  int64_t weight_bytes_ = 0;  // f32 parameters sent per sync (flat buffer)
 };
 
 }  // namespace rlrun::orchestrator

@@ -30,8 +30,13 @@ class StalenessGate {
  public:
   explicit StalenessGate(GateOptions options) : options_(options) {}
 
-  // outstanding_groups: dispatched groups not yet trained nor dropped.
+  // outstanding_groups: dispatched groups not yet trained nor dropped. The async level of the
+  // next group dispatched (what the gate judges) ...
   int64_t async_level(int64_t outstanding_groups) const { return outstanding_groups / options_.batch_groups; }
+  // ... and of the newest group already out (what the async_level gauge shows; 0 with none out).
+  int64_t current_async_level(int64_t outstanding_groups) const {
+    return outstanding_groups <= 0 ? 0 : (outstanding_groups - 1) / options_.batch_groups;
+  }
   bool may_dispatch(int64_t outstanding_groups) const {
     return async_level(outstanding_groups) <= options_.max_async_rollout;
   }

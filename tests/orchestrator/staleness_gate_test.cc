@@ -16,6 +16,9 @@ TEST(StalenessGate, SynchronousAllowsOneBatchOutstanding) {
   EXPECT_TRUE(gate.may_dispatch(3));
   EXPECT_FALSE(gate.may_dispatch(4));  // a whole batch outstanding: wait for the trainer
   EXPECT_EQ(gate.async_level(4), 1);
+  EXPECT_EQ(gate.current_async_level(4), 0);  // the newest group out is for the next step
+  EXPECT_EQ(gate.current_async_level(5), 1);
+  EXPECT_EQ(gate.current_async_level(0), 0);
   EXPECT_FALSE(gate.too_stale(5, 5));
   EXPECT_TRUE(gate.too_stale(4, 5));
 }
