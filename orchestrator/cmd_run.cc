@@ -197,7 +197,10 @@ int cmd_run(const Args& args) {
   if (Status s = write_summary(summary, outcome, wall); !s.ok()) log::error(s.message());
   global_timeline().close();
   std::vector<std::string> timelines{own_timeline};
-  for (int r = 0; r < config.trainer_num_workers; ++r) timelines.push_back(timeline_path(*dir, str("trainer-", r)));
+  for (int r = 0; r < config.trainer_num_workers; ++r) {
+    const std::string path = timeline_path(*dir, str("trainer-", r));
+    if (fs::exists(path)) timelines.push_back(path);  // absent when the run stopped before it started
+  }
   if (Status s = merge_timelines(timelines, (fs::path(*dir) / "timeline.json").string()); !s.ok()) log::warn(s.message());
   log::info(str("summary: ", summary, " (", outcome.steps_completed, " steps in ", wall, " s, exit: ", outcome.exit, ")"));
   if (status.ok()) return kExitOk;
