@@ -12,9 +12,10 @@ namespace {
 constexpr uint64_t kMaxMetadataBytes = uint64_t{256} << 20;
 }
 
-WeightReceiver::WeightReceiver(Backend& backend, FlatLayout own, Communicator& comm, int64_t max_bucket_bytes)
+WeightReceiver::WeightReceiver(Backend& backend, FlatLayout own, Communicator& comm, bool host_staging,
+                               int64_t max_bucket_bytes)
     : backend_(backend), own_(std::move(own)), own_digest_(layout_digest(own_)), comm_(comm),
-      max_bucket_bytes_(max_bucket_bytes) {}
+      host_staging_(host_staging), max_bucket_bytes_(max_bucket_bytes) {}
 
 Status WeightReceiver::check_layout(const WeightSyncHeader& header, WeightReceiveReport& report) {
   if (header.has_metadata) {
@@ -51,17 +52,18 @@ Status WeightReceiver::receive_buckets(const WeightSyncHeader& header, const Ten
     return protocol_error(str("weight sync: bucket of ", header.bucket_elements, " elements exceeds this worker's limit of ",
                               max_bucket_bytes_, " bytes"));
   }
-  std::vector<float> host(bucket);
-  report.staging_bytes = static_cast<int64_t>(bucket * sizeof(float));
-  Tensor staging;  // f32 device buffer when the destination is not plain host f32
-  const bool direct = dst != nullptr && backend_.is_host() && dst->dtype() == DType::kF32;
-  if (dst != nullptr && !direct) {
+  std::vector<float> host(host_staging_ ? bucket : 0);
+  report.staging_bytes = static_cast<int64_t>(host.size() * sizeof(float));
+  Tensor staging;  // f32 device buffer when the destination is not plain host f32, or no host staging
+  const bool direct = host_staging_ && dst != nullptr && backend_.is_host() && dst->dtype() == DType::kF32;
+  if ((dst != nullptr && !direct) || !host_staging_) {
     staging = backend_.zeros(Shape{static_cast<int64_t>(bucket)}, DType::kF32);
     report.staging_bytes += static_cast<int64_t>(staging.nbytes());
   }
   for (uint64_t begin = 0; begin < total; begin += bucket) {
     const uint64_t n = std::min(bucket, total - begin);
-    RLRUN_RETURN_IF_ERROR(comm_.broadcast(host.data(), n, CommDType::kF32, 0));
+    const Tensor stage = staging.defined() ? staging.rows(0, static_cast<int64_t>(n)) : Tensor();
+    RLRUN_RETURN_IF_ERROR(comm_.broadcast(host_staging_ ? host.data() : stage.data(), n, CommDType::kF32, 0));
     report.bytes += static_cast<int64_t>(n * sizeof(float));
     ++report.buckets;
     if (dst == nullptr) continue;  // draining
@@ -69,8 +71,7 @@ Status WeightReceiver::receive_buckets(const WeightSyncHeader& header, const Ten
     if (direct) {
       backend_.copy_from_host(out, host.data(), n * sizeof(float));
     } else {
-      const Tensor stage = staging.rows(0, static_cast<int64_t>(n));
-      backend_.copy_from_host(stage, host.data(), n * sizeof(float));
+      if (host_staging_) backend_.copy_from_host(stage, host.data(), n * sizeof(float));
       backend_.convert(out, stage);
     }
   }

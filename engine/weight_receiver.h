@@ -1,9 +1,10 @@
 // weight_receiver.h - the receiving side of a weight sync (rollout workers; wire format in
 // weight_sync.h). The sender is trainer/weight_sender.h.
 //
-// Memory: each bucket is received into ONE host buffer of the bucket's size and copied into the
-// destination weights (through one bucket-sized f32 device buffer when the destination is bf16 or
-// lives off the host), so a sync costs at most a bucket (two for bf16) beyond the weights.
+// Memory: each bucket is received into ONE bucket-sized buffer (host, or device without host
+// staging) and copied into the destination weights (through one bucket-sized f32 device buffer
+// when the destination is bf16 or lives off the host), so a sync costs at most two buckets beyond
+// the weights.
 // The layout arrives once (first sync) and is checked against this worker's own layout, then
 // cached: later syncs carry its digest only. On a layout mismatch the receiver still drains the
 // sync's buckets (without writing them) so the group stays in step, then returns the error.
@@ -32,8 +33,12 @@ struct WeightReceiveReport {
 class WeightReceiver {
  public:
   // own: this worker's layout (what dst holds); comm: the weight-sync group, sender = rank 0.
-  // max_bucket_bytes bounds what a (possibly corrupt) header may make us allocate.
-  WeightReceiver(Backend& backend, FlatLayout own, Communicator& comm, int64_t max_bucket_bytes = int64_t{1} << 32);
+  // host_staging (weight_broadcast_cpu_staging): comm moves host memory (Gloo): buckets land in a
+  // host buffer; otherwise they are received straight into a backend buffer (NCCL on a device;
+  // on a host backend both are host memory). max_bucket_bytes bounds what a (possibly corrupt) header may make us
+  // allocate.
+  WeightReceiver(Backend& backend, FlatLayout own, Communicator& comm, bool host_staging = true,
+                 int64_t max_bucket_bytes = int64_t{1} << 32);
 
   // Receives one sync into dst (f32 or bf16 (P) on the backend). Blocks until the sync ends.
   // Errors: collective failures, protocol_error for a malformed header/metadata, invalid_argument
@@ -51,6 +56,7 @@ class WeightReceiver {
   FlatLayout own_;
   uint64_t own_digest_;
   Communicator& comm_;
+  bool host_staging_;
   int64_t max_bucket_bytes_;
   uint64_t cached_digest_ = 0;  // digest of the last metadata that matched own_ (0 = none yet)
 };

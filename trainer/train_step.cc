@@ -14,6 +14,14 @@ using engine::Tensor;
 
 namespace {
 
+// Resident peak of the latest occurrence of `phase` (-1 if it never completed).
+int64_t last_rss_peak(const PeakMemoryTracker& tracker, const std::string& phase) {
+  for (const PeakMemoryTracker::PhasePeak& p : tracker.peaks()) {
+    if (p.phase == phase) return p.last_peak_bytes;
+  }
+  return -1;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -34,7 +42,7 @@ class PhaseScope {
     out_.raised_peak = out_.raised_peak || out_.backend_peak_bytes > peak_before_;
     if (tracker_ != nullptr) {
       tracker_->end();
-      out_.rss_peak_bytes = tracker_->peak(name_);
+      out_.rss_peak_bytes = std::max(out_.rss_peak_bytes, last_rss_peak(*tracker_, name_));
     }
   }
 
@@ -96,7 +104,8 @@ Trainer::Trainer(const TrainerOptions& options, TrainableModel& model, engine::C
   if (weight_comm_ != nullptr) {
     engine::FlatLayout layout{model_.param_specs(), model_.flat_size(), "f32"};
     sender_ = std::make_unique<WeightSender>(model_.backend(), std::move(layout), *weight_comm_,
-                                             options_.weight_broadcast_bucket_mb << 20);
+                                             options_.weight_broadcast_bucket_mb << 20,
+                                             options_.weight_broadcast_cpu_staging);
   }
 }
 
@@ -130,6 +139,9 @@ Result<PolicyLossResult> Trainer::run_micro_batch(const MicroBatch& mb, std::spa
   PolicyLossInputs in;
   in.logprobs = logprobs;
   in.old_logprobs = clip_ref.empty() ? std::span<const float>(mb.rollout_logprobs) : clip_ref;
+  // ppo_clip_ref_logprobs: batch with one minibatch: the weights have not moved yet, so the
+  // reference IS this forward's log-probs (detached); no recomputation pass was run.
+  if (clip_ref.empty() && cfg.ppo_clip_ref == ClipReference::kBatch) in.old_logprobs = logprobs;
   if (cfg.use_tis) in.rollout_logprobs = mb.rollout_logprobs;
   if (cfg.kl_coef > 0) in.ref_logprobs = mb.ref_logprobs;
   in.entropy = entropy;
@@ -193,16 +205,37 @@ Result<MinibatchReport> Trainer::run_minibatch(std::span<const MicroBatch> micro
   return mb_report;
 }
 
-Result<StepReport> Trainer::train(std::span<const MicroBatch> micro_batches) {
+Status Trainer::check_batch_everywhere(std::span<const MicroBatch> micro_batches) {
   const int64_t count = static_cast<int64_t>(micro_batches.size());
+  Status mine;
   if (count < options_.number_of_minibatches) {
-    return invalid_argument(str("trainer: ", count, " micro-batches cannot make number_of_minibatches = ",
+    mine = invalid_argument(str("trainer: ", count, " micro-batches cannot make number_of_minibatches = ",
                                 options_.number_of_minibatches, " minibatches"));
   }
+  for (size_t i = 0; i < micro_batches.size() && mine.ok(); ++i) {
+    mine = validate_micro_batch(micro_batches[i], options_.loss.kl_coef > 0).with_context(str("micro-batch ", i));
+  }
+  // Every rank learns whether all ranks can run the same collectives, before the first one.
+  const double local[2] = {static_cast<double>(count), mine.ok() ? 0.0 : 1.0};
+  RLRUN_ASSIGN_OR_RETURN(std::vector<double> all, all_gather_doubles(trainer_comm_, local));
+  if (!mine.ok()) return mine;
+  for (size_t r = 0; 2 * r < all.size(); ++r) {
+    if (all[2 * r + 1] != 0.0) return invalid_argument(str("trainer: rank ", r, " rejected its micro-batches"));
+    if (all[2 * r] != static_cast<double>(count)) {
+      return invalid_argument(str("trainer: rank ", r, " got ", all[2 * r], " micro-batches, this rank ", count,
+                                  "; every rank must get the same number"));
+    }
+  }
+  return Status();
+}
+
+Result<StepReport> Trainer::train(std::span<const MicroBatch> micro_batches) {
+  RLRUN_RETURN_IF_ERROR(check_batch_everywhere(micro_batches));
+  const int64_t count = static_cast<int64_t>(micro_batches.size());
   if (!model_.has_grads()) model_.restore_grads();
   StepReport report;
   std::vector<std::vector<float>> clip_ref;
-  if (options_.loss.ppo_clip_ref == ClipReference::kBatch) {
+  if (options_.loss.ppo_clip_ref == ClipReference::kBatch && options_.number_of_minibatches > 1) {
     const auto start = std::chrono::steady_clock::now();
     RLRUN_ASSIGN_OR_RETURN(clip_ref, recompute_logprobs(micro_batches));
     report.seconds_recompute = seconds_since(start);
@@ -244,7 +277,7 @@ Result<WeightSendReport> Trainer::send_weights(uint64_t version) {
   if (!sent.ok()) return sent.status();
   WeightSendReport report = std::move(sent).value();
   report.freed_grad_buffers = free_grads;
-  if (memory_ != nullptr) report.rss_peak_bytes = memory_->peak("weight_send");
+  if (memory_ != nullptr) report.rss_peak_bytes = last_rss_peak(*memory_, "weight_send");
   return report;
 }
 

@@ -2,7 +2,8 @@
 //
 // One train(batch) call (design "A sample's life", step 7) on every trainer rank, collectively:
 //   0. ppo_clip_ref_logprobs: batch -> recompute every micro-batch's log-probs with the current
-//      weights (no grad) as the PPO clip reference; rollout -> use the rollout log-probs.
+//      weights (no grad) as the PPO clip reference (with one minibatch the training forward's own
+//      log-probs are that reference: no extra pass); rollout -> use the rollout log-probs.
 //   for each of number_of_minibatches consecutive slices of the micro-batches:
 //   1. D = sum over all micro-batches of all ranks of policy_loss_normaliser (exact, in double);
 //   2. per micro-batch: model forward (log-probs, entropy) -> policy_loss share with D -> model
@@ -44,12 +45,14 @@ struct TrainerOptions {
   double learning_rate = 1e-5;
   int64_t weight_broadcast_bucket_mb = 256;
   bool weight_broadcast_free_grad_buffers = false;
+  bool weight_broadcast_cpu_staging = true;  // weight_comm moves host memory (Gloo); see weight_sender.h
 };
 
 // Memory of one phase. Backend bytes are the backend's allocator (device memory on cuda, heap on
 // cpu); the backend only keeps a lifetime peak, so `backend_peak_bytes` is the lifetime peak at
 // the end of the phase and `raised_peak` says whether this phase set it. rss_peak_bytes is the
-// process's resident peak during the phase (common/memory.h), -1 without a tracker.
+// process's resident peak during the phase (common/memory.h; the max over this step's
+// minibatches), -1 without a tracker.
 struct PhaseMemory {
   int64_t backend_in_use_begin = 0;
   int64_t backend_in_use_end = 0;
@@ -114,6 +117,8 @@ class Trainer {
  private:
   Trainer(const TrainerOptions& options, TrainableModel& model, engine::Communicator* trainer_comm,
           engine::Communicator* weight_comm, PeakMemoryTracker* memory, std::unique_ptr<Optimizer> optimizer);
+  // Validates this rank's micro-batches and agrees with every rank that all of them can train.
+  Status check_batch_everywhere(std::span<const MicroBatch> micro_batches);
   Result<std::vector<std::vector<float>>> recompute_logprobs(std::span<const MicroBatch> micro_batches);
   Result<MinibatchReport> run_minibatch(std::span<const MicroBatch> micro_batches,
                                         const std::vector<std::vector<float>>* clip_ref, size_t first,

@@ -1,5 +1,7 @@
 #include "trainer/trainable_model.h"
 
+#include <cmath>
+
 #include "common/log.h"
 
 namespace rlrun::trainer {
@@ -25,6 +27,34 @@ Status check_cu_seqlens(std::span<const int32_t> cu, size_t n) {
 }
 
 }  // namespace
+
+Status validate_micro_batch(const MicroBatch& mb, bool with_ref) {
+  const size_t n = mb.input_ids.size();
+  if (n == 0) return Status();  // an empty padding micro-batch
+  auto bad = [&](const char* field, size_t got) {
+    return invalid_argument(str("micro-batch: `", field, "` has ", got, " entries for ", n, " tokens"));
+  };
+  if (mb.position_ids.size() != n) return bad("position_ids", mb.position_ids.size());
+  if (mb.targets.size() != n) return bad("targets", mb.targets.size());
+  if (mb.loss_mask.size() != n) return bad("loss_mask", mb.loss_mask.size());
+  if (mb.rollout_logprobs.size() != n) return bad("rollout_logprobs", mb.rollout_logprobs.size());
+  if (with_ref && mb.ref_logprobs.size() != n) return bad("ref_logprobs", mb.ref_logprobs.size());
+  RLRUN_RETURN_IF_ERROR(check_cu_seqlens(mb.cu_seqlens, n));
+  const size_t seqs = mb.cu_seqlens.size() - 1;
+  if (mb.advantages.size() != seqs && mb.advantages.size() != n) {
+    return invalid_argument(str("micro-batch: `advantages` has ", mb.advantages.size(), " entries; expected one per "
+                                "sequence (", seqs, ") or per token (", n, ")"));
+  }
+  for (size_t i = 0; i < mb.advantages.size(); ++i) {
+    if (!std::isfinite(mb.advantages[i])) return invalid_argument(str("micro-batch: advantages[", i, "] is not finite"));
+  }
+  for (size_t t = 0; t < n; ++t) {
+    if (mb.loss_mask[t] && !std::isfinite(mb.rollout_logprobs[t])) {
+      return invalid_argument(str("micro-batch: rollout_logprobs[", t, "] of a trained token is not finite"));
+    }
+  }
+  return Status();
+}
 
 Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                                     std::span<const int32_t> cu_seqlens, std::span<const uint8_t> loss_mask,

@@ -52,6 +52,11 @@ Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<c
                                     std::span<const int32_t> cu_seqlens, std::span<const uint8_t> loss_mask,
                                     std::span<const float> advantages, std::span<const float> rollout_logprobs);
 
+// invalid_argument naming the array at fault unless every array has its documented size,
+// cu_seqlens is valid, advantages and trained tokens' rollout log-probs are finite and (with_ref)
+// ref_logprobs is present. Token ids are the model's to check.
+Status validate_micro_batch(const MicroBatch& mb, bool with_ref);
+
 struct ModelForward {
   engine::Tensor logprobs;  // (N, f32) on the backend: log p(targets[t]); 0 where target < 0
   engine::Tensor entropy;   // (N, f32) entropy of each predicted distribution (nats)

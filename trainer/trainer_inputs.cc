@@ -31,6 +31,8 @@ Result<TrainerOptions> trainer_options_from_config(const Config& c, std::functio
   o.learning_rate_at = std::move(learning_rate_at);
   o.weight_broadcast_bucket_mb = c.weight_broadcast_bucket_mb;
   o.weight_broadcast_free_grad_buffers = c.weight_broadcast_free_grad_buffers;
+  // Gloo (backend cpu) always moves host memory; NCCL moves device memory unless asked to stage.
+  o.weight_broadcast_cpu_staging = c.backend == rlrun::Backend::kCpu || c.weight_broadcast_cpu_staging;
   RLRUN_RETURN_IF_ERROR(validate_policy_loss_config(o.loss));
   return o;
 }

@@ -11,10 +11,11 @@ namespace rlrun::trainer {
 using engine::CommDType;
 
 WeightSender::WeightSender(engine::Backend& backend, engine::FlatLayout layout, engine::Communicator& comm,
-                           int64_t bucket_bytes)
+                           int64_t bucket_bytes, bool host_staging)
     : backend_(backend), layout_(std::move(layout)), metadata_(engine::encode_layout(layout_)),
       digest_(engine::layout_digest(layout_)), comm_(comm),
-      bucket_elements_(std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(sizeof(float)))) {
+      bucket_elements_(std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(sizeof(float)))),
+      host_staging_(host_staging && !backend.is_host()) {
   RLRUN_CHECK(comm_.rank() == 0, "the weight sender must be rank 0 of the weight-sync group");
 }
 
@@ -40,13 +41,13 @@ Result<WeightSendReport> WeightSender::send(const engine::Tensor& params, uint64
   backend_.synchronize();
   report.backend_in_use_during = static_cast<int64_t>(backend_.bytes_in_use());
   std::vector<float> staging;
-  if (!backend_.is_host()) staging.resize(static_cast<size_t>(std::min(bucket_elements_, layout_.flat_elements)));
+  if (host_staging_) staging.resize(static_cast<size_t>(std::min(bucket_elements_, layout_.flat_elements)));
   report.staging_bytes = static_cast<int64_t>(staging.size() * sizeof(float));
   for (int64_t begin = 0; begin < layout_.flat_elements; begin += bucket_elements_) {
     const int64_t end = std::min(begin + bucket_elements_, layout_.flat_elements);
     const engine::Tensor bucket = params.rows(begin, end);
     void* data = bucket.data();
-    if (!backend_.is_host()) {
+    if (host_staging_) {
       backend_.copy_to_host(staging.data(), bucket, bucket.nbytes());
       data = staging.data();
     }

@@ -1,9 +1,9 @@
 // weight_sender.h - trainer rank 0 sends its flat parameters to every rollout worker (design step
 // 8; wire format in engine/weight_sync.h, receiver in engine/weight_receiver.h).
 //
-// The flat f32 buffer is broadcast from root 0 in buckets of `bucket_bytes`. On a host backend the
-// buckets are broadcast straight out of the parameter buffer (no staging copy); otherwise each
-// bucket is staged through one host buffer of bucket size. The layout metadata goes out on the
+// The flat f32 buffer is broadcast from root 0 in buckets of `bucket_bytes`, straight out of the
+// parameter buffer (no copy) on a host backend or without host staging; with host staging on a
+// device backend each bucket goes through one host buffer of bucket size. The layout metadata goes out on the
 // first send() and whenever resend_metadata() was called (a receiver rejoined); other sends carry
 // its digest only.
 // Threads: the thread driving the backend.
@@ -35,7 +35,10 @@ struct WeightSendReport {
 class WeightSender {
  public:
   // comm: the weight-sync group; this process must be its rank 0. bucket_bytes >= 4.
-  WeightSender(engine::Backend& backend, engine::FlatLayout layout, engine::Communicator& comm, int64_t bucket_bytes);
+  // host_staging (weight_broadcast_cpu_staging): comm moves host memory, so a device backend's
+  // buckets go through one host buffer; otherwise they are broadcast from device memory (NCCL).
+  WeightSender(engine::Backend& backend, engine::FlatLayout layout, engine::Communicator& comm, int64_t bucket_bytes,
+               bool host_staging = true);
 
   // Sends params (f32 (P) on the backend) as `version`. Collective over the group.
   Result<WeightSendReport> send(const engine::Tensor& params, uint64_t version);
@@ -49,6 +52,7 @@ class WeightSender {
   uint64_t digest_;
   engine::Communicator& comm_;
   int64_t bucket_elements_;
+  bool host_staging_;
   bool metadata_sent_ = false;
 };
 

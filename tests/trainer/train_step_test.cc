@@ -88,6 +88,27 @@ TEST(TrainStep, TwoRanksWithHalfTheBatchEachEqualOneRank) {
   }
 }
 
+TEST(TrainStep, ABadBatchOnOneRankFailsEveryRankWithoutHanging) {
+  const auto seqs = testing::random_sequences(4, kVocab, 6);
+  for (int bad_kind : {0, 1}) {
+    std::vector<Status> results(2);
+    run_group(2, [&](int rank, engine::Communicator& comm) {
+      auto backend = cpu_backend();
+      BigramTestDouble model(*backend, kVocab, 7);
+      auto trainer = Trainer::create(base_options(), model, &comm);
+      ASSERT_TRUE(trainer.ok());
+      std::vector<MicroBatch> mbs = {pack(seqs, {2 * rank}), pack(seqs, {2 * rank + 1})};
+      if (rank == 1 && bad_kind == 0) mbs[1].loss_mask.pop_back();  // malformed
+      if (rank == 1 && bad_kind == 1) mbs.push_back(pack(seqs, {0}));  // one micro-batch too many
+      results[rank] = (*trainer)->train(mbs).status();
+    }, "bad" + std::to_string(bad_kind));
+    EXPECT_FALSE(results[0].ok());
+    EXPECT_FALSE(results[1].ok());
+    EXPECT_NE(results[bad_kind == 0 ? 1 : 0].message().find(bad_kind == 0 ? "loss_mask" : "same number"),
+              std::string::npos) << results[0].message() << " / " << results[1].message();
+  }
+}
+
 TEST(TrainStep, MoreMicroBatchesGiveTheSameUpdate) {
   const auto seqs = testing::random_sequences(9, kVocab, 2);
   TrainerOptions o = base_options();
@@ -113,6 +134,15 @@ TEST(TrainStep, BatchClipReferenceStartsAtRatioOne) {
   EXPECT_NEAR(first.ratio_max, 1.0, 1e-6);
   const PolicyLossStats& second = reports[0].minibatches[1].loss.stats;
   EXPECT_GT(second.ratio_max - second.ratio_min, 1e-6);  // after one update the policy moved
+  EXPECT_GT(reports[0].seconds_recompute, 0.0);
+  // One minibatch: no recomputation pass, and the ratio is exactly 1.
+  o.number_of_minibatches = 1;
+  reports.clear();
+  train_single(o, mbs, 1, &reports);
+  EXPECT_EQ(reports[0].seconds_recompute, 0.0);
+  EXPECT_EQ(reports[0].minibatches[0].loss.stats.ratio_min, 1.0);
+  EXPECT_EQ(reports[0].minibatches[0].loss.stats.ratio_max, 1.0);
+  o.number_of_minibatches = 2;
   // With the rollout reference the ratios reflect the (random) rollout log-probs.
   o.loss.ppo_clip_ref = ClipReference::kRollout;
   reports.clear();
@@ -154,9 +184,34 @@ TEST(TrainStep, ReportsMetricsAndValidates) {
   MicroBatch bad = pack(seqs, {0, 1});
   bad.cu_seqlens.back() += 1;
   EXPECT_FALSE((*trainer)->train(std::vector<MicroBatch>{bad, bad}).ok());
+  bad = pack(seqs, {0, 1});
+  bad.advantages[1] = NAN;
+  EXPECT_FALSE((*trainer)->train(std::vector<MicroBatch>{bad, bad}).ok());
+  bad = pack(seqs, {0, 1});
+  for (size_t t = 0; t < bad.loss_mask.size(); ++t) {
+    if (bad.loss_mask[t]) bad.rollout_logprobs[t] = INFINITY;
+  }
+  auto inf = (*trainer)->train(std::vector<MicroBatch>{bad, bad});
+  ASSERT_FALSE(inf.ok());
+  EXPECT_NE(inf.status().message().find("rollout_logprobs"), std::string::npos) << inf.status().message();
   TrainerOptions zero = base_options();
   zero.number_of_minibatches = 0;
   EXPECT_FALSE(Trainer::create(zero, model, nullptr).ok());
+}
+
+TEST(TrainStep, PhaseMemoryWithAResidentMemoryTracker) {
+  const auto seqs = testing::random_sequences(4, kVocab, 8);
+  auto backend = cpu_backend();
+  BigramTestDouble model(*backend, kVocab, 7);
+  PeakMemoryTracker memory;
+  auto trainer = Trainer::create(base_options(), model, nullptr, nullptr, &memory);
+  ASSERT_TRUE(trainer.ok());
+  auto r = (*trainer)->train(std::vector<MicroBatch>{pack(seqs, {0, 1}), pack(seqs, {2, 3})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_GT(r->memory_forward_backward.rss_peak_bytes, 0);
+  EXPECT_GT(r->memory_optimizer.rss_peak_bytes, 0);
+  EXPECT_GE(r->memory_forward_backward.backend_peak_bytes, r->memory_forward_backward.backend_in_use_begin);
+  EXPECT_GT(r->metrics().at("memory_optimizer_rss_peak_bytes"), 0.0);
 }
 
 TEST(MicroBatch, ShiftsTokenAlignedArraysToPredictions) {
