@@ -164,6 +164,7 @@ void Worker::run_weight_sync(const WeightSyncBegin& begin) {
                       report->version, "; using the sender's"));
       end.version = report->version;
       scheduler_.set_weight_version(report->version);
+      last_heard_ = Clock::now();  // the sync it ordered just completed: do not count its length as silence
       ++summary_.weight_syncs;
     }
   }

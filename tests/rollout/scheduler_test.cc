@@ -73,7 +73,57 @@ TEST(Scheduler, SampledLogprobsEqualTrainingLogprobs) {
   RecordProperty("max_logprob_mismatch", std::to_string(worst));
   EXPECT_LT(worst, 1e-4);
   EXPECT_NE(out.at({7, 0}).tokens, out.at({7, 1}).tokens) << "samples of one request share a random stream";
+}
 
+// Temperature T: the rollout log-prob is log softmax(logits / T), which the training path gives
+// as lp / T - logsumexp(lp / T) from its full-vocabulary log-probs lp. With top_p < 1 the sampler
+// renormalises over the nucleus, so its log-prob is never below the tempered full-vocabulary one.
+TEST(Scheduler, TemperatureAndTopPLogprobs) {
+  auto backend = testing::cpu_backend();
+  auto model = testing::tiny_model(*backend);
+  for (float top_p : {1.0f, 0.8f}) {
+    auto s = testing::make_scheduler(*model, testing::small_options());
+    GenerationRequest r = greedy_request(1, prompt_of(6, 4), 16);
+    r.sampling = {0.7f, top_p};
+    r.num_samples = 3;
+    r.seed = 5;
+    s->add(r);
+    auto out = run_to_end(*s);
+    double worst = 0, worst_nucleus = 0;
+    for (uint32_t k = 0; k < 3; ++k) {
+      const SampleOutput& o = out.at({1, k});
+      const auto lp = testing::training_logprobs(*model, r.prompt, o.tokens);
+      for (size_t i = 0; i < o.tokens.size(); ++i) {
+        double m = -1e30, z = 0;
+        for (const auto& row : lp) m = std::max(m, double(row[i]) / 0.7);
+        for (const auto& row : lp) z += std::exp(double(row[i]) / 0.7 - m);
+        const double tempered = double(lp[o.tokens[i]][i]) / 0.7 - (m + std::log(z));
+        const double diff = double(o.logprobs[i]) - tempered;
+        if (top_p == 1.0f) worst = std::max(worst, std::abs(diff));
+        else EXPECT_GE(diff, -1e-4);
+        worst_nucleus = std::max(worst_nucleus, diff);
+      }
+    }
+    if (top_p == 1.0f) {
+      std::printf("T=0.7, top_p=1: max |rollout - training| log-prob = %.3g\n", worst);
+      EXPECT_LT(worst, 1e-4);
+    } else {
+      std::printf("T=0.7, top_p=0.8: rollout log-prob exceeds the full-vocabulary one by up to %.3g "
+                  "(nucleus renormalisation, by design)\n", worst_nucleus);
+    }
+  }
+}
+
+TEST(Scheduler, SamplingDoesNotDependOnBatching) {
+  auto backend = testing::cpu_backend();
+  auto model = testing::tiny_model(*backend);
+  GenerationRequest r = greedy_request(7, prompt_of(6, 3), 20);
+  r.sampling.temperature = 1.0f;
+  r.num_samples = 4;
+  r.seed = 99;
+  auto s = testing::make_scheduler(*model, testing::small_options());
+  s->add(r);
+  auto out = run_to_end(*s);
   // The same request again (other batching: alone vs. with a long neighbour) samples the same.
   auto s2 = testing::make_scheduler(*model, testing::small_options());
   s2->add(greedy_request(1, prompt_of(20, 5), 25));
