@@ -225,19 +225,7 @@ bool Orchestrator::take_batch(std::vector<Group>& out) {
   return false;
 }
 
-Status Orchestrator::run_step() {
-  const uint64_t step = static_cast<uint64_t>(outcome_.steps_completed) + 1;
-  // ---- wait for a batch
-  const auto wait_start = Clock::now();
-  std::vector<Group> batch;
-  {
-    ScopedSpan span("wait_batch", "orchestrator");
-    trainer_waiting_ = true;
-    while (!take_batch(batch)) RLRUN_RETURN_IF_ERROR(tick(kTick, true));
-    trainer_waiting_ = false;
-  }
-  const double wait_s = seconds_since(wait_start);
-  // ---- pack and send
+BatchBuild Orchestrator::pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards) {
   std::vector<TrainSequence> sequences;
   std::vector<uint64_t> ids;
   double reward_sum = 0, reward_sq = 0, adv_abs = 0;
@@ -253,8 +241,9 @@ Status Orchestrator::run_step() {
     }
   }
   const double n = static_cast<double>(sequences.size());
-  const double reward_mean = reward_sum / n;
-  const double reward_std = std::sqrt(std::max(0.0, reward_sq / n - reward_mean * reward_mean));
+  rewards.mean = reward_sum / n;
+  rewards.std = std::sqrt(std::max(0.0, reward_sq / n - rewards.mean * rewards.mean));
+  rewards.advantage_abs_mean = adv_abs / n;
   PackOptions pack{config_.seq_len, config_.pad_to_multiple_of, static_cast<int>(config_.trainer_num_workers),
                    static_cast<int>(config_.micro_batch_rows)};
   BatchBuild build = build_train_batches(sequences, pack, step);
@@ -270,6 +259,24 @@ Status Orchestrator::run_step() {
   training_samples_.clear();
   for (size_t i = 0; i < ids.size(); ++i)
     if (!dropped[i]) training_samples_.push_back(ids[i]);
+  return build;
+}
+
+Status Orchestrator::run_step() {
+  const uint64_t step = static_cast<uint64_t>(outcome_.steps_completed) + 1;
+  // ---- wait for a batch
+  const auto wait_start = Clock::now();
+  std::vector<Group> batch;
+  {
+    ScopedSpan span("wait_batch", "orchestrator");
+    trainer_waiting_ = true;
+    while (!take_batch(batch)) RLRUN_RETURN_IF_ERROR(tick(kTick, true));
+    trainer_waiting_ = false;
+  }
+  const double wait_s = seconds_since(wait_start);
+  // ---- pack and send
+  RewardStats rewards;
+  BatchBuild build = pack_batch(batch, step, rewards);
   if (build.per_rank.empty()) {
     log::warn(str("step ", step, ": no sample fits seq_len; waiting for another batch"));
     return Status();
@@ -296,17 +303,17 @@ Status Orchestrator::run_step() {
   training_samples_.clear();
   outcome_.steps_completed = static_cast<int64_t>(step);
   outcome_.tokens_trained += build.tokens;
-  outcome_.step_reward_means.push_back(reward_mean);
+  outcome_.step_reward_means.push_back(rewards.mean);
   metrics_.tokens_trained->Increment(static_cast<double>(build.tokens));
-  metrics_.reward_mean->Set(reward_mean);
-  metrics_.reward_std->Set(reward_std);
-  metrics_.advantage_abs_mean->Set(adv_abs / n);
+  metrics_.reward_mean->Set(rewards.mean);
+  metrics_.reward_std->Set(rewards.std);
+  metrics_.advantage_abs_mean->Set(rewards.advantage_abs_mean);
   metrics_.trainer_step->Set(static_cast<double>(step));
   metrics_.step_wait_seconds->Observe(wait_s);
   metrics_.step_train_seconds->Observe(train_s);
   metrics_.step_weight_sync_seconds->Observe(last_sync_seconds_);
-  write_step_line(train_results_[0].metrics, wait_s, train_s, last_sync_seconds_, reward_mean, reward_std, build.tokens);
-  print_progress(reward_mean);
+  write_step_line(train_results_[0].metrics, wait_s, train_s, last_sync_seconds_, rewards.mean, rewards.std, build.tokens);
+  print_progress(rewards.mean);
   return Status();
 }
 

@@ -24,6 +24,7 @@
 #include "common/config.h"
 #include "common/control_plane.h"
 #include "engine/tokenizer.h"
+#include "orchestrator/batcher.h"
 #include "orchestrator/launcher.h"
 #include "orchestrator/rendezvous.h"
 #include "orchestrator/run_metrics.h"
@@ -122,6 +123,12 @@ class Orchestrator {
   void cancel_off_policy();
   void on_result(const GenerateResult& result);
   void finish_group(Group& group);
+  struct RewardStats {
+    double mean = 0, std = 0, advantage_abs_mean = 0;
+  };
+  // Packs `batch` into one TrainBatch per rank; too-long samples are discarded and counted, the
+  // rest become training_samples_.
+  BatchBuild pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards);
   // Takes prompts_batch_size_for_trainer ready groups (discarding stale ones): false if too few.
   bool take_batch(std::vector<Group>& out);
   Result<std::optional<double>> evaluate(const char* when);
