@@ -1,5 +1,6 @@
 // `rlrun CONFIG` end to end: the real binary on configs/tiny.yaml, with its trainer and rollout
 // worker processes, on loopback. Checks the outputs a user and a dashboard rely on.
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,6 +106,62 @@ TEST_F(RunEndToEnd, TinyConfigRunsEveryStepAndAccountsForEverySample) {
   EXPECT_TRUE(fs::exists(run / "config.yaml"));
   EXPECT_TRUE(fs::exists(run / "logs" / "trainer-0.log"));
   EXPECT_TRUE(fs::exists(run / "logs" / "rollout-0.log"));
+}
+
+// Starts a long tiny run in the background; returns once it has trained a step. The run's pid is
+// in dir/pid, its exit code lands in dir/code, its output in dir/out.
+void start_long_run(const fs::path& dir) {
+  fs::create_directories(dir);
+  const std::string cmd = std::string("cd '") + RLRUN_SOURCE_DIR + "' && (sh -c 'echo $$ > \"" + (dir / "pid").string() +
+                          "\"; exec \"" + RLRUN_BINARY + "\" configs/tiny.yaml --run-dir \"" + (dir / "run").string() +
+                          "\" --set number_of_steps=1000000 --set discard_group_zero_advantage=false' > '" +
+                          (dir / "out").string() + "' 2>&1; echo $? > '" + (dir / "code").string() + "') &";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  for (int i = 0; i < 6000 && read_file(dir / "run" / "metrics.jsonl").empty(); ++i) ::usleep(10000);
+  ASSERT_FALSE(read_file(dir / "run" / "metrics.jsonl").empty()) << read_file(dir / "out");
+}
+
+// Waits for the background run's exit code.
+int wait_exit(const fs::path& dir) {
+  for (int i = 0; i < 3000 && read_file(dir / "code").empty(); ++i) ::usleep(10000);
+  const std::string code = read_file(dir / "code");
+  return code.empty() ? -1 : std::atoi(code.c_str());
+}
+
+// The pid the orchestrator logged for `worker` at registration ("rollout-0 registered (pid N").
+int logged_pid(const std::string& out, const std::string& worker) {
+  const std::string key = worker + " registered (pid ";
+  const size_t at = out.find(key);
+  return at == std::string::npos ? -1 : std::atoi(out.c_str() + at + key.size());
+}
+
+TEST_F(RunEndToEnd, CrashedWorkerStopsTheRunNamingItAndItsLog) {
+  start_long_run(dir_);
+  const int pid = logged_pid(read_file(dir_ / "out"), "rollout-0");
+  ASSERT_GT(pid, 0) << read_file(dir_ / "out");
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  EXPECT_EQ(wait_exit(dir_), 1);
+  const json summary = json::parse(read_file(dir_ / "run" / "summary.json"));
+  const std::string exit = summary["exit"];
+  EXPECT_NE(exit.find("rollout-0"), std::string::npos) << exit;
+  EXPECT_NE(exit.find("logs/rollout-0.log"), std::string::npos) << exit;
+  EXPECT_EQ(summary["samples"]["lost"], 0);
+  EXPECT_GT(summary["steps_completed"].get<int64_t>(), 0);
+}
+
+TEST_F(RunEndToEnd, InterruptWritesTheSummaryAndStopsTheWorkers) {
+  start_long_run(dir_);
+  const int orchestrator = std::atoi(read_file(dir_ / "pid").c_str());
+  const int trainer = logged_pid(read_file(dir_ / "out"), "trainer-0");
+  ASSERT_GT(orchestrator, 0);
+  ASSERT_GT(trainer, 0);
+  ASSERT_EQ(::kill(orchestrator, SIGINT), 0);
+  EXPECT_EQ(wait_exit(dir_), 1);
+  const json summary = json::parse(read_file(dir_ / "run" / "summary.json"));
+  EXPECT_EQ(summary["exit"], "interrupted");
+  EXPECT_EQ(summary["samples"]["lost"], 0);
+  for (int i = 0; i < 300 && ::kill(trainer, 0) == 0; ++i) ::usleep(10000);
+  EXPECT_NE(::kill(trainer, 0), 0) << "trainer-0 outlived the run";
 }
 
 TEST_F(RunEndToEnd, BadConfigExitsTwoNamingTheKey) {
