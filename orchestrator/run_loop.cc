@@ -222,10 +222,11 @@ void Orchestrator::write_step_line(const std::map<std::string, double>& trainer_
                          ",\"discarded_total\":", ledger_.summary().discarded_total(), ",\"trainer\":{");
   bool first = true;
   for (const auto& [key, value] : trainer_metrics) {
-    line += first ? "" : ",";
+    if (!first) line.push_back(',');
     first = false;
     append_json_string(line, key);
-    line += ":" + json_number(value);
+    line.push_back(':');
+    line += json_number(value);
   }
   line += "}}\n";
   std::ofstream out(metrics_jsonl_, std::ios::app);
