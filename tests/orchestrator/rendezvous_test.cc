@@ -23,7 +23,9 @@ class StoreServer {
     thread_ = std::thread([this] {
       while (!stop_.load()) {
         Result<Incoming> in = server_->poll(20ms);
-        if (in.ok()) EXPECT_TRUE(service_.handle(*server_, *in)) << message_kind_name(in->message.kind());
+        if (in.ok()) {
+          EXPECT_TRUE(service_.handle(*server_, *in)) << message_kind_name(in->message.kind());
+        }
         service_.expire(*server_);
       }
     });
