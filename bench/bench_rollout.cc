@@ -128,7 +128,7 @@ void bench_weight_update(engine::Model& model, int threads) {
       auto backend = engine::create_backend("cpu", threads);
       auto sender_model = engine::Model::create(**backend, model.config());
       (*sender_model)->weights().init_random(2, 0.02f);
-      trainer::WeightSender sender(**backend, flat_layout_of((*sender_model)->weights()), **comm, bucket_bytes);
+      trainer::WeightSender sender(**backend, engine::flat_layout_of((*sender_model)->weights()), **comm, bucket_bytes);
       for (uint64_t v = 1; v <= 3; ++v) {
         auto r = sender.send((*sender_model)->weights().master_flat(), v);
         RLRUN_CHECK(r.ok(), r.status().message());

@@ -111,6 +111,9 @@ Status validate_model_config(const ModelConfig& c) {
   if (c.hidden_size % c.num_heads != 0) {
     return invalid_argument(str("model hidden_size ", c.hidden_size, " is not a multiple of num_heads ", c.num_heads));
   }
+  if (c.head_dim() % 2 != 0) {  // RoPE rotates pairs of dimensions
+    return invalid_argument(str("model head_dim ", c.head_dim(), " (hidden_size / num_heads) must be even"));
+  }
   if (c.num_heads % c.num_kv_heads != 0) {
     return invalid_argument(str("model num_heads ", c.num_heads, " is not a multiple of num_kv_heads ", c.num_kv_heads));
   }

@@ -29,21 +29,7 @@ Model::Model(Backend& backend, const ModelConfig& config, ModelOptions options)
 
 Model::~Model() = default;
 
-Status validate_model_config(const ModelConfig& c) {
-  if (c.architecture != "llama" && c.architecture != "qwen2")
-    return invalid_argument(str("model architecture `", c.architecture, "` is not supported (llama or qwen2)"));
-  if (c.hidden_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 ||
-      c.intermediate_size <= 0 || c.vocab_size <= 0)
-    return invalid_argument("model sizes (hidden_size, num_layers, heads, intermediate_size, vocab_size) must be > 0");
-  if (c.hidden_size % c.num_heads != 0 || c.head_dim() % 2 != 0)
-    return invalid_argument(str("model hidden_size ", c.hidden_size, " must be num_heads (", c.num_heads,
-                                ") times an even head_dim"));
-  if (c.num_heads % c.num_kv_heads != 0)
-    return invalid_argument(str("model num_heads ", c.num_heads, " must be a multiple of num_kv_heads ",
-                                c.num_kv_heads));
-  if (c.rms_norm_eps <= 0 || c.rope_theta <= 0) return invalid_argument("model rms_norm_eps and rope_theta must be > 0");
-  return {};
-}
+// validate_model_config() is defined once, in hf_config.cc (declared in model.h and hf_config.h).
 
 Result<std::unique_ptr<Model>> Model::create(Backend& backend, const ModelConfig& config, ModelOptions options) {
   RLRUN_RETURN_IF_ERROR(validate_model_config(config));

@@ -12,8 +12,8 @@ namespace {
 constexpr uint64_t kMaxMetadataBytes = uint64_t{256} << 20;
 }
 
-WeightReceiver::WeightReceiver(Backend& backend, FlatLayout own, Communicator& comm, bool host_staging,
-                               int64_t max_bucket_bytes)
+WeightReceiver::WeightReceiver(Backend& backend, FlatLayout own, Communicator& comm, int64_t max_bucket_bytes,
+                               bool host_staging)
     : backend_(backend), own_(std::move(own)), own_digest_(layout_digest(own_)), comm_(comm),
       host_staging_(host_staging), max_bucket_bytes_(max_bucket_bytes) {}
 

@@ -33,12 +33,12 @@ struct WeightReceiveReport {
 class WeightReceiver {
  public:
   // own: this worker's layout (what dst holds); comm: the weight-sync group, sender = rank 0.
+  // max_bucket_bytes bounds what a (possibly corrupt) header may make us allocate.
   // host_staging (weight_broadcast_cpu_staging): comm moves host memory (Gloo): buckets land in a
   // host buffer; otherwise they are received straight into a backend buffer (NCCL on a device;
-  // on a host backend both are host memory). max_bucket_bytes bounds what a (possibly corrupt) header may make us
-  // allocate.
-  WeightReceiver(Backend& backend, FlatLayout own, Communicator& comm, bool host_staging = true,
-                 int64_t max_bucket_bytes = int64_t{1} << 32);
+  // on a host backend both are host memory).
+  WeightReceiver(Backend& backend, FlatLayout own, Communicator& comm, int64_t max_bucket_bytes = int64_t{1} << 32,
+                 bool host_staging = true);
 
   // Receives one sync into dst (f32 or bf16 (P) on the backend). Blocks until the sync ends.
   // Errors: collective failures, protocol_error for a malformed header/metadata, invalid_argument

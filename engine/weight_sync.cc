@@ -4,8 +4,24 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "engine/model_weights.h"
 
 namespace rlrun::engine {
+
+FlatLayout flat_layout_of(const ModelWeights& weights) {
+  FlatLayout layout;
+  layout.flat_elements = weights.flat_size();
+  layout.dtype = "f32";
+  for (const ParamInfo& p : weights.params()) {
+    FlatTensor t;
+    t.name = p.name;
+    t.shape.assign(p.shape.dims.begin(), p.shape.dims.begin() + p.shape.rank);
+    t.offset = p.offset;
+    t.numel = p.numel;
+    layout.tensors.push_back(std::move(t));
+  }
+  return layout;
+}
 
 namespace {
 

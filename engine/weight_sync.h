@@ -38,6 +38,10 @@ struct FlatLayout {
   bool operator==(const FlatLayout&) const = default;
 };
 
+class ModelWeights;
+// The layout of a model's flat f32 parameter buffer: one FlatTensor per HF-named parameter.
+FlatLayout flat_layout_of(const ModelWeights& weights);
+
 // Canonical JSON bytes (the metadata blob) and its FNV-1a 64 digest.
 std::string encode_layout(const FlatLayout& layout);
 uint64_t layout_digest(const FlatLayout& layout);

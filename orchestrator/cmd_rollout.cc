@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "engine/backend.h"
 #include "engine/model.h"
+#include "engine/model_io.h"
 #include "orchestrator/cli_args.h"
 #include "orchestrator/commands.h"
 #include "orchestrator/model_from_config.h"
@@ -45,11 +46,14 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
   if (!backend.ok()) return log::error(backend.status().message()), kExitFailed;
   Result<std::unique_ptr<engine::Model>> model = engine::Model::create(**backend, model_config_from(config.model));
   if (!model.ok()) return log::error(str("rollout: ", model.status().message())), kExitUsage;
-  // Same seed and init as the trainer's random start; every run's first weight sync replaces it.
-  if (!config.model.checkpoint.empty())
-    log::warn("rollout: model.checkpoint is not loaded by rollout workers yet; generating with random "
-              "weights until the first weight sync");
-  (*model)->weights().init_random(static_cast<uint64_t>(config.seed), static_cast<float>(config.model.init_std));
+  if (!config.model.checkpoint.empty()) {
+    // load_config() took the model's shape from the checkpoint's config.json.
+    if (Status s = engine::load_weights(**model, config.model.checkpoint); !s.ok())
+      return log::error(str("rollout: ", s.message())), kExitUsage;
+  } else {
+    // Same seed and init as the trainer's random start; every run's first weight sync replaces it.
+    (*model)->weights().init_random(static_cast<uint64_t>(config.seed), static_cast<float>(config.model.init_std));
+  }
   Result<std::unique_ptr<rollout::Scheduler>> scheduler =
       rollout::Scheduler::create(**model, scheduler_options(config, **model));
   if (!scheduler.ok()) return log::error(str("rollout: ", scheduler.status().message())), kExitUsage;

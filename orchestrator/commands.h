@@ -1,7 +1,8 @@
 // commands.h - the subcommands of the one `rlrun` binary. Every role (orchestrator, trainer rank,
 // rollout worker) and every tool (validate, plan, generate) is a Command; main() dispatches.
 //
-// Exit codes: 0 success, 1 the run failed, 2 the user's input (flags, config) is wrong.
+// Exit codes: 0 success, 1 the run failed, 2 the user's input (flags, config) is wrong, 3 the
+// memory plan does not fit the devices (kExitPlanDoesNotFit, orchestrator/memory_advice.h).
 #pragma once
 
 #include <span>

@@ -1,6 +1,7 @@
 // launcher.h - starts and stops the worker processes of a run.
 //
-// `local` forks/execs on this machine; `slurm` (later) starts srun steps inside an allocation.
+// `local` forks/execs on this machine; `slurm` (slurm_launcher.h) starts srun job steps inside an
+// allocation.
 // Both give every process its own log file and tear the whole set down together. The
 // orchestrator is the only caller, from its main thread.
 #pragma once
@@ -22,6 +23,7 @@ struct ProcessSpec {
   std::string log_path;                     // stdout and stderr go here (appended)
   std::string node;                         // placement node (slurm); ignored by the local launcher
   std::vector<int> gpus;                    // devices to expose (CUDA_VISIBLE_DEVICES)
+  int cpus = 1;                             // cores it uses (slurm: --cpus-per-task); local ignores it
 };
 
 struct ProcessExit {

@@ -12,6 +12,7 @@
 #include "common/timeline.h"
 #include "engine/backend.h"
 #include "engine/model.h"
+#include "engine/model_io.h"
 #include "orchestrator/commands.h"
 #include "orchestrator/model_from_config.h"
 #include "orchestrator/rendezvous.h"
@@ -48,11 +49,8 @@ Status build_rank(const Config& config, const TrainerProcessOptions& options, Tr
   model_options.gradient_checkpointing = config.gradient_checkpointing;
   RLRUN_ASSIGN_OR_RETURN(r.model, engine::Model::create(*r.backend, model_config_from(config.model), model_options));
   if (!config.model.checkpoint.empty()) {
-    // Linking engine/hf_checkpoint.cc into rlrun needs engine's duplicate validate_model_config
-    // (hf_config.cc, model_train.cc) resolved first.
-    return invalid_argument(str("model.checkpoint `", config.model.checkpoint,
-                                "`: starting from a checkpoint is not wired into rlrun trainer yet; "
-                                "leave model.checkpoint empty (random init)"));
+    // load_config() took the model's shape from the checkpoint's config.json.
+    RLRUN_RETURN_IF_ERROR(engine::load_weights(*r.model, config.model.checkpoint));
   } else {
     // The rollout workers draw the same initial weights from the same seed.
     r.model->weights().init_random(static_cast<uint64_t>(config.seed), static_cast<float>(config.model.init_std));

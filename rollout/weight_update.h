@@ -18,10 +18,6 @@
 
 namespace rlrun::rollout {
 
-// The flat layout (names, shapes, offsets) of `weights`: what the sender announces and the
-// receiver checks against.
-engine::FlatLayout flat_layout_of(const engine::ModelWeights& weights);
-
 class WeightUpdater {
  public:
   // model and comm must outlive the updater; this process is a receiver (rank > 0) of comm.

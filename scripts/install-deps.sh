@@ -2,7 +2,8 @@
 # install-deps.sh - install the Debian packages rlrun needs to build and run (idempotent).
 #   scripts/install-deps.sh            build and runtime packages
 #   scripts/install-deps.sh --test     also what the test suite needs (Python references, curl,
-#                                      prometheus for the real-scrape test)
+#                                      prometheus for the real-scrape test, slurm-wlm + munge for
+#                                      the real-Slurm launcher test)
 # Runs `apt-get update` at most once, and only when something is missing.
 set -euo pipefail
 
@@ -11,7 +12,7 @@ pkgs=(build-essential cmake pkg-config ninja-build
       libopenblas-dev libgloo-dev libpcre2-dev libutf8proc-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev)
 if [ "${1:-}" = "--test" ]; then
-  pkgs+=(curl prometheus python3-venv python3-pip python3-torch)
+  pkgs+=(curl prometheus python3-venv python3-pip python3-torch slurm-wlm munge)
 fi
 
 missing=()
@@ -24,8 +25,8 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 echo "install-deps: installing ${missing[*]}"
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-# Packages with a system service (prometheus) must not start it: the tests start their own
-# instance on a free port. A temporary policy-rc.d denies service starts during the install.
+# Packages with a system service (prometheus, slurmctld, slurmd, munge) must not start it: the
+# tests start their own instances (Debian's slurm postinst would even fail without a slurm.conf). A temporary policy-rc.d denies service starts during the install.
 if [ ! -e /usr/sbin/policy-rc.d ]; then
   printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
   $SUDO chmod +x /usr/sbin/policy-rc.d

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "common/atomic_file.h"
 #include "common/log.h"
 #include "trainer/checkpoint_files.h"
 #include "trainer/rank_reduce.h"
@@ -85,8 +86,8 @@ Status finish_on_root(const std::string& root, const std::string& tmp, const std
     if (ec) return io_error(str("cannot create ", tmp, "/model: ", ec.message()));
     RLRUN_RETURN_IF_ERROR(options.export_model(tmp + "/model").with_context("checkpoint model export"));
   }
-  RLRUN_RETURN_IF_ERROR(write_text_file(tmp + "/" + kState, manifest.dump(2)));
-  RLRUN_RETURN_IF_ERROR(write_text_file(tmp + "/" + kComplete, "complete\n"));
+  RLRUN_RETURN_IF_ERROR(write_file_atomic(tmp + "/" + kState, manifest.dump(2)));
+  RLRUN_RETURN_IF_ERROR(write_file_atomic(tmp + "/" + kComplete, "complete\n"));
   RLRUN_RETURN_IF_ERROR(fsync_directory(tmp));
   std::error_code ec;
   fs::remove_all(final_dir, ec);  // the same step saved again

@@ -87,13 +87,6 @@ Status FileReader::read(void* data, size_t bytes) {
   return Status();
 }
 
-Status write_text_file(const std::string& path, const std::string& text) {
-  FileWriter w;
-  RLRUN_RETURN_IF_ERROR(w.open(path));
-  RLRUN_RETURN_IF_ERROR(w.write(text.data(), text.size()));
-  return w.finish();
-}
-
 Result<std::string> read_text_file(const std::string& path, int64_t max_bytes) {
   FileReader r;
   RLRUN_RETURN_IF_ERROR(r.open(path));

@@ -1,4 +1,5 @@
-// checkpoint_files.h - durable file writes with running checksums, for trainer checkpoints.
+// checkpoint_files.h - streamed file writes and reads with running checksums, for trainer
+// checkpoints (whole small files go through common/atomic_file.h).
 // POSIX I/O: every file is fsync'd before it counts as written; directories are fsync'd after
 // entries change in them. Errors name the path and the errno text.
 #pragma once
@@ -57,7 +58,6 @@ class FileReader {
   Fnv1a64 sum_;
 };
 
-Status write_text_file(const std::string& path, const std::string& text);  // durable
 Result<std::string> read_text_file(const std::string& path, int64_t max_bytes);
 Status fsync_directory(const std::string& path);
 

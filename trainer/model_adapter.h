@@ -11,7 +11,6 @@ namespace rlrun::trainer {
 
 // The flat layout of a model's parameters (HF names, shapes, offsets): what weight sync sends
 // and every receiver compares with its own.
-std::vector<ParamSpec> param_specs_of(const std::vector<engine::ParamInfo>& params);
 
 class ModelAdapter : public TrainableModel {
  public:

@@ -123,16 +123,9 @@ size_t Optimizer::state_bytes() const {
 Status Optimizer::reduce(const Tensor& grads) {
   if (comm_size(comm_) == 1) return Status();
   if (!sharded_) return comm_->all_reduce_sum(grads.data(), static_cast<size_t>(flat_size_), CommDType::kF32);
-  if (shard_ > 0 && comm_->size() == 2) {
+  if (shard_ > 0) {
     RLRUN_RETURN_IF_ERROR(comm_->reduce_scatter_sum(grads.data(), grad_shard_.data(),
                                                     static_cast<size_t>(shard_), CommDType::kF32));
-  } else if (shard_ > 0) {
-    // The CPU (Gloo) reduce_scatter_sum returns wrong shards for groups of more than 2 ranks
-    // (engine/cpu/gloo_communicator.cc reads rank r's result at r * count, where Gloo's
-    // halving-doubling does not leave it). Until that is fixed: all-reduce, keep our shard.
-    RLRUN_RETURN_IF_ERROR(comm_->all_reduce_sum(grads.data(), static_cast<size_t>(tail_begin_), CommDType::kF32));
-    const int rank = comm_->rank();
-    backend_.copy(grad_shard_, slice(grads, rank * shard_, (rank + 1) * shard_));
   }
   if (tail_begin_ < flat_size_) {
     RLRUN_RETURN_IF_ERROR(comm_->all_reduce_sum(slice(grads, tail_begin_, flat_size_).data(),

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "trainer/lr_schedule.h"
 
 namespace rlrun::trainer {
 
@@ -28,7 +29,18 @@ Result<TrainerOptions> trainer_options_from_config(const Config& c, std::functio
   o.optimizer.use_distributed_optimizer = c.use_distributed_optimizer;
   o.number_of_minibatches = c.number_of_minibatches;
   o.learning_rate = c.learning_rate;
-  o.learning_rate_at = std::move(learning_rate_at);
+  if (learning_rate_at) {
+    o.learning_rate_at = std::move(learning_rate_at);
+  } else {
+    LrScheduleConfig schedule;
+    RLRUN_ASSIGN_OR_RETURN(schedule.kind, parse_lr_schedule_kind(enum_name(c.lr_scheduler)));
+    schedule.warmup_steps = c.warmup_steps;
+    schedule.min_lr_ratio = c.min_lr_ratio;
+    RLRUN_RETURN_IF_ERROR(validate_lr_schedule(schedule));
+    const int64_t total = c.number_of_steps * c.number_of_minibatches;  // optimizer steps of the run
+    const double base = c.learning_rate;
+    o.learning_rate_at = [schedule, total, base](int64_t step) { return learning_rate(step, total, base, schedule); };
+  }
   o.weight_broadcast_bucket_mb = c.weight_broadcast_bucket_mb;
   o.weight_broadcast_free_grad_buffers = c.weight_broadcast_free_grad_buffers;
   // Gloo (backend cpu) always moves host memory; NCCL moves device memory unless asked to stage.

@@ -16,10 +16,10 @@ namespace rlrun::trainer {
 
 // The trainer's options from the validated config: loss (algorithm, clip, TIS, KL, entropy,
 // ppo_clip_ref_logprobs, max_tokens), AdamW and clipping, use_distributed_optimizer,
-// number_of_minibatches, weight_broadcast_*. `learning_rate_at` maps optimizer steps taken
-// (0-based) to the rate; empty = the constant config.learning_rate. The LR schedule lives in
-// trainer/lr_schedule.h: pass [&](int64_t s) { return learning_rate(s, total_optimizer_steps,
-// config.learning_rate, schedule); } with total = number_of_steps * number_of_minibatches.
+// number_of_minibatches, weight_broadcast_*, and the learning rate of each optimizer step from
+// lr_scheduler / warmup_steps / min_lr_ratio (trainer/lr_schedule.h) over the run's
+// number_of_steps * number_of_minibatches optimizer steps. A non-empty `learning_rate_at`
+// replaces that schedule (tests, tools).
 Result<TrainerOptions> trainer_options_from_config(const Config& config,
                                                    std::function<double(int64_t)> learning_rate_at = {});
 

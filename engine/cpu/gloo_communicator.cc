@@ -4,7 +4,6 @@
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
-#include <gloo/reduce_scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
@@ -116,20 +115,18 @@ class GlooCommunicator : public Communicator {
     });
   }
 
+  // Gloo's halving-doubling reduce-scatter leaves the shards where its block schedule puts them,
+  // not at rank * count for every group size, so this sums the whole buffer with an all-reduce
+  // and keeps this rank's slice: twice the bytes of a true reduce-scatter, correct for any size.
   Status reduce_scatter_sum(const void* in, void* out, size_t count_per_rank, CommDType dtype) override {
     if (dtype != CommDType::kF32) return invalid_argument("reduce_scatter_sum: only f32 is supported on CPU");
-    // Gloo's reduce-scatter works in place on the full buffer: reduce a copy, keep our slice.
     const size_t total = count_per_rank * static_cast<size_t>(size());
     scratch_.assign(static_cast<const float*>(in), static_cast<const float*>(in) + total);
-    Status s = guarded("reduce_scatter", [&] {
-      std::vector<int> recv_counts(size(), static_cast<int>(count_per_rank));
-      std::vector<float*> ptrs = {scratch_.data()};
-      gloo::ReduceScatterHalvingDoubling<float> algo(context_, ptrs, static_cast<int>(total), recv_counts);
-      algo.run();
-    });
-    if (!s.ok()) return s;
+    RLRUN_RETURN_IF_ERROR(all_reduce_sum(scratch_.data(), total, CommDType::kF32));
     std::memcpy(out, scratch_.data() + count_per_rank * rank(), count_per_rank * sizeof(float));
-    return s;
+    scratch_.clear();
+    scratch_.shrink_to_fit();  // do not hold a gradient-sized buffer between steps
+    return Status();
   }
 
   Status all_gather(const void* in, void* out, size_t count_per_rank, CommDType dtype) override {

@@ -70,6 +70,23 @@ TEST(GlooCommunicator, ReduceScatterThenAllGatherEqualsAllReduce) {
   });
 }
 
+TEST(GlooCommunicator, ReduceScatterPlacesEveryShardForAnyGroupSize) {
+  for (int size : {3, 4, 5}) {
+    constexpr size_t kPerRank = 3;
+    run_group(size, [size](int rank, Communicator& comm) {
+      std::vector<float> in(size * kPerRank);
+      for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<float>(k + 100 * rank);
+      std::vector<float> shard(kPerRank);
+      ASSERT_TRUE(comm.reduce_scatter_sum(in.data(), shard.data(), kPerRank, CommDType::kF32).ok());
+      const float rank_sum = 100.0f * size * (size - 1) / 2;
+      for (size_t k = 0; k < kPerRank; ++k) {
+        EXPECT_FLOAT_EQ(shard[k], size * static_cast<float>(rank * kPerRank + k) + rank_sum)
+            << "size " << size << " rank " << rank << " element " << k;
+      }
+    }, "rs" + std::to_string(size));
+  }
+}
+
 TEST(GlooCommunicator, MissingPeerIsATimeoutErrorNotAHang) {
   auto store = make_in_process_store();
   GroupOptions opts;
@@ -89,10 +106,12 @@ TEST(GlooCommunicator, DeadPeerMidRunIsAnErrorNotAHang) {
     opts.name = "dying";
     opts.rank = 1;
     opts.size = 2;
-    opts.timeout = 2s;
+    opts.timeout = 5s;
     auto comm = make_gloo_communicator(store, opts);
-    ASSERT_TRUE(comm.ok());
-    // leaves: the communicator and its sockets are destroyed
+    ASSERT_TRUE(comm.ok()) << comm.status().message();
+    // Leave only once rank 0 has finished connecting too; then the communicator and its sockets
+    // are destroyed while rank 0 still expects a collective.
+    ASSERT_TRUE(store->get("rank0_connected", 5s).ok());
   });
   GroupOptions opts;
   opts.name = "dying";
@@ -100,8 +119,9 @@ TEST(GlooCommunicator, DeadPeerMidRunIsAnErrorNotAHang) {
   opts.size = 2;
   opts.timeout = 2s;
   auto comm = make_gloo_communicator(store, opts);
-  ASSERT_TRUE(comm.ok()) << comm.status().message();
+  ASSERT_TRUE(store->set("rank0_connected", {1}).ok());
   peer.join();
+  ASSERT_TRUE(comm.ok()) << comm.status().message();
   std::vector<float> data(1 << 16, 1.0f);
   Status s = (*comm)->all_reduce_sum(data.data(), data.size(), CommDType::kF32);
   EXPECT_FALSE(s.ok());

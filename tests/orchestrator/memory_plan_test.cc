@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/model.h"
+
 namespace rlrun::orchestrator {
 namespace {
 
@@ -88,6 +90,65 @@ TEST(MemoryPlan, CheckpointingKeepsOnlyLayerInputs) {
   EXPECT_DOUBLE_EQ(b.activations, b.activations_no_checkpointing);
   in.gradient_checkpointing = true;
   EXPECT_DOUBLE_EQ(plan_trainer(in).activations, b.activations_checkpointing);
+}
+
+TEST(MemoryPlan, EnginePolicyKeepsFp32GradientsAndShardsMomentsOnly) {
+  TrainerPlanInputs in;
+  in.model = llama2_7b();
+  in.precision = engine_bf16_policy();
+  const double p = static_cast<double>(in.model.num_parameters());
+  EXPECT_DOUBLE_EQ(plan_trainer(in).model_state() / p, 18);
+  in.data_parallel_ranks = 8;
+  in.distributed_optimizer = true;
+  EXPECT_DOUBLE_EQ(plan_trainer(in).model_state() / p, 2 + 4 + 4 + 8.0 / 8);
+}
+
+// The kept part of the activations is the engine's own count (logits moved to the workspace line).
+TEST(MemoryPlan, ActivationsAreTheEnginesCountPlusBackwardScratch) {
+  TrainerPlanInputs in;
+  in.model = llama2_7b();
+  in.precision = bf16_mixed_policy();
+  in.tokens_per_micro_batch = 4096;
+  for (bool ckpt : {false, true}) {
+    in.gradient_checkpointing = ckpt;
+    const TrainerBudget b = plan_trainer(in);
+    // 4096 x 32000 logits > 2^24 elements: chunked, so not kept; the engine count has no logits
+    const int64_t kept = engine::estimate_saved_activation_bytes(in.model, 4096, engine::DType::kBF16, ckpt);
+    EXPECT_DOUBLE_EQ(b.activations - b.backward_scratch, static_cast<double>(kept));
+    EXPECT_GT(b.backward_scratch, 0);
+    // logits chunk: floor(2^24 / 32000) = 524 rows of bf16, + 24 bytes per token
+    EXPECT_DOUBLE_EQ(b.logits_workspace, 524.0 * 32000 * 2 + 4096 * 24);
+  }
+  // A small vocabulary keeps the logits for backward: the engine counts them, the plan moves them.
+  in.model.vocab_size = 512;
+  in.gradient_checkpointing = false;
+  const TrainerBudget b = plan_trainer(in);
+  const int64_t kept = engine::estimate_saved_activation_bytes(in.model, 4096, engine::DType::kBF16, false);
+  EXPECT_DOUBLE_EQ(b.activations - b.backward_scratch, static_cast<double>(kept) - 4096.0 * 512 * 2);
+  EXPECT_DOUBLE_EQ(b.logits_workspace, 4096.0 * 512 * 2 + 4096 * 24);
+}
+
+TEST(MemoryPlan, KvPoolIsWholeBlocks) {
+  RolloutPlanInputs in;
+  in.model = llama2_7b();
+  in.precision = bf16_mixed_policy();
+  in.max_model_len = 100;  // 7 blocks of 16 tokens
+  in.max_num_seqs = 10;
+  in.kv_block_size = 16;
+  in.kv_pool_bytes_override = 524288.0 * 16 * 15 + 1000;  // 15 whole blocks and a bit
+  RolloutBudget b = plan_rollout(in);
+  EXPECT_DOUBLE_EQ(b.kv_bytes_per_sequence, 524288.0 * 16 * 7);
+  EXPECT_DOUBLE_EQ(b.kv_pool, 524288.0 * 16 * 15);
+  EXPECT_EQ(b.sequences_that_fit, 2);
+  EXPECT_EQ(b.sequences_waiting, 8);
+  // No budget at all (cpu, kv_cache_memory_mb 0): exactly max_num_seqs sequences.
+  in.kv_pool_bytes_override = 0;
+  b = plan_rollout(in);
+  EXPECT_EQ(b.sequences_that_fit, 10);
+  EXPECT_EQ(b.sequences_waiting, 0);
+  // Tensor parallelism splits the weights and the KV heads over the server's GPUs.
+  in.tensor_parallel_size = 2;
+  EXPECT_DOUBLE_EQ(plan_rollout(in).kv_bytes_per_token, 524288.0 / 2);
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ TEST(WeightUpdate, MidGenerationLosesNothingAndRecordsVersionsPerToken) {
       [&](engine::Communicator& comm) {
         auto backend = testing::cpu_backend();
         auto trainer_model = testing::tiny_model(*backend, /*seed=*/2);
-        trainer::WeightSender sender(*backend, flat_layout_of(trainer_model->weights()), comm, bucket_bytes);
+        trainer::WeightSender sender(*backend, engine::flat_layout_of(trainer_model->weights()), comm, bucket_bytes);
         auto report = sender.send(trainer_model->weights().master_flat(), 1);
         ASSERT_TRUE(report.ok()) << report.status().message();
         sent_weights = engine::to_host_f32(trainer_model->weights().master_flat());

@@ -214,7 +214,7 @@ TEST(Worker, LoadsNewWeightsWhenTheOrchestratorSaysSo) {
     auto comm = group(0);
     auto backend = testing::cpu_backend();
     auto trainer_model = testing::tiny_model(*backend, /*seed=*/2);
-    trainer::WeightSender ws(*backend, flat_layout_of(trainer_model->weights()), *comm, 1024);
+    trainer::WeightSender ws(*backend, engine::flat_layout_of(trainer_model->weights()), *comm, 1024);
     go.get_future().wait();
     EXPECT_TRUE(ws.send(trainer_model->weights().master_flat(), 1).ok());
   });

@@ -84,6 +84,18 @@ TEST(TrainerInputs, OptionsFromConfig) {
   EXPECT_EQ(o->weight_broadcast_bucket_mb, 8);
   EXPECT_TRUE(o->weight_broadcast_free_grad_buffers);
   EXPECT_EQ(o->learning_rate_at(3), 3e-3);
+  // The config's schedule: 10 steps x 4 minibatches = 40 optimizer steps, warmup 4, cosine to 0.1.
+  c.learning_rate = 1e-3;
+  c.number_of_steps = 10;
+  c.lr_scheduler = LrScheduler::kCosine;
+  c.warmup_steps = 4;
+  c.min_lr_ratio = 0.1;
+  auto scheduled = trainer_options_from_config(c);
+  ASSERT_TRUE(scheduled.ok()) << scheduled.status().message();
+  EXPECT_DOUBLE_EQ(scheduled->learning_rate_at(0), 0.0);
+  EXPECT_DOUBLE_EQ(scheduled->learning_rate_at(2), 0.5e-3);
+  EXPECT_DOUBLE_EQ(scheduled->learning_rate_at(4), 1e-3);
+  EXPECT_NEAR(scheduled->learning_rate_at(39), 1e-4, 1e-12);
   c.ppo_clip_ref_logprobs = ClipRefLogprobs::kRollout;  // TIS needs the batch reference
   EXPECT_FALSE(trainer_options_from_config(c).ok());
 }

@@ -45,7 +45,7 @@ TEST(WeightSync, OneSenderTwoReceiversMetadataOnceThenDigest) {
         }
       } else {
         // rank 2 receives into a backend buffer (the NCCL path's memory flow), rank 1 via host memory
-        engine::WeightReceiver receiver(*backend, layout_of(10, flat), comm, /*host_staging=*/rank == 1);
+        engine::WeightReceiver receiver(*backend, layout_of(10, flat), comm, int64_t{1} << 32, /*host_staging=*/rank == 1);
         auto dst = backend->zeros(Shape{flat}, engine::DType::kF32);
         for (uint64_t version = 1; version <= 3; ++version) {
           auto r = receiver.receive(dst);

@@ -1,0 +1,122 @@
+// `rlrun plan` end to end: the real binary on good, over-budget and bad configs (exit 0 / 3 / 2),
+// --json output, and --compare against a run directory (exit 0 / 1).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/common/config_test_util.h"
+
+namespace rlrun {
+namespace {
+
+using ::testing::HasSubstr;
+using rlrun::testing::TempDir;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+CliRun rlrun(const TempDir& dir, const std::string& args) {
+  const std::string out = dir.path() + "/stdout", err = dir.path() + "/stderr";
+  const int status = std::system(str("'", RLRUN_BINARY, "' ", args, " >'", out, "' 2>'", err, "'").c_str());
+  CliRun r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_all(out);
+  r.err = read_all(err);
+  return r;
+}
+
+const std::string kQuickstart = str("'", RLRUN_SOURCE_DIR, "/configs/quickstart.yaml'");
+// Llama-2-7B's shape, planned for one 80 GiB GPU per process.
+const std::string k7b =
+    " --set backend=cuda --set device_memory_gb=80 --set model.hidden_size=4096 --set model.num_layers=32"
+    " --set model.num_heads=32 --set model.num_kv_heads=32 --set model.intermediate_size=11008"
+    " --set model.vocab_size=32000 --set model.max_position=4096 --set seq_len=4096 --set max_model_len=4096";
+
+TEST(PlanCli, QuickstartFitsAndExitsZero) {
+  TempDir dir;
+  CliRun r = rlrun(dir, "plan " + kQuickstart);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("trainer rank (x1)"));
+  EXPECT_THAT(r.out, HasSubstr("with gradient checkpointing"));
+  EXPECT_THAT(r.out, HasSubstr("B per token"));
+  EXPECT_THAT(r.out, HasSubstr("verdict: fits"));
+}
+
+TEST(PlanCli, SevenBillionOnOneGpuDoesNotFitExitsThreeWithLevers) {
+  TempDir dir;
+  CliRun r = rlrun(dir, "plan " + kQuickstart + k7b);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("verdict: DOES NOT FIT"));
+  EXPECT_THAT(r.out, HasSubstr("trainer: gradient_checkpointing=true  saves"));
+  EXPECT_THAT(r.out, HasSubstr("trainer: trainer_num_workers=2 use_distributed_optimizer=true"));
+}
+
+TEST(PlanCli, JsonParsesAndHasTheDocumentedKeys) {
+  TempDir dir;
+  CliRun r = rlrun(dir, "plan --json " + kQuickstart + k7b);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["backend"], "cuda");
+  EXPECT_EQ(j["fits"], false);
+  EXPECT_EQ(j["rollout"]["kv_bytes_per_token"], 524288);
+  EXPECT_TRUE(j["trainer"]["phase_peak_bytes"].contains("forward_backward"));
+  EXPECT_EQ(j["levers"][0]["set"], "gradient_checkpointing=true");
+}
+
+TEST(PlanCli, BadConfigAndBadFlagsExitTwo) {
+  TempDir dir;
+  const std::string bad = dir.write("bad.yaml", "model:\n  num_heads: 3\n");
+  CliRun r = rlrun(dir, "plan '" + bad + "'");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr(bad + ":2:"));
+  EXPECT_EQ(rlrun(dir, "plan").exit_code, 2);
+  EXPECT_EQ(rlrun(dir, "plan " + kQuickstart + " --bogus").exit_code, 2);
+  EXPECT_EQ(rlrun(dir, "plan " + kQuickstart + " --compare " + dir.path()).exit_code, 2);
+  CliRun help = rlrun(dir, "plan --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.out, HasSubstr("Exit status: 0 the plan fits"));
+}
+
+TEST(PlanCli, CompareReadsTheRunDirectory) {
+  TempDir dir;
+  dir.write("run/config.yaml", read_all(str(RLRUN_SOURCE_DIR, "/configs/quickstart.yaml")));
+  CliRun missing = rlrun(dir, "plan --compare '" + dir.path() + "/run'");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("summary.json"));
+  dir.write("run/summary.json",
+            R"({"processes": [{"role": "trainer", "rank": 0, "backend_peak_bytes": 29411328,
+                "peak_memory_bytes": 80000000,
+                "phase_peak_bytes": {"forward_backward": 29411328, "weight_send": 17844224}},
+               {"role": "rollout", "rank": 0, "peak_memory_bytes": 90000000}]})");
+  CliRun r = rlrun(dir, "plan --compare '" + dir.path() + "/run'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // The quickstart trainer's planned peak is 29411328 bytes (memory_measured_test): ratio 1.
+  EXPECT_THAT(r.out, HasSubstr("trainer 0 backend peak"));
+  EXPECT_THAT(r.out, HasSubstr("   1.000\n"));
+  EXPECT_THAT(r.out, HasSubstr("trainer 0 resident peak"));
+  EXPECT_THAT(r.out, HasSubstr("  forward_backward"));
+  EXPECT_THAT(r.out, HasSubstr("rollout 0 resident peak"));
+  dir.write("run/summary.json", R"({"processes": [{"role": "trainer"}]})");
+  r = rlrun(dir, "plan --compare '" + dir.path() + "/run'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("backend_peak_bytes"));
+}
+
+}  // namespace
+}  // namespace rlrun
