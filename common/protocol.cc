@@ -169,6 +169,9 @@ Result<Message> decode(Frames frames) {
     case MessageKind::kWeightSyncEnd: return decode_body<WeightSyncEnd>(header, body, &frames);
     case MessageKind::kShutdown: return decode_body<Shutdown>(header, body, &frames);
     case MessageKind::kError: return decode_body<ErrorReply>(header, body, &frames);
+    case MessageKind::kStoreSet: return decode_body<StoreSet>(header, body, &frames);
+    case MessageKind::kStoreGet: return decode_body<StoreGet>(header, body, &frames);
+    case MessageKind::kStoreValue: return decode_body<StoreValue>(header, body, &frames);
   }
   return protocol_error("malformed message: unknown message kind");  // unreachable: decode_header checked
 }
@@ -221,6 +224,9 @@ RLRUN_INSTANTIATE_ENCODE(WeightBucket)
 RLRUN_INSTANTIATE_ENCODE(WeightSyncEnd)
 RLRUN_INSTANTIATE_ENCODE(Shutdown)
 RLRUN_INSTANTIATE_ENCODE(ErrorReply)
+RLRUN_INSTANTIATE_ENCODE(StoreSet)
+RLRUN_INSTANTIATE_ENCODE(StoreGet)
+RLRUN_INSTANTIATE_ENCODE(StoreValue)
 #undef RLRUN_INSTANTIATE_ENCODE
 
 }  // namespace rlrun

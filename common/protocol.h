@@ -79,6 +79,9 @@ enum class MessageKind : uint16_t {
   kWeightSyncEnd = 11,
   kShutdown = 12,
   kError = 13,
+  kStoreSet = 14,
+  kStoreGet = 15,
+  kStoreValue = 16,
 };
 const char* message_kind_name(MessageKind kind);  // "GenerateRequest"; "unknown" if out of range
 
@@ -366,9 +369,48 @@ struct ErrorReply {
   bool operator==(const ErrorReply&) const = default;
 };
 
+// ---- rendezvous: the orchestrator serves a key-value store over the control plane, through which
+// the members of a collective group (Gloo addresses, an NCCL unique id) find each other. Keys are
+// "<group>/<key>"; a value is set once per group incarnation (a new epoch uses a new group name).
+
+// worker -> orchestrator: store `value` under `key` (overwriting). Answered with StoreValue
+// {key, found = true} (no value) once stored.
+struct StoreSet {
+  static constexpr MessageKind kKind = MessageKind::kStoreSet;
+  std::string key;
+  WireArray<uint8_t> value;
+
+  template <class V, class M> static void fields(V& v, M& m) { v.field("key", m.key); v.field("value", m.value); }
+  bool operator==(const StoreSet&) const = default;
+};
+
+// worker -> orchestrator: the value of `key`. The reply waits until the key is set or
+// timeout_ms passes (then StoreValue{found = false}).
+struct StoreGet {
+  static constexpr MessageKind kKind = MessageKind::kStoreGet;
+  std::string key;
+  uint32_t timeout_ms = 0;
+
+  template <class V, class M> static void fields(V& v, M& m) { v.field("key", m.key); v.field("timeout_ms", m.timeout_ms); }
+  bool operator==(const StoreGet&) const = default;
+};
+
+// orchestrator -> worker: the answer to StoreGet (or the acknowledgement of StoreSet).
+struct StoreValue {
+  static constexpr MessageKind kKind = MessageKind::kStoreValue;
+  std::string key;
+  bool found = false;
+  WireArray<uint8_t> value;
+
+  template <class V, class M> static void fields(V& v, M& m) {
+    v.field("key", m.key); v.field("found", m.found); v.field("value", m.value);
+  }
+  bool operator==(const StoreValue&) const = default;
+};
+
 using Payload = std::variant<Register, RegisterAck, Heartbeat, GenerateRequest, GenerateResult,
                              Cancel, TrainBatch, TrainResult, WeightSyncBegin, WeightBucket,
-                             WeightSyncEnd, Shutdown, ErrorReply>;
+                             WeightSyncEnd, Shutdown, ErrorReply, StoreSet, StoreGet, StoreValue>;
 
 template <class T>
 concept WireMessage = requires { T::kKind; } && std::is_constructible_v<Payload, T>;

@@ -18,6 +18,9 @@ const char* message_kind_name(MessageKind kind) {
     case MessageKind::kWeightSyncEnd: return "WeightSyncEnd";
     case MessageKind::kShutdown: return "Shutdown";
     case MessageKind::kError: return "Error";
+    case MessageKind::kStoreSet: return "StoreSet";
+    case MessageKind::kStoreGet: return "StoreGet";
+    case MessageKind::kStoreValue: return "StoreValue";
   }
   return "unknown";
 }

@@ -10,6 +10,7 @@
 #include "orchestrator/cli_args.h"
 #include "orchestrator/commands.h"
 #include "orchestrator/model_from_config.h"
+#include "orchestrator/rendezvous.h"
 #include "rollout/scheduler.h"
 #include "rollout/worker.h"
 
@@ -34,7 +35,8 @@ rollout::SchedulerOptions scheduler_options(const Config& c, const engine::Model
   return o;
 }
 
-int serve(const Config& config, rollout::WorkerOptions options) {
+// weight_group_epoch < 0: no weight-sync group (a WeightSyncBegin is answered ok = false).
+int serve(const Config& config, rollout::WorkerOptions options, int weight_group_epoch) {
   if (config.backend != Backend::kCpu) {
     log::error("rollout: only backend cpu is implemented for rollout workers so far");
     return kExitUsage;
@@ -58,9 +60,17 @@ int serve(const Config& config, rollout::WorkerOptions options) {
   options.heartbeat_interval_seconds = config.heartbeat_interval_seconds;
   options.heartbeat_timeout_seconds = config.heartbeat_timeout_seconds;
   options.max_weight_bucket_bytes = config.weight_broadcast_bucket_mb << 20;
-  // TODO(weight sync rendezvous): the orchestrator's control-plane store is not there yet, so a
-  // process has no weight-sync group and answers WeightSyncBegin with ok = false.
-  rollout::Worker worker(**scheduler, nullptr, options);
+  // The weight-sync group (trainer rank 0 + every rollout worker), formed through the
+  // orchestrator's rendezvous store before registering: registered means ready.
+  std::unique_ptr<engine::Communicator> weight_comm;
+  if (weight_group_epoch >= 0) {
+    Result<std::unique_ptr<engine::Communicator>> joined =
+        join_group(options.orchestrator, str("rollout-", options.index),
+                   weight_sync_group(config, options.index + 1, weight_group_epoch));
+    if (!joined.ok()) return log::error(str("rollout ", options.index, ": ", joined.status().message())), kExitFailed;
+    weight_comm = std::move(*joined);
+  }
+  rollout::Worker worker(**scheduler, weight_comm.get(), options);
   const Status s = worker.run();
   if (!s.ok()) return log::error(s.message()), kExitFailed;
   log::info(str("rollout ", options.index, ": ", worker.summary().exit_reason, "; ", worker.summary().results_sent,
@@ -72,7 +82,8 @@ int serve(const Config& config, rollout::WorkerOptions options) {
 
 int cmd_rollout(const Args& args) {
   static constexpr FlagSpec kFlags[] = {
-      {"--orchestrator", true}, {"--index", true}, {"--config", true}, {"--host", true}};
+      {"--orchestrator", true}, {"--index", true}, {"--config", true}, {"--host", true},
+      {"--weight-group-epoch", true}};
   Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
   if (!parsed.ok()) return report_usage_error("rollout", parsed.status());
   std::string path = parsed->config_path;
@@ -93,7 +104,8 @@ int cmd_rollout(const Args& args) {
   options.orchestrator = parsed->value("--orchestrator");
   options.index = *index;
   options.host = parsed->value("--host");
-  return serve(*config, options);
+  const std::string epoch = parsed->value("--weight-group-epoch", "-1");
+  return serve(*config, options, epoch == "-1" ? -1 : std::atoi(epoch.c_str()));
 }
 
 }  // namespace rlrun::orchestrator

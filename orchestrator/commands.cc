@@ -11,6 +11,8 @@ namespace rlrun::orchestrator {
 
 int cmd_version(const Args& args);
 int cmd_validate(const Args& args);
+int cmd_run(const Args& args);
+int cmd_trainer(const Args& args);
 int cmd_generate(const Args& args);
 int cmd_rollout(const Args& args);
 int cmd_plan(const Args& args);
@@ -18,6 +20,24 @@ int cmd_plan(const Args& args);
 namespace {
 
 constexpr Command kCommands[] = {
+    {"run", "run the training job a config describes (the default: `rlrun CONFIG`)",
+     "usage: rlrun [run] CONFIG [--set key=value ...] [--run-dir DIR]\n\n"
+     "Runs asynchronous RL end to end on this machine: validates CONFIG (exit 2 with every\n"
+     "error), creates the run folder (run_dir, or --run-dir) with the effective config.yaml and\n"
+     "logs/, plans placement and prints it, serves Prometheus metrics on metrics_bind, starts\n"
+     "the trainer ranks and rollout workers (this binary: `rlrun trainer`, `rlrun rollout`),\n"
+     "then runs the data loop: prompts from the task, groups of group_size samples dispatched to\n"
+     "rollout lanes, rewards and group advantages, the staleness gate (max_async_rollout,\n"
+     "max_off_policy_steps), packing into seq_len rows, a trainer step per\n"
+     "prompts_batch_size_for_trainer groups and a weight sync after each, for number_of_steps.\n\n"
+     "Outputs in the run folder: summary.json (always, also after a failure or Ctrl-C),\n"
+     "metrics.jsonl (one line per step), timeline.json (Chrome trace), logs/<process>.log.\n"
+     "Ctrl-C stops dispatching, writes the summary and shuts the workers down.\n\n"
+     "  --set key=value   override a config key (repeatable)\n"
+     "  --run-dir DIR     the run folder (default: run_dir from the config)\n\n"
+     "exit status: 0 when every step ran, 1 when the run failed or was interrupted, 2 for bad\n"
+     "flags or config.\n",
+     cmd_run},
     {"version", "print the version and the compute backends this binary was built with",
      "usage: rlrun version\n\n"
      "Prints rlrun's version, whether the CUDA backend was built, the CUDA runtime and NCCL\n"
@@ -36,6 +56,24 @@ constexpr Command kCommands[] = {
      "--set key=value: message), and exits 2.\n\n"
      "  --print-defaults   print every key with its default and meaning (configs/defaults.yaml)\n",
      cmd_validate},
+    {"trainer", "run one trainer rank (the orchestrator starts these)",
+     "usage: rlrun trainer --orchestrator tcp://HOST:PORT --rank R (--config PATH | PATH)\n"
+     "                     [--set key=value ...] [--timeline PATH]\n\n"
+     "Runs one trainer rank: builds the model (model.checkpoint, or random init from seed and\n"
+     "model.init_std), joins the trainer ranks' gradient group and, on rank 0, the weight-sync\n"
+     "group (rendezvous through the orchestrator's control plane), registers, then serves\n"
+     "TrainBatch (a trainer step: forward/backward over the packed micro-batches, gradient\n"
+     "reduction, AdamW) with a TrainResult, WeightSyncBegin (rank 0 sends the weights to every\n"
+     "rollout worker) with WeightSyncEnd, and Shutdown. It exits when told to, or when the\n"
+     "orchestrator has been silent for heartbeat_timeout_seconds.\n\n"
+     "flags:\n"
+     "  --orchestrator tcp://HOST:PORT  the orchestrator's control endpoint (required)\n"
+     "  --rank R                        this trainer rank (default 0)\n"
+     "  --config PATH                   the run's config (or PATH as the positional argument)\n"
+     "  --set key=value                 override a config key (repeatable)\n"
+     "  --timeline PATH                 write this process's Chrome-trace events there\n\n"
+     "exit status: 0 after Shutdown, 1 on failure, 2 for bad flags or config.\n",
+     cmd_trainer},
     {"generate", "generate one completion from an HF checkpoint folder (KV cache, sampler)",
      "usage: rlrun generate --checkpoint DIR (--prompt TEXT | --prompt-ids IDS) [options]\n\n"
      "Loads the HF model folder DIR (config.json, model.safetensors or a sharded index, and\n"
@@ -80,7 +118,9 @@ constexpr Command kCommands[] = {
      "  --index I                       this worker's index among the rollout workers (required)\n"
      "  --config PATH                   the run's config (or PATH as the positional argument)\n"
      "  --set key=value                 override a config key (repeatable)\n"
-     "  --host NAME                     host name reported at registration (default: hostname)\n\n"
+     "  --host NAME                     host name reported at registration (default: hostname)\n"
+     "  --weight-group-epoch E          join weight-sync group weights-E through the orchestrator\n"
+     "                                  (the orchestrator passes it; without it weights never change)\n\n"
      "config keys used: model.*, seed, backend, cpu_threads_per_worker, max_model_len,\n"
      "max_num_seqs, kv_block_size, kv_cache_memory_mb, weight_broadcast_bucket_mb,\n"
      "heartbeat_interval_seconds, heartbeat_timeout_seconds, log_level.\n\n"

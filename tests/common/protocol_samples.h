@@ -76,6 +76,11 @@ inline std::vector<Message> sample_messages() {
   out.push_back({11, WeightSyncEnd{43, false, "out of memory"}});
   out.push_back({12, Shutdown{"run finished"}});
   out.push_back({13, ErrorReply{StatusCode::kProtocol, 4, "bad request"}});
+  std::vector<uint8_t> address(40);
+  for (size_t i = 0; i < address.size(); ++i) address[i] = static_cast<uint8_t>(255 - i);
+  out.push_back({14, StoreSet{"weights-0/rank_1", address}});
+  out.push_back({15, StoreGet{"weights-0/rank_2", 30000}});
+  out.push_back({16, StoreValue{"weights-0/rank_1", true, address}});
   return out;
 }
 

@@ -1,0 +1,210 @@
+// `rlrun [run] CONFIG`: the orchestrator process. Sets up the run (folder, placement, metrics,
+// control plane, workers), runs the data loop (run_loop.h) and always writes summary.json.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <thread>
+
+#include "common/atomic_file.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/timeline.h"
+#include "orchestrator/cli_args.h"
+#include "orchestrator/commands.h"
+#include "orchestrator/placement.h"
+#include "orchestrator/run_loop.h"
+#include "orchestrator/run_report.h"
+
+namespace rlrun::orchestrator {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::atomic<bool> g_interrupted{false};
+void on_signal(int) { g_interrupted.store(true); }
+
+std::string timestamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+// The run folder: --run-dir, else run_dir (its built-in default means runs/<timestamp>). A folder
+// that already holds a finished run is not overwritten: the new run goes beside it.
+Result<std::string> make_run_dir(const Config& config, const std::string& flag) {
+  std::string dir = !flag.empty() ? flag : config.run_dir;
+  if (flag.empty() && config.run_dir == Config{}.run_dir) dir = "runs/" + timestamp();
+  if (fs::exists(fs::path(dir) / "summary.json")) dir += "-" + timestamp();
+  std::error_code ec;
+  fs::create_directories(fs::path(dir) / "logs", ec);
+  if (ec) return io_error(str("cannot create the run folder ", dir, ": ", ec.message(), " (set run_dir or --run-dir)"));
+  return dir;
+}
+
+std::string tokenizer_path(const Config& config) {
+  if (!config.model.tokenizer.empty()) return config.model.tokenizer;
+  if (!config.model.checkpoint.empty() && fs::exists(fs::path(config.model.checkpoint) / "tokenizer.json"))
+    return (fs::path(config.model.checkpoint) / "tokenizer.json").string();
+  return "configs/tokenizers/tiny.json";
+}
+
+TaskSpec task_spec(const Config& c) {
+  TaskSpec t;
+  t.name = std::string(enum_name(c.task.name));
+  t.dataset = c.task.dataset;
+  t.eval_dataset = c.task.eval_dataset;
+  t.eval_size = static_cast<int>(c.task.eval_size);
+  t.min_digits = static_cast<int>(c.task.min_digits);
+  t.max_digits = static_cast<int>(c.task.max_digits);
+  t.num_numbers = static_cast<int>(c.task.num_numbers);
+  t.min_length = static_cast<int>(c.task.min_length);
+  t.max_length = static_cast<int>(c.task.max_length);
+  t.seed = static_cast<uint64_t>(c.task.seed);
+  return t;
+}
+
+Result<PlacementPlan> plan_local(const Config& c) {
+  NodeResources node{"localhost", "127.0.0.1", 0, static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
+  PlacementRequest req;
+  req.trainer_ranks = static_cast<int>(c.trainer_num_workers);
+  req.inference_workers = static_cast<int>(c.inference_num_workers);
+  req.tensor_parallel = static_cast<int>(c.inference_tensor_parallel_size);
+  req.strategy = c.placement == Placement::kPack ? PlacementStrategy::kPack : PlacementStrategy::kSpread;
+  req.use_gpus = c.backend == Backend::kCuda;
+  req.cpu_threads_per_worker = static_cast<int>(std::max<int64_t>(1, c.cpu_threads_per_worker));
+  return plan_placement({node}, req);
+}
+
+// The worker processes: trainer ranks, then rollout workers, all this binary.
+std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, const std::string& dir,
+                                                             const std::string& endpoint) {
+  const std::string exe = fs::read_symlink("/proc/self/exe").string();
+  const std::string config_path = (fs::path(dir) / "config.yaml").string();
+  std::vector<std::pair<ProcessSpec, WorkerSlot>> out;
+  for (int r = 0; r < c.trainer_num_workers; ++r) {
+    const std::string name = str("trainer-", r);
+    ProcessSpec p{name, {exe, "trainer", "--orchestrator", endpoint, "--rank", str(r), "--config", config_path,
+                         "--timeline", timeline_path(dir, name)}, {}, str(dir, "/logs/", name, ".log"), "", {}};
+    out.push_back({p, WorkerSlot{name, Role::kTrainer, r, p.log_path}});
+  }
+  for (int i = 0; i < c.inference_num_workers; ++i) {
+    const std::string name = str("rollout-", i);
+    ProcessSpec p{name, {exe, "rollout", "--orchestrator", endpoint, "--index", str(i), "--config", config_path,
+                         "--weight-group-epoch", "0"},
+                  {}, str(dir, "/logs/", name, ".log"), "", {}};
+    out.push_back({p, WorkerSlot{name, Role::kRollout, i, p.log_path}});
+  }
+  return out;
+}
+
+// Everything after the config is loaded; fills `outcome` whatever happens.
+Status run(const Config& config, const std::string& dir, RunOutcome& outcome) {
+  RLRUN_ASSIGN_OR_RETURN(PlacementPlan plan, plan_local(config));
+  std::fprintf(stderr, "%s", plan.table().c_str());
+  for (const std::string& w : plan.warnings) log::warn(w);
+  const std::string tok_path = tokenizer_path(config);
+  RLRUN_ASSIGN_OR_RETURN(engine::Tokenizer tokenizer, engine::Tokenizer::load(tok_path));
+  RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<Task> task, make_task(task_spec(config)));
+  Result<std::unique_ptr<MetricsServer>> metrics_server = MetricsServer::start(config.metrics_bind);
+  if (!metrics_server.ok()) return invalid_argument(metrics_server.status().message());
+  log::info(str("metrics on ", (*metrics_server)->url()));
+  RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<ControlServer> server, ControlServer::bind({}));
+
+  std::vector<std::pair<ProcessSpec, WorkerSlot>> specs = worker_specs(config, dir, server->endpoint());
+  std::vector<WorkerSlot> slots;
+  std::vector<std::string> rollout_names, processes;  // the orchestrator's own: process_memory_collectable
+  for (const auto& [spec, slot] : specs) {
+    slots.push_back(slot);
+    processes.push_back(slot.name);
+    if (slot.role == Role::kRollout) rollout_names.push_back(slot.name);
+  }
+  RunMetrics metrics((*metrics_server)->registry(), rollout_names, processes);
+  (*metrics_server)->add_collectable(process_memory_collectable("orchestrator"));
+
+  std::unique_ptr<Launcher> launcher = make_local_launcher();
+  Orchestrator orchestrator(config, *server, *launcher, metrics, *task, tokenizer, slots,
+                            (fs::path(dir) / "metrics.jsonl").string(), g_interrupted);
+  Status status;
+  for (const auto& [spec, slot] : specs) {
+    status = launcher->start(spec);
+    if (!status.ok()) break;
+  }
+  if (status.ok()) {
+    log::info(str("started ", specs.size(), " worker(s); logs in ", dir, "/logs/"));
+    status = orchestrator.run();
+  }
+  orchestrator.shutdown_workers(status.ok() ? "run finished" : "run stopped");
+  // Give workers a moment to exit on their own (they flush their timelines), then make sure.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (launcher->live_count() > 0 && std::chrono::steady_clock::now() < deadline) {
+    (void)launcher->poll_exits();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  launcher->stop_all(std::chrono::milliseconds(2000));
+  outcome = orchestrator.finish();
+  return status;
+}
+
+}  // namespace
+
+int cmd_run(const Args& args) {
+  const auto start = std::chrono::steady_clock::now();
+  static constexpr FlagSpec kFlags[] = {{"--run-dir", true}, {"--resume", false}};
+  Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
+  if (!parsed.ok()) return report_usage_error("run", parsed.status());
+  if (parsed->config_path.empty()) return report_usage_error("run", invalid_argument("missing CONFIG; see --help"));
+  if (parsed->has("--resume"))
+    return report_usage_error("run", invalid_argument("--resume is not implemented yet: start a new run"));
+  Result<Config> loaded = load_config(parsed->config_path, parsed->overrides);
+  if (!loaded.ok()) return report_config_errors("run", loaded.status());
+  Config config = *loaded;
+  log::set_min_level(config.log_level);
+  log::set_process_name("orchestrator");
+  Result<std::string> dir = make_run_dir(config, parsed->value("--run-dir"));
+  if (!dir.ok()) return std::fprintf(stderr, "rlrun: %s\n", dir.status().message().c_str()), kExitUsage;
+  config.run_dir = *dir;
+  const Status written = write_file_atomic((fs::path(*dir) / "config.yaml").string(), render_config(config));
+  if (!written.ok()) return std::fprintf(stderr, "rlrun: %s\n", written.message().c_str()), kExitFailed;
+  log::info(str("run folder ", *dir));
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  const std::string own_timeline = timeline_path(*dir, "orchestrator");
+  if (Status s = global_timeline().open(own_timeline, "orchestrator"); !s.ok()) log::warn(s.message());
+
+  RunOutcome outcome;
+  const Status status = run(config, *dir, outcome);
+  const bool usage = status.code() == StatusCode::kInvalidArgument;
+  if (g_interrupted.load()) {
+    outcome.exit = "interrupted";
+  } else if (!status.ok()) {
+    outcome.exit = status.message();
+  }
+  if (!status.ok()) log::error(str("run ", g_interrupted.load() ? "interrupted" : "failed", ": ", status.message()));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string summary = (fs::path(*dir) / "summary.json").string();
+  if (Status s = write_summary(summary, outcome, wall); !s.ok()) log::error(s.message());
+  global_timeline().close();
+  std::vector<std::string> timelines{own_timeline};
+  for (int r = 0; r < config.trainer_num_workers; ++r) {
+    const std::string path = timeline_path(*dir, str("trainer-", r));
+    if (fs::exists(path)) timelines.push_back(path);  // absent when the run stopped before it started
+  }
+  if (Status s = merge_timelines(timelines, (fs::path(*dir) / "timeline.json").string()); !s.ok()) log::warn(s.message());
+  log::info(str("summary: ", summary, " (", outcome.steps_completed, " steps in ", wall, " s, exit: ", outcome.exit, ")"));
+  if (status.ok()) return kExitOk;
+  return usage && outcome.steps_completed == 0 ? kExitUsage : kExitFailed;
+}
+
+}  // namespace rlrun::orchestrator

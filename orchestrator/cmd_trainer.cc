@@ -1,0 +1,44 @@
+// `rlrun trainer`: one trainer rank process (started by the orchestrator's launcher).
+#include <cstdlib>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "orchestrator/cli_args.h"
+#include "orchestrator/commands.h"
+#include "orchestrator/trainer_process.h"
+
+namespace rlrun::orchestrator {
+
+int cmd_trainer(const Args& args) {
+  static constexpr FlagSpec kFlags[] = {
+      {"--orchestrator", true}, {"--rank", true}, {"--config", true}, {"--timeline", true}};
+  Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
+  if (!parsed.ok()) return report_usage_error("trainer", parsed.status());
+  std::string path = parsed->config_path;
+  if (parsed->has("--config")) {
+    if (!path.empty()) return report_usage_error("trainer", invalid_argument("give the config once (--config or PATH)"));
+    path = parsed->value("--config");
+  }
+  if (path.empty()) return report_usage_error("trainer", invalid_argument("missing --config PATH; see --help"));
+  if (!parsed->has("--orchestrator"))
+    return report_usage_error("trainer", invalid_argument("missing --orchestrator tcp://HOST:PORT; see --help"));
+  const std::string rank_text = parsed->value("--rank", "0");
+  char* end = nullptr;
+  const long rank = std::strtol(rank_text.c_str(), &end, 10);
+  if (rank_text.empty() || *end != '\0' || rank < 0 || rank > 1 << 20)
+    return report_usage_error("trainer", invalid_argument(str("--rank `", rank_text, "` is not a trainer rank (0, 1, ...)")));
+  Result<Config> config = load_config(path, parsed->overrides);
+  if (!config.ok()) return report_config_errors("trainer", config.status());
+  if (rank >= config->trainer_num_workers)
+    return report_usage_error("trainer", invalid_argument(str("--rank ", rank, " but trainer_num_workers is ",
+                                                              config->trainer_num_workers)));
+  log::set_min_level(config->log_level);
+  log::set_process_name(str("trainer-", rank));
+  TrainerProcessOptions options;
+  options.orchestrator = parsed->value("--orchestrator");
+  options.rank = static_cast<int>(rank);
+  options.timeline_path = parsed->value("--timeline");
+  return run_trainer_process(*config, options);
+}
+
+}  // namespace rlrun::orchestrator

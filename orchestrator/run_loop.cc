@@ -1,0 +1,290 @@
+// run_loop.cc - the orchestrator's lifecycle: registration, the tick, steps, weight sync.
+#include "orchestrator/run_loop.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "common/log.h"
+#include "common/memory.h"
+#include "common/timeline.h"
+#include "orchestrator/model_from_config.h"
+
+namespace rlrun::orchestrator {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Workers build models and join groups before registering: generous on a loaded machine.
+constexpr std::chrono::seconds kRegistrationTimeout{300};
+constexpr milliseconds kTick{20};
+
+std::string json_number(double v) { return std::isfinite(v) ? str(v) : "null"; }
+
+}  // namespace
+
+Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher& launcher, RunMetrics& metrics,
+                           Task& task, const engine::Tokenizer& tokenizer, std::vector<WorkerSlot> workers,
+                           const std::string& metrics_jsonl, const std::atomic<bool>& interrupted)
+    : config_(config), server_(server), launcher_(launcher), metrics_(metrics), task_(task), tokenizer_(tokenizer),
+      workers_(std::move(workers)), metrics_jsonl_(metrics_jsonl), interrupted_(interrupted),
+      gate_(GateOptions{config.max_async_rollout, config.max_off_policy_steps, config.prompts_batch_size_for_trainer}),
+      group_size_(static_cast<uint32_t>(config.group_size)) {
+  for (const char* name : {"<|endoftext|>", "<|im_end|>", "</s>", "<|eot_id|>"}) {
+    if (auto id = tokenizer_.token_to_id(name)) stop_ids_.push_back(*id);
+  }
+  last_tick_ = Clock::now();
+  weight_bytes_ = model_config_from(config.model).num_parameters() * static_cast<int64_t>(sizeof(float));
+}
+
+WorkerSlot* Orchestrator::worker_by_name(const std::string& name) {
+  for (WorkerSlot& w : workers_)
+    if (w.name == name) return &w;
+  return nullptr;
+}
+
+Status Orchestrator::check_exits() {
+  for (const ProcessExit& e : launcher_.poll_exits()) {
+    if (accepting_exits_) continue;
+    const WorkerSlot* w = worker_by_name(e.name);
+    const std::string log_path = w ? w->log_path : "";
+    return unavailable(str("worker ", e.name, " ", e.describe(), " unexpectedly; see its log: ", log_path));
+  }
+  return Status();
+}
+
+void Orchestrator::handle_heartbeat(const Incoming& in, const Heartbeat& hb) {
+  (void)server_.send(in.peer, hb, in.message.correlation_id);  // the echo proves we live
+  auto mem = metrics_.memory_bytes.find(in.peer);
+  if (mem != metrics_.memory_bytes.end()) mem->second->Set(static_cast<double>(hb.memory_bytes));
+  auto peak = metrics_.peak_memory_bytes.find(in.peer);
+  if (peak != metrics_.peak_memory_bytes.end()) peak->second->Set(static_cast<double>(hb.peak_memory_bytes));
+  int64_t& best = outcome_.peak_memory_bytes[in.peer];
+  best = std::max(best, static_cast<int64_t>(hb.peak_memory_bytes));
+}
+
+Status Orchestrator::handle_register(const Incoming& in, const Register& reg) {
+  WorkerSlot* w = worker_by_name(in.peer);
+  const bool matches = w != nullptr && w->role == reg.role && w->rank == reg.rank;
+  if (!matches) {
+    log::warn(str("ignoring Register from unexpected peer `", in.peer, "` (", role_name(reg.role), " ", reg.rank, ")"));
+    return server_.send(in.peer, ErrorReply{StatusCode::kInvalidArgument, static_cast<uint16_t>(MessageKind::kRegister),
+                                            "not a worker of this run"}, in.message.correlation_id);
+  }
+  w->registered = true;
+  RegisterAck ack;
+  ack.assigned_id = static_cast<uint32_t>(w - workers_.data());
+  log::info(str(w->name, " registered (pid ", reg.pid, " on ", reg.host, ")"));
+  return server_.send(in.peer, ack, in.message.correlation_id);
+}
+
+Status Orchestrator::handle(const Incoming& in) {
+  if (rendezvous_.handle(server_, in)) return Status();
+  const Message& m = in.message;
+  if (const auto* reg = m.get<Register>()) return handle_register(in, *reg);
+  if (const auto* hb = m.get<Heartbeat>()) {
+    handle_heartbeat(in, *hb);
+  } else if (const auto* result = m.get<GenerateResult>()) {
+    on_result(*result);
+  } else if (const auto* tr = m.get<TrainResult>()) {
+    train_results_[static_cast<int>(tr->rank)] = *tr;
+    // The step's resident peaks: sharper than the heartbeats' samples.
+    int64_t& best = outcome_.peak_memory_bytes[in.peer];
+    for (const char* key : {"memory_forward_backward_rss_peak_bytes", "memory_optimizer_rss_peak_bytes"}) {
+      auto it = tr->metrics.find(key);
+      if (it != tr->metrics.end()) best = std::max(best, static_cast<int64_t>(it->second));
+    }
+  } else if (const auto* end = m.get<WeightSyncEnd>()) {
+    sync_ends_[in.peer] = *end;
+  } else if (const auto* err = m.get<ErrorReply>()) {
+    if (err->request_kind == static_cast<uint16_t>(MessageKind::kTrainBatch)) {
+      train_error_ = str(in.peer, ": ", err->message);
+    } else {
+      log::warn(str(in.peer, " reported an error: ", err->message));
+    }
+  } else {
+    log::warn(str("unexpected ", message_kind_name(m.kind()), " from ", in.peer));
+  }
+  return Status();
+}
+
+Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
+  if (interrupted_.load()) return unavailable("interrupted (SIGINT/SIGTERM)");
+  Result<Incoming> in = server_.poll(wait);
+  for (int n = 0; in.ok() && n < 1000; ++n) {
+    RLRUN_RETURN_IF_ERROR(handle(*in));
+    in = server_.poll(milliseconds(0));
+  }
+  rendezvous_.expire(server_);
+  RLRUN_RETURN_IF_ERROR(check_exits());
+  if (allow_dispatch) {
+    cancel_off_policy();
+    dispatch();
+  }
+  const double dt = seconds_since(last_tick_);
+  last_tick_ = Clock::now();
+  if (looping_) {
+    if (trainer_waiting_) {
+      outcome_.trainer_idle_seconds += dt;
+      metrics_.trainer_idle_seconds->Increment(dt);
+    }
+    for (WorkerSlot& w : workers_) {
+      if (w.role != Role::kRollout || w.lanes_used > 0) continue;
+      w.idle_seconds += dt;
+      metrics_.rollout_idle_seconds[w.name]->Increment(dt);
+    }
+  }
+  metrics_.queue_depth->Set(static_cast<double>(ready_.size()));
+  metrics_.in_flight_groups->Set(static_cast<double>(groups_.size()));
+  metrics_.async_level->Set(static_cast<double>(gate_.current_async_level(outstanding_groups())));
+  return Status();
+}
+
+Status Orchestrator::wait_for_registration() {
+  ScopedSpan span("wait_for_workers", "orchestrator");
+  const auto deadline = Clock::now() + kRegistrationTimeout;
+  while (true) {
+    bool all = true;
+    for (const WorkerSlot& w : workers_) all = all && w.registered;
+    if (all) return Status();
+    if (Clock::now() > deadline) {
+      for (const WorkerSlot& w : workers_) {
+        if (!w.registered)
+          return timeout_error(str("worker ", w.name, " did not register within ", kRegistrationTimeout.count(),
+                                   " s; see its log: ", w.log_path));
+      }
+    }
+    RLRUN_RETURN_IF_ERROR(tick(milliseconds(50), false));
+  }
+}
+
+Status Orchestrator::weight_sync(uint64_t version) {
+  ScopedSpan span("weight_sync", "orchestrator");
+  span.arg("version", static_cast<int64_t>(version));
+  const auto start = Clock::now();
+  sync_ends_.clear();
+  WeightSyncBegin begin;
+  begin.version = version;
+  begin.bucket_bytes = static_cast<uint64_t>(config_.weight_broadcast_bucket_mb) << 20;
+  begin.metadata_cached = true;  // the layout travels over the weight group itself
+  std::vector<std::string> members;
+  for (const WorkerSlot& w : workers_) {
+    if (w.role == Role::kRollout || (w.role == Role::kTrainer && w.rank == 0)) members.push_back(w.name);
+  }
+  for (const std::string& name : members) RLRUN_RETURN_IF_ERROR(server_.send(name, begin));
+  while (sync_ends_.size() < members.size()) RLRUN_RETURN_IF_ERROR(tick(kTick, looping_));
+  for (const auto& [name, end] : sync_ends_) {
+    if (!end.ok) return internal_error(str("weight sync of version ", version, " failed on ", name, ": ", end.error));
+  }
+  last_sync_seconds_ = seconds_since(start);
+  metrics_.weight_sync_seconds->Increment(last_sync_seconds_);
+  metrics_.weight_sync_bytes->Increment(static_cast<double>(weight_bytes_));
+  return Status();
+}
+
+Status Orchestrator::run() {
+  RLRUN_RETURN_IF_ERROR(wait_for_registration());
+  // Version 0: every rollout worker starts from the trainer's weights (checkpoint or init).
+  RLRUN_RETURN_IF_ERROR(weight_sync(0));
+  RLRUN_ASSIGN_OR_RETURN(outcome_.accuracy_before, evaluate("before training"));
+  looping_ = true;
+  loop_start_ = last_tick_ = Clock::now();
+  while (outcome_.steps_completed < config_.number_of_steps) RLRUN_RETURN_IF_ERROR(run_step());
+  outcome_.loop_seconds = seconds_since(loop_start_);
+  looping_ = false;
+  RLRUN_ASSIGN_OR_RETURN(outcome_.accuracy_after, evaluate("after training"));
+  return Status();
+}
+
+void Orchestrator::shutdown_workers(const std::string& reason) {
+  accepting_exits_ = true;
+  for (const WorkerSlot& w : workers_) {
+    if (w.registered) (void)server_.send(w.name, Shutdown{reason});
+  }
+}
+
+void Orchestrator::write_step_line(const std::map<std::string, double>& trainer_metrics, double wait_s,
+                                   double train_s, double sync_s, double reward_mean, double reward_std,
+                                   int64_t tokens) {
+  std::string line = str("{\"step\":", outcome_.steps_completed, ",\"reward_mean\":", json_number(reward_mean),
+                         ",\"reward_std\":", json_number(reward_std), ",\"wait_seconds\":", json_number(wait_s),
+                         ",\"train_seconds\":", json_number(train_s), ",\"weight_sync_seconds\":", json_number(sync_s),
+                         ",\"tokens_trained\":", tokens, ",\"tokens_generated_total\":", outcome_.tokens_generated,
+                         ",\"async_level\":", gate_.current_async_level(outstanding_groups()),
+                         ",\"discarded_total\":", ledger_.summary().discarded_total(), ",\"trainer\":{");
+  bool first = true;
+  for (const auto& [key, value] : trainer_metrics) {
+    if (!first) line.push_back(',');
+    first = false;
+    append_json_string(line, key);
+    line.push_back(':');
+    line += json_number(value);
+  }
+  line += "}}\n";
+  std::ofstream out(metrics_jsonl_, std::ios::app);
+  out << line;
+  if (!out) log::warn(str("could not append to ", metrics_jsonl_));
+}
+
+void Orchestrator::print_progress(double reward_mean) {
+  const double loop = std::max(1e-9, seconds_since(loop_start_));
+  double rollout_idle = 0;
+  int rollouts = 0;
+  for (const WorkerSlot& w : workers_) {
+    if (w.role != Role::kRollout) continue;
+    rollout_idle += w.idle_seconds / loop;
+    ++rollouts;
+  }
+  rollout_idle = rollouts ? rollout_idle / rollouts : 0;
+  const std::string line =
+      str("step ", outcome_.steps_completed, "/", config_.number_of_steps, "  reward ", reward_mean, "  tok/s gen ",
+          static_cast<int64_t>(outcome_.tokens_generated / loop), " train ",
+          static_cast<int64_t>(outcome_.tokens_trained / loop), "  idle trainer ",
+          static_cast<int>(100 * outcome_.trainer_idle_seconds / loop), "% rollout ",
+          static_cast<int>(100 * rollout_idle), "%");
+  if (isatty(STDERR_FILENO)) {
+    std::fprintf(stderr, "\r\033[K%s", line.c_str());
+    if (outcome_.steps_completed == config_.number_of_steps) std::fprintf(stderr, "\n");
+  } else {
+    log::info(line);
+  }
+}
+
+RunOutcome Orchestrator::finish() {
+  // Whatever was generated and will not be trained now is accounted for, by reason.
+  for (const Group& g : ready_) {
+    for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(g.id, i), "unused_at_exit");
+  }
+  ready_.clear();
+  for (uint64_t id : training_samples_) ledger_.discarded(id, "step_not_completed");
+  training_samples_.clear();
+  for (const auto& [id, g] : groups_) {
+    for (uint32_t i = 0; i < group_size_; ++i) {
+      if (g.samples[i].returned && ledger_.state(sample_id(id, i)) == SampleState::kGenerated)
+        ledger_.discarded(sample_id(id, i), "unused_at_exit");
+    }
+  }
+  if (looping_) outcome_.loop_seconds = seconds_since(loop_start_);
+  outcome_.samples = ledger_.summary();
+  double idle = 0;
+  int rollouts = 0;
+  for (const WorkerSlot& w : workers_) {
+    if (w.role != Role::kRollout) continue;
+    idle += outcome_.loop_seconds > 0 ? w.idle_seconds / outcome_.loop_seconds : 0;
+    ++rollouts;
+  }
+  outcome_.rollout_idle_fraction = rollouts ? idle / rollouts : 0;
+  if (Result<ProcessMemory> mem = read_process_memory(); mem.ok())
+    outcome_.peak_memory_bytes["orchestrator"] = mem->peak_resident_bytes;
+  return outcome_;
+}
+
+}  // namespace rlrun::orchestrator

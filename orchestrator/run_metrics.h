@@ -1,0 +1,46 @@
+// run_metrics.h - the orchestrator's Prometheus metrics (design "Observability").
+//
+// Idle time is a counter, so rate() gives an idle fraction: rlrun_trainer_idle_seconds_total
+// (the trainer waiting for a batch) and rlrun_rollout_idle_seconds_total{worker} (a rollout
+// worker with no work in its lanes, or held back by the staleness gate), both from the
+// orchestrator's view. Metrics live as long as the registry (the MetricsServer's).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/metrics.h"
+
+namespace rlrun::orchestrator {
+
+struct RunMetrics {
+  RunMetrics(prometheus::Registry& registry, const std::vector<std::string>& rollout_workers,
+             const std::vector<std::string>& processes);
+
+  prometheus::Counter* trainer_idle_seconds;
+  std::map<std::string, prometheus::Counter*> rollout_idle_seconds;  // by worker name
+  prometheus::Histogram* step_wait_seconds;
+  prometheus::Histogram* step_train_seconds;
+  prometheus::Histogram* step_weight_sync_seconds;
+  prometheus::Gauge* queue_depth;     // finished groups waiting for a batch
+  prometheus::Gauge* in_flight_groups;
+  prometheus::Gauge* async_level;
+  prometheus::Gauge* trainer_step;
+  prometheus::Histogram* sample_staleness;  // versions between sampling and training
+  prometheus::Family<prometheus::Counter>* discarded;  // {reason}
+  prometheus::Counter* cancelled;
+  prometheus::Counter* tokens_generated;
+  prometheus::Counter* tokens_trained;
+  prometheus::Gauge* reward_mean;
+  prometheus::Gauge* reward_std;
+  prometheus::Gauge* advantage_abs_mean;
+  prometheus::Counter* weight_sync_seconds;
+  prometheus::Counter* weight_sync_bytes;
+  std::map<std::string, prometheus::Gauge*> memory_bytes;       // by process, from heartbeats
+  std::map<std::string, prometheus::Gauge*> peak_memory_bytes;  // by process
+
+  void count_discard(const std::string& reason, double n = 1);
+};
+
+}  // namespace rlrun::orchestrator

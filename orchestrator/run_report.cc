@@ -1,0 +1,59 @@
+// run_report.cc - summary.json text.
+#include "orchestrator/run_report.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/atomic_file.h"
+#include "common/timeline.h"
+
+namespace rlrun::orchestrator {
+
+namespace {
+
+std::string number(double v) { return std::isfinite(v) ? str(v) : "null"; }
+std::string optional_number(const std::optional<double>& v) { return v ? number(*v) : "null"; }
+
+// Mean of the first (or last) 10% of values, at least one value; null when there are none.
+std::string tenth_mean(const std::vector<double>& v, bool last) {
+  if (v.empty()) return "null";
+  const size_t k = std::max<size_t>(1, (v.size() + 9) / 10);
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) sum += last ? v[v.size() - 1 - i] : v[i];
+  return number(sum / static_cast<double>(k));
+}
+
+std::string quoted(const std::string& s) {
+  std::string out;
+  append_json_string(out, s);
+  return out;
+}
+
+}  // namespace
+
+std::string summary_json(const RunOutcome& o, double wall_seconds) {
+  const SampleLedger::Summary& s = o.samples;
+  std::string discarded;
+  for (const auto& [reason, n] : s.discarded) discarded += str(discarded.empty() ? "" : ", ", quoted(reason), ": ", n);
+  std::string memory;
+  for (const auto& [process, n] : o.peak_memory_bytes) memory += str(memory.empty() ? "" : ", ", quoted(process), ": ", n);
+  const double loop = o.loop_seconds > 0 ? o.loop_seconds : 0;
+  return str("{\n  \"steps_completed\": ", o.steps_completed, ",\n  \"wall_seconds\": ", number(wall_seconds),
+             ",\n  \"samples\": {\"generated\": ", s.generated, ", \"trained\": ", s.trained, ", \"discarded\": {",
+             discarded, "}, \"cancelled\": ", s.cancelled, ", \"in_flight_at_exit\": ", s.in_flight,
+             ", \"lost\": ", s.lost, "},\n  \"reward_mean\": {\"first\": ", tenth_mean(o.step_reward_means, false),
+             ", \"last\": ", tenth_mean(o.step_reward_means, true), "},\n  \"eval\": {\"accuracy_before\": ",
+             optional_number(o.accuracy_before), ", \"accuracy_after\": ", optional_number(o.accuracy_after),
+             "},\n  \"trainer_idle_fraction\": ", loop > 0 ? number(o.trainer_idle_seconds / loop) : "null",
+             ",\n  \"rollout_idle_fraction\": ", loop > 0 ? number(o.rollout_idle_fraction) : "null",
+             ",\n  \"tokens_per_second\": {\"generated\": ", loop > 0 ? number(o.tokens_generated / loop) : "null",
+             ", \"trained\": ", loop > 0 ? number(o.tokens_trained / loop) : "null",
+             "},\n  \"peak_memory_bytes\": {", memory, "},\n  \"worker_restarts\": 0,\n  \"prompts_skipped\": ",
+             o.prompts_skipped, ",\n  \"exit\": ", quoted(o.exit), "\n}\n");
+}
+
+Status write_summary(const std::string& path, const RunOutcome& outcome, double wall_seconds) {
+  return write_file_atomic(path, summary_json(outcome, wall_seconds));
+}
+
+}  // namespace rlrun::orchestrator

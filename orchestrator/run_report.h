@@ -1,0 +1,24 @@
+// run_report.h - summary.json: what a run did, written at its end whatever the end was.
+//
+//   {"steps_completed": n, "wall_seconds": s,
+//    "samples": {"generated", "trained", "discarded": {reason: n}, "cancelled",
+//                "in_flight_at_exit", "lost"},
+//    "reward_mean": {"first", "last"},          means over the first / last 10% of steps (null: none)
+//    "eval": {"accuracy_before", "accuracy_after"},   null without an eval set
+//    "trainer_idle_fraction", "rollout_idle_fraction",
+//    "tokens_per_second": {"generated", "trained"},
+//    "peak_memory_bytes": {process: n}, "worker_restarts": 0, "prompts_skipped": n,
+//    "exit": "ok" | "interrupted" | the failure}
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "orchestrator/run_loop.h"
+
+namespace rlrun::orchestrator {
+
+std::string summary_json(const RunOutcome& outcome, double wall_seconds);
+Status write_summary(const std::string& path, const RunOutcome& outcome, double wall_seconds);
+
+}  // namespace rlrun::orchestrator

@@ -1,0 +1,227 @@
+// trainer_process.cc - the trainer rank's setup and its control-plane service loop.
+#include "orchestrator/trainer_process.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+
+#include "common/control_plane.h"
+#include "common/log.h"
+#include "common/memory.h"
+#include "common/timeline.h"
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "engine/model_io.h"
+#include "orchestrator/commands.h"
+#include "orchestrator/model_from_config.h"
+#include "orchestrator/rendezvous.h"
+#include "trainer/lr_schedule.h"
+#include "trainer/model_adapter.h"
+#include "trainer/train_step.h"
+#include "trainer/trainer_inputs.h"
+
+namespace rlrun::orchestrator {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// Everything a trainer rank holds, built in dependency order (members destroyed in reverse).
+struct TrainerRank {
+  std::unique_ptr<engine::Backend> backend;
+  std::unique_ptr<engine::Model> model;
+  std::unique_ptr<trainer::ModelAdapter> adapter;
+  std::unique_ptr<engine::Communicator> dp;       // null with one rank
+  std::unique_ptr<engine::Communicator> weights;  // rank 0 only
+  PeakMemoryTracker memory;
+  std::unique_ptr<trainer::Trainer> trainer;
+};
+
+Status build_rank(const Config& config, const TrainerProcessOptions& options, TrainerRank& r) {
+  RLRUN_ASSIGN_OR_RETURN(r.backend, engine::create_backend(enum_name(config.backend),
+                                                           static_cast<int>(config.cpu_threads_per_worker)));
+  engine::ModelOptions model_options;
+  model_options.gradient_checkpointing = config.gradient_checkpointing;
+  RLRUN_ASSIGN_OR_RETURN(r.model, engine::Model::create(*r.backend, model_config_from(config.model), model_options));
+  if (!config.model.checkpoint.empty()) {
+    // load_config() took the model's shape from the checkpoint's config.json.
+    RLRUN_RETURN_IF_ERROR(engine::load_weights(*r.model, config.model.checkpoint));
+  } else {
+    // The rollout workers draw the same initial weights from the same seed.
+    r.model->weights().init_random(static_cast<uint64_t>(config.seed), static_cast<float>(config.model.init_std));
+  }
+  r.adapter = std::make_unique<trainer::ModelAdapter>(*r.model);
+  const std::string identity = str("trainer-", options.rank);
+  if (config.trainer_num_workers > 1) {
+    RLRUN_ASSIGN_OR_RETURN(r.dp, join_group(options.orchestrator, identity, data_parallel_group(config, options.rank)));
+  }
+  if (options.rank == 0) {
+    RLRUN_ASSIGN_OR_RETURN(r.weights, join_group(options.orchestrator, identity, weight_sync_group(config, 0)));
+  }
+  RLRUN_ASSIGN_OR_RETURN(trainer::LrScheduleKind kind, trainer::parse_lr_schedule_kind(enum_name(config.lr_scheduler)));
+  const trainer::LrScheduleConfig schedule{kind, config.warmup_steps, config.min_lr_ratio};
+  const int64_t total = config.number_of_steps * config.number_of_minibatches;
+  const double base = config.learning_rate;
+  RLRUN_ASSIGN_OR_RETURN(trainer::TrainerOptions trainer_options,
+                         trainer::trainer_options_from_config(config, [=](int64_t step) {
+                           return trainer::learning_rate(step, total, base, schedule);
+                         }));
+  RLRUN_ASSIGN_OR_RETURN(r.trainer, trainer::Trainer::create(trainer_options, *r.adapter, r.dp.get(),
+                                                             r.weights.get(), &r.memory));
+  return Status();
+}
+
+// The service loop over one connection to the orchestrator.
+class TrainerLoop {
+ public:
+  TrainerLoop(const Config& config, const TrainerProcessOptions& options, TrainerRank& rank)
+      : config_(config), options_(options), rank_(rank) {}
+
+  Status connect_and_register() {
+    ControlClient::Options co;
+    co.endpoint = options_.orchestrator;
+    co.identity = str("trainer-", options_.rank);
+    RLRUN_ASSIGN_OR_RETURN(client_, ControlClient::connect(co));
+    Register reg;
+    reg.role = Role::kTrainer;
+    reg.rank = options_.rank;
+    char host[256] = {};
+    reg.host = gethostname(host, sizeof(host) - 1) == 0 ? host : "localhost";
+    reg.pid = static_cast<uint32_t>(getpid());
+    reg.devices = {rank_.backend->name()};
+    Result<Message> reply = client_->request(reg, to_ms(config_.heartbeat_timeout_seconds));
+    if (!reply.ok()) return unavailable(str("no RegisterAck from ", options_.orchestrator, ": ", reply.status().message()));
+    const RegisterAck* ack = reply->get<RegisterAck>();
+    if (ack == nullptr) return protocol_error(str("Register answered with ", message_kind_name(reply->kind())));
+    worker_id_ = ack->assigned_id;
+    return Status();
+  }
+
+  // ok after Shutdown; unavailable when the orchestrator went silent.
+  Status serve() {
+    const auto interval = to_ms(config_.heartbeat_interval_seconds);
+    last_heard_ = Clock::now();
+    send_heartbeat();  // memory figures from the start, even for a run shorter than an interval
+    while (true) {
+      Result<Message> m = client_->receive(interval);
+      if (m.ok()) {
+        last_heard_ = Clock::now();
+        if (!handle(*m)) return Status();
+        last_heard_ = Clock::now();  // time spent training is not silence
+      } else if (Clock::now() - last_heard_ > to_ms(config_.heartbeat_timeout_seconds)) {
+        return unavailable(str("nothing heard from the orchestrator for ", config_.heartbeat_timeout_seconds,
+                               " s (heartbeat_timeout_seconds)"));
+      }
+      if (Clock::now() - last_heartbeat_ >= interval) send_heartbeat();
+    }
+  }
+
+ private:
+  bool handle(const Message& m) {
+    if (const TrainBatch* batch = m.get<TrainBatch>()) {
+      train(*batch, m.correlation_id);
+    } else if (const WeightSyncBegin* begin = m.get<WeightSyncBegin>()) {
+      send_weights(begin->version, m.correlation_id);
+    } else if (const Shutdown* s = m.get<Shutdown>()) {
+      log::info(str("trainer ", options_.rank, ": shutdown (", s->reason, ")"));
+      return false;
+    } else if (m.get<Heartbeat>() == nullptr && m.get<ErrorReply>() == nullptr) {
+      send(ErrorReply{StatusCode::kInvalidArgument, static_cast<uint16_t>(m.kind()),
+                      str("a trainer does not serve ", message_kind_name(m.kind()), " messages")},
+           m.correlation_id);
+    }
+    return true;
+  }
+
+  void train(const TrainBatch& batch, uint64_t correlation_id) {
+    ScopedSpan span("train_step", "trainer");
+    span.arg("step", static_cast<int64_t>(batch.step));
+    Result<std::vector<trainer::MicroBatch>> micro = trainer::micro_batches_from_train_batch(batch);
+    Result<trainer::StepReport> report =
+        micro.ok() ? rank_.trainer->train(*micro) : Result<trainer::StepReport>(micro.status());
+    if (!report.ok()) {
+      log::error(str("trainer ", options_.rank, ": step ", batch.step, " failed: ", report.status().message()));
+      send(ErrorReply{report.status().code(), static_cast<uint16_t>(MessageKind::kTrainBatch),
+                      str("trainer ", options_.rank, ": step ", batch.step, ": ", report.status().message())},
+           correlation_id);
+      return;
+    }
+    ++version_;
+    send(trainer::train_result(batch, *report, version_), correlation_id);
+  }
+
+  void send_weights(uint64_t version, uint64_t correlation_id) {
+    WeightSyncEnd end{version, true, ""};
+    if (options_.rank == 0) {
+      ScopedSpan span("weight_send", "trainer");
+      Result<trainer::WeightSendReport> sent = rank_.trainer->send_weights(version);
+      if (!sent.ok()) {
+        end.ok = false;
+        end.error = str("trainer 0: weight send of version ", version, ": ", sent.status().message());
+        log::error(end.error);
+      }
+    }
+    send(end, correlation_id);
+  }
+
+  void send_heartbeat() {
+    Heartbeat hb;
+    hb.worker_id = worker_id_;
+    hb.weight_version = version_;
+    if (Result<ProcessMemory> mem = read_process_memory(); mem.ok()) {
+      hb.memory_bytes = static_cast<uint64_t>(mem->resident_bytes);
+      hb.peak_memory_bytes = static_cast<uint64_t>(mem->peak_resident_bytes);
+    }
+    send(hb, ++heartbeats_);
+    last_heartbeat_ = Clock::now();
+  }
+
+  template <WireMessage T> void send(const T& message, uint64_t correlation_id = 0) {
+    const Status s = client_->send(message, correlation_id);
+    if (!s.ok()) log::warn(str("trainer ", options_.rank, ": could not send ", message_kind_name(T::kKind), ": ", s.message()));
+  }
+
+  const Config& config_;
+  const TrainerProcessOptions& options_;
+  TrainerRank& rank_;
+  std::unique_ptr<ControlClient> client_;
+  uint32_t worker_id_ = 0;
+  uint64_t version_ = 0;  // weight version: trainer steps completed
+  uint64_t heartbeats_ = 0;
+  Clock::time_point last_heard_, last_heartbeat_;
+};
+
+}  // namespace
+
+int run_trainer_process(const Config& config, const TrainerProcessOptions& options) {
+  const std::string name = str("trainer-", options.rank);
+  if (!options.timeline_path.empty()) {
+    const Status s = global_timeline().open(options.timeline_path, name);
+    if (!s.ok()) log::warn(str(name, ": no timeline: ", s.message()));
+  }
+  TrainerRank rank;
+  Status s = build_rank(config, options, rank);
+  if (!s.ok()) {
+    log::error(str(name, ": ", s.message()));
+    return kExitFailed;
+  }
+  TrainerLoop loop(config, options, rank);
+  s = loop.connect_and_register();
+  if (s.ok()) {
+    log::info(str(name, ": registered with ", options.orchestrator, "; serving"));
+    s = loop.serve();
+  }
+  global_timeline().close();
+  if (!s.ok()) {
+    log::error(str(name, ": ", s.message()));
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+}  // namespace rlrun::orchestrator

@@ -1,0 +1,115 @@
+// The control-plane rendezvous store: a real ControlServer serving RendezvousService on a thread,
+// worker threads forming Gloo groups through ControlPlaneStore.
+#include "orchestrator/rendezvous.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+namespace rlrun::orchestrator {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The orchestrator's side: a ControlServer whose loop serves only the store.
+class StoreServer {
+ public:
+  StoreServer() {
+    auto server = ControlServer::bind({});
+    EXPECT_TRUE(server.ok()) << server.status().message();
+    server_ = std::move(*server);
+    endpoint_ = server_->endpoint();
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        Result<Incoming> in = server_->poll(20ms);
+        if (in.ok()) {
+          EXPECT_TRUE(service_.handle(*server_, *in)) << message_kind_name(in->message.kind());
+        }
+        service_.expire(*server_);
+      }
+    });
+  }
+  ~StoreServer() {
+    stop_ = true;
+    thread_.join();
+  }
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  std::unique_ptr<ControlServer> server_;
+  RendezvousService service_;
+  std::string endpoint_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(Rendezvous, SetThenGetAndWaitingGet) {
+  StoreServer server;
+  auto a = ControlPlaneStore::connect(server.endpoint(), "a");
+  auto b = ControlPlaneStore::connect(server.endpoint(), "b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  // b asks before a sets: the reply waits on the server until the key exists.
+  std::thread getter([&] {
+    auto v = (*b)->get("k1", 10000ms);
+    ASSERT_TRUE(v.ok()) << v.status().message();
+    EXPECT_EQ(std::string(v->begin(), v->end()), std::string("\x00\x01value", 7));
+  });
+  std::this_thread::sleep_for(100ms);
+  const std::string bytes("\x00\x01value", 7);
+  ASSERT_TRUE((*a)->set("k1", std::vector<char>(bytes.begin(), bytes.end())).ok());
+  getter.join();
+  auto again = (*a)->get("k1", 0ms);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->size(), 7u);
+}
+
+TEST(Rendezvous, MissingKeyTimesOutNamingIt) {
+  StoreServer server;
+  auto store = ControlPlaneStore::connect(server.endpoint(), "lonely");
+  ASSERT_TRUE(store.ok());
+  const auto start = std::chrono::steady_clock::now();
+  auto v = (*store)->get("never/set", 200ms);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(v.status().message().find("never/set"), std::string::npos) << v.status().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
+}
+
+TEST(Rendezvous, TwoGlooGroupsFormThroughTheControlPlane) {
+  StoreServer server;
+  Config config;
+  config.trainer_num_workers = 2;
+  config.inference_num_workers = 2;
+  // "dp": 2 trainer ranks; "weights-0": trainer rank 0 + 2 rollout workers. Groups share the
+  // store; keys are prefixed by group name, so they must not collide.
+  std::vector<std::thread> threads;
+  std::atomic<int> done{0};
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto dp = join_group(server.endpoint(), str("trainer-", r), data_parallel_group(config, r));
+      ASSERT_TRUE(dp.ok()) << dp.status().message();
+      std::vector<float> x = {1.0f + r};
+      ASSERT_TRUE((*dp)->all_reduce_sum(x.data(), 1, engine::CommDType::kF32).ok());
+      EXPECT_FLOAT_EQ(x[0], 3.0f);
+      ++done;
+    });
+  }
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      const std::string who = r == 0 ? "trainer-0" : str("rollout-", r - 1);
+      auto weights = join_group(server.endpoint(), who, weight_sync_group(config, r));
+      ASSERT_TRUE(weights.ok()) << weights.status().message();
+      EXPECT_EQ((*weights)->size(), 3);
+      std::vector<int32_t> v = {r == 0 ? 42 : -1};
+      ASSERT_TRUE((*weights)->broadcast(v.data(), 1, engine::CommDType::kI32, 0).ok());
+      EXPECT_EQ(v[0], 42);
+      ++done;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(done.load(), 5);
+}
+
+}  // namespace
+}  // namespace rlrun::orchestrator
