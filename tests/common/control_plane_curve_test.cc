@@ -143,6 +143,18 @@ TEST(ControlPlaneCurve, TwoServersInOneContextAdmitOnlyTheirOwnClient) {
   EXPECT_EQ(server_a.received(), 1);
 }
 
+TEST(ControlPlaneCurve, PlainServersInTheSameContextStillWork) {
+  const RunKeys keys = fresh_keys();
+  CurveServer curve(keys);  // its ZAP handler now answers for the whole process context
+  auto plain = ControlServer::bind(ControlServer::Options{});
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  auto client = connect_with((*plain)->endpoint(), SecurityOptions{});
+  ASSERT_TRUE(client->send(Heartbeat{}).ok());
+  auto in = (*plain)->poll(2000ms);
+  ASSERT_TRUE(in.ok()) << in.status().to_string();
+  EXPECT_NE(in->message.get<Heartbeat>(), nullptr);
+}
+
 TEST(ControlPlaneCurve, BadKeysAreRefusedUpFront) {
   const RunKeys keys = fresh_keys(), other = fresh_keys();
   ControlServer::Options options;
