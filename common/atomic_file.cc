@@ -38,7 +38,7 @@ Status write_and_sync(int fd, std::span<const std::string_view> pieces, const st
 
 }  // namespace
 
-Status write_file_atomic(const std::string& path, std::span<const std::string_view> pieces) {
+Status write_file_atomic(const std::string& path, std::span<const std::string_view> pieces, mode_t mode) {
   const std::string dir = parent_dir(path);
   // mkstemp gives a unique name, so concurrent writers of the same target never share a temp file.
   std::string tmp = path + ".tmp.XXXXXX";
@@ -48,7 +48,7 @@ Status write_file_atomic(const std::string& path, std::span<const std::string_vi
                         " (does the directory exist and is it writable?)"));
   }
   Status status = write_and_sync(fd, pieces, tmp);
-  if (::fchmod(fd, 0644) != 0 && status.ok()) {
+  if (::fchmod(fd, mode) != 0 && status.ok()) {
     status = io_error(str("chmod ", tmp, ": ", std::strerror(errno)));
   }
   if (::close(fd) != 0 && status.ok()) status = io_error(str("closing ", tmp, ": ", std::strerror(errno)));

@@ -5,6 +5,8 @@
 // files a restart depends on are written through this.
 #pragma once
 
+#include <sys/types.h>
+
 #include <span>
 #include <string>
 #include <string_view>
@@ -14,11 +16,12 @@
 namespace rlrun {
 
 // Writes the concatenation of `pieces` to `path` atomically. On error the target is untouched and
-// the temporary file is removed; the message names `path`.
-Status write_file_atomic(const std::string& path, std::span<const std::string_view> pieces);
+// the temporary file is removed; the message names `path`. The file gets `mode` (0600 for
+// secrets: the temporary file is created 0600, so the content is never readable by others).
+Status write_file_atomic(const std::string& path, std::span<const std::string_view> pieces, mode_t mode = 0644);
 
-inline Status write_file_atomic(const std::string& path, std::string_view content) {
-  return write_file_atomic(path, std::span<const std::string_view>(&content, 1));
+inline Status write_file_atomic(const std::string& path, std::string_view content, mode_t mode = 0644) {
+  return write_file_atomic(path, std::span<const std::string_view>(&content, 1), mode);
 }
 
 }  // namespace rlrun

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cerrno>
 
+#include "common/curve_auth.h"
 #include "common/log.h"
 
 namespace rlrun {
@@ -31,8 +32,6 @@ std::string printable(const std::string& identity) {
 }
 
 Status apply_socket_options(zmq::socket_t& socket, const SocketOptions& o) {
-  if (o.security.mechanism != SecurityOptions::Mechanism::kNone)
-    return invalid_argument("control plane security: only mechanism none is implemented");
   socket.set(zmq::sockopt::linger, 0);  // close never blocks on undelivered messages
   socket.set(zmq::sockopt::sndhwm, o.send_hwm);
   socket.set(zmq::sockopt::rcvhwm, o.recv_hwm);
@@ -138,8 +137,13 @@ zmq::context_t& control_context() {
 
 // ---------------------------------------------------------------- ControlServer
 
-ControlServer::ControlServer(Options options, zmq::socket_t socket, std::string endpoint, int port)
-    : options_(std::move(options)), socket_(std::move(socket)), endpoint_(std::move(endpoint)), port_(port) {}
+ControlServer::ControlServer(Options options, ZapRegistrationPtr zap, zmq::socket_t socket, std::string endpoint,
+                             int port)
+    : options_(std::move(options)),
+      zap_(std::move(zap)),
+      socket_(std::move(socket)),
+      endpoint_(std::move(endpoint)),
+      port_(port) {}
 
 ControlServer::~ControlServer() = default;
 
@@ -148,6 +152,10 @@ Result<std::unique_ptr<ControlServer>> ControlServer::bind(const Options& option
   try {
     zmq::socket_t socket(context, zmq::socket_type::router);
     RLRUN_RETURN_IF_ERROR(apply_socket_options(socket, options.socket));
+    ZapRegistrationPtr zap;
+    if (options.socket.security.mechanism == SecurityOptions::Mechanism::kCurve) {
+      RLRUN_ASSIGN_OR_RETURN(zap, apply_curve_server(socket, context, options.socket.security));
+    }
     socket.set(zmq::sockopt::router_mandatory, 1);  // sending to an unknown peer is an error
     socket.set(zmq::sockopt::router_handover, 1);   // a reconnecting worker takes over its identity
     try {
@@ -162,7 +170,7 @@ Result<std::unique_ptr<ControlServer>> ControlServer::bind(const Options& option
     }
     std::string endpoint = socket.get(zmq::sockopt::last_endpoint);
     const int port = std::atoi(endpoint.substr(endpoint.rfind(':') + 1).c_str());
-    return std::unique_ptr<ControlServer>(new ControlServer(options, std::move(socket), std::move(endpoint), port));
+    return std::unique_ptr<ControlServer>(new ControlServer(options, std::move(zap), std::move(socket), std::move(endpoint), port));
   } catch (const zmq::error_t& e) {
     return zmq_status(e, "creating the control plane socket");
   }
@@ -231,6 +239,8 @@ Result<std::unique_ptr<ControlClient>> ControlClient::connect(const Options& opt
   try {
     zmq::socket_t socket(context, zmq::socket_type::dealer);
     RLRUN_RETURN_IF_ERROR(apply_socket_options(socket, options.socket));
+    if (options.socket.security.mechanism == SecurityOptions::Mechanism::kCurve)
+      RLRUN_RETURN_IF_ERROR(apply_curve_client(socket, options.socket.security));
     if (!options.identity.empty()) socket.set(zmq::sockopt::routing_id, options.identity);
     socket.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options.reconnect_interval.count()));
     socket.set(zmq::sockopt::reconnect_ivl_max, static_cast<int>(options.reconnect_interval_max.count()));

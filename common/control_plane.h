@@ -12,9 +12,10 @@
 // answered with an ErrorReply. None of it disturbs other peers, and a flood of garbage never
 // holds poll() past its timeout. (libzmq reads a peer that skips the ZMTP/3 greeting as legacy
 // ZMTP/1.0, so raw noise may surface as a few malformed messages: counted and dropped like any.)
-// Known gap: libzmq buffers a multipart message whole before delivering it, so until CURVE
-// authentication restricts who may connect, a hostile peer can still make libzmq buffer up to
-// recv_hwm messages of (frames x max_frame_bytes) each.
+// Known gap: libzmq buffers a multipart message whole before delivering it, so without CURVE
+// (SecurityOptions) a hostile peer can still make libzmq buffer up to recv_hwm messages of
+// (frames x max_frame_bytes) each. With CURVE, only holders of the run's client key get past the
+// handshake.
 //
 // Threads: ZeroMQ sockets are not thread-safe. A ControlServer or ControlClient must be used by
 // one thread at a time (it may be created on one thread and handed to another with the usual
@@ -44,13 +45,25 @@
 
 namespace rlrun {
 
-// The seam for CURVE (ZMQ_CURVE_SERVER / _PUBLICKEY / _SECRETKEY / _SERVERKEY): keys will be
-// added here and applied where sockets are configured (apply_socket_options in
-// control_plane.cc). Today only kNone exists; asking for anything else is an error.
+// Who may talk on the control plane. kNone: anyone who can reach the port. kCurve: encrypted
+// and authenticated with the run's keys (Z85 text, 40 characters; see curve_keys.h, whose
+// server_security()/client_security() fill this): the server uses server_public/server_secret
+// and admits only a client whose public key is client_public (checked by a ZAP handler, see
+// curve_auth.h); a client uses server_public and its client_public/client_secret pair.
+// Fields a side does not use stay empty (a client never needs the server secret).
 struct SecurityOptions {
-  enum class Mechanism { kNone };
+  enum class Mechanism { kNone, kCurve };
   Mechanism mechanism = Mechanism::kNone;
+  std::string server_public, server_secret;
+  std::string client_public, client_secret;
 };
+
+// Keeps a CURVE server's ZAP domain registered (curve_auth.h); opaque here.
+class ZapRegistration;
+struct ZapRegistrationDeleter {
+  void operator()(ZapRegistration* r) const;
+};
+using ZapRegistrationPtr = std::unique_ptr<ZapRegistration, ZapRegistrationDeleter>;
 
 // Options every control socket gets. Defaults suit the orchestrator's control traffic.
 struct SocketOptions {
@@ -118,9 +131,10 @@ class ControlServer {
   uint64_t malformed_count() const { return tally_.count; }
 
  private:
-  ControlServer(Options options, zmq::socket_t socket, std::string endpoint, int port);
+  ControlServer(Options options, ZapRegistrationPtr zap, zmq::socket_t socket, std::string endpoint, int port);
 
   Options options_;
+  ZapRegistrationPtr zap_;  // CURVE only; declared before socket_ so it outlives the socket
   zmq::socket_t socket_;
   std::string endpoint_;
   int port_ = 0;
