@@ -16,6 +16,7 @@
 #include "common/timeline.h"
 #include "orchestrator/cli_args.h"
 #include "orchestrator/commands.h"
+#include "orchestrator/memory_advice.h"
 #include "orchestrator/placement.h"
 #include "orchestrator/run_loop.h"
 #include "orchestrator/run_report.h"
@@ -169,6 +170,11 @@ int cmd_run(const Args& args) {
   Config config = *loaded;
   log::set_min_level(config.log_level);
   log::set_process_name("orchestrator");
+  // A run whose memory plan cannot fit is refused before anything starts, with the levers.
+  if (Status fits = check_plan_fits(config); !fits.ok()) {
+    std::fprintf(stderr, "rlrun: %s\n", fits.message().c_str());
+    return kExitPlanDoesNotFit;
+  }
   Result<std::string> dir = make_run_dir(config, parsed->value("--run-dir"));
   if (!dir.ok()) return std::fprintf(stderr, "rlrun: %s\n", dir.status().message().c_str()), kExitUsage;
   config.run_dir = *dir;

@@ -102,6 +102,12 @@ Status Orchestrator::handle(const Incoming& in) {
       auto it = tr->metrics.find(key);
       if (it != tr->metrics.end()) best = std::max(best, static_cast<int64_t>(it->second));
     }
+    for (const char* phase : {"forward_backward", "optimizer"}) {
+      auto it = tr->metrics.find(str("memory_", phase, "_backend_peak_bytes"));
+      if (it == tr->metrics.end()) continue;
+      int64_t& phase_best = outcome_.phase_peak_bytes[in.peer][phase];
+      phase_best = std::max(phase_best, static_cast<int64_t>(it->second));
+    }
   } else if (const auto* end = m.get<WeightSyncEnd>()) {
     sync_ends_[in.peer] = *end;
   } else if (const auto* err = m.get<ErrorReply>()) {

@@ -47,6 +47,9 @@ struct RunOutcome {
   int64_t tokens_trained = 0;
   int64_t prompts_skipped = 0;      // prompts longer than max_prompt_tokens / max_model_len
   std::map<std::string, int64_t> peak_memory_bytes;  // by process, from heartbeats
+  // Trainer processes: the backend's peak bytes per phase ("forward_backward", "optimizer"),
+  // from TrainResult: what `rlrun plan --compare` sets beside the plan.
+  std::map<std::string, std::map<std::string, int64_t>> phase_peak_bytes;
   std::string exit = "ok";
 };
 

@@ -31,6 +31,32 @@ std::string quoted(const std::string& s) {
 
 }  // namespace
 
+// "processes": one entry per worker (`role`, `rank`, resident `peak_memory_bytes`, and for
+// trainers the backend's `backend_peak_bytes` and `phase_peak_bytes`), the keys `rlrun plan
+// --compare` reads (orchestrator/memory_report.h).
+static std::string processes_json(const RunOutcome& o) {
+  std::string out;
+  for (const auto& [process, rss] : o.peak_memory_bytes) {
+    const size_t dash = process.rfind('-');
+    if (dash == std::string::npos) continue;  // the orchestrator itself
+    const std::string role = process.substr(0, dash);
+    std::string entry = str("{\"role\": ", quoted(role), ", \"rank\": ", process.substr(dash + 1),
+                            ", \"peak_memory_bytes\": ", rss);
+    auto phases = o.phase_peak_bytes.find(process);
+    if (phases != o.phase_peak_bytes.end() && !phases->second.empty()) {
+      int64_t backend_peak = 0;
+      std::string per_phase;
+      for (const auto& [phase, n] : phases->second) {
+        backend_peak = std::max(backend_peak, n);
+        per_phase += str(per_phase.empty() ? "" : ", ", quoted(phase), ": ", n);
+      }
+      entry += str(", \"backend_peak_bytes\": ", backend_peak, ", \"phase_peak_bytes\": {", per_phase, "}");
+    }
+    out += str(out.empty() ? "" : ",\n    ", entry, "}");
+  }
+  return out;
+}
+
 std::string summary_json(const RunOutcome& o, double wall_seconds) {
   const SampleLedger::Summary& s = o.samples;
   std::string discarded;
@@ -48,7 +74,8 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
              ",\n  \"rollout_idle_fraction\": ", loop > 0 ? number(o.rollout_idle_fraction) : "null",
              ",\n  \"tokens_per_second\": {\"generated\": ", loop > 0 ? number(o.tokens_generated / loop) : "null",
              ", \"trained\": ", loop > 0 ? number(o.tokens_trained / loop) : "null",
-             "},\n  \"peak_memory_bytes\": {", memory, "},\n  \"worker_restarts\": 0,\n  \"prompts_skipped\": ",
+             "},\n  \"peak_memory_bytes\": {", memory, "},\n  \"processes\": [\n    ", processes_json(o),
+             "\n  ],\n  \"worker_restarts\": 0,\n  \"prompts_skipped\": ",
              o.prompts_skipped, ",\n  \"exit\": ", quoted(o.exit), "\n}\n");
 }
 

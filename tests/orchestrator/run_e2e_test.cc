@@ -42,7 +42,9 @@ class RunEndToEnd : public ::testing::Test {
     fs::remove_all(dir_);
   }
   void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
+    if (HasFailure()) return;  // keep the run folder and outputs to look at
+    fs::remove_all(dir_);
+    for (const char* suffix : {".out", ".bad", ".big"}) fs::remove(dir_.string() + suffix);
   }
   fs::path dir_;
 };
@@ -171,6 +173,19 @@ TEST_F(RunEndToEnd, BadConfigExitsTwoNamingTheKey) {
   EXPECT_EQ(code, 2) << output;
   EXPECT_NE(output.find("max_async_rollot"), std::string::npos) << output;
   EXPECT_FALSE(fs::exists(dir_ / "bad" / "summary.json"));
+}
+
+TEST_F(RunEndToEnd, PlanThatCannotFitIsRefusedBeforeAnythingStarts) {
+  // a ~0.3B-parameter model planned for a 0.25 GiB GPU: no trainer rank fits
+  const std::string sets = " --set backend=cuda --set device_memory_gb=0.25 --set model.hidden_size=1024"
+                           " --set model.num_layers=24 --set model.intermediate_size=4096";
+  const int code = run_rlrun("configs/tiny.yaml" + sets + " --run-dir '" + (dir_ / "big").string() + "'",
+                             dir_.string() + ".big");
+  const std::string output = read_file(dir_.string() + ".big");
+  EXPECT_EQ(code, 3) << output;
+  EXPECT_NE(output.find("levers, cheapest first"), std::string::npos) << output;
+  EXPECT_NE(output.find("gradient_checkpointing=true"), std::string::npos) << output;
+  EXPECT_FALSE(fs::exists(dir_ / "big")) << "nothing may start, not even the run folder";
 }
 
 }  // namespace
