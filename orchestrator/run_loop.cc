@@ -69,6 +69,7 @@ void Orchestrator::handle_heartbeat(const Incoming& in, const Heartbeat& hb) {
   if (peak != metrics_.peak_memory_bytes.end()) peak->second->Set(static_cast<double>(hb.peak_memory_bytes));
   int64_t& best = outcome_.peak_memory_bytes[in.peer];
   best = std::max(best, static_cast<int64_t>(hb.peak_memory_bytes));
+  metrics_.observe_rollout(in.peer, hb);  // no-op for trainers
 }
 
 Status Orchestrator::handle_register(const Incoming& in, const Register& reg) {

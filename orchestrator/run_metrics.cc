@@ -36,6 +36,39 @@ RunMetrics::RunMetrics(prometheus::Registry& r, const std::vector<std::string>& 
     memory_bytes[p] = &mem.Add({{"process", p}});
     peak_memory_bytes[p] = &peak.Add({{"process", p}});
   }
+  auto& running = gauge_family(r, "rollout_running_sequences", "sequences running in the worker's KV cache");
+  auto& waiting = gauge_family(r, "rollout_waiting_sequences", "sequences queued in the worker (new or preempted)");
+  auto& used = gauge_family(r, "rollout_kv_blocks_used", "KV-cache blocks in use");
+  auto& free = gauge_family(r, "rollout_kv_blocks_free", "KV-cache blocks free");
+  auto& tps = gauge_family(r, "rollout_tokens_per_second", "tokens generated per second, last heartbeat interval");
+  auto& version = gauge_family(r, "rollout_weight_version", "weight version the worker generates with");
+  auto& update = gauge_family(r, "rollout_weight_update_seconds", "duration of the worker's last weight update");
+  auto& preempt = counter_family(r, "rollout_preemptions_total", "sequences preempted for KV-cache room");
+  auto& engine_idle = counter_family(r, "rollout_engine_idle_seconds_total",
+                                     "seconds the worker's engine had no sequence to run (its own view)");
+  for (const std::string& w : rollout_workers) {
+    const prometheus::Labels l = {{"worker", w}};
+    rollout[w] = {&running.Add(l), &waiting.Add(l), &used.Add(l), &free.Add(l), &tps.Add(l), &version.Add(l),
+                  &update.Add(l), &preempt.Add(l), &engine_idle.Add(l)};
+  }
+}
+
+void RunMetrics::observe_rollout(const std::string& worker, const Heartbeat& hb) {
+  auto it = rollout.find(worker);
+  if (it == rollout.end()) return;
+  RolloutGauges& g = it->second;
+  g.running->Set(hb.active_requests);
+  g.waiting->Set(hb.queued_requests);
+  g.kv_blocks_used->Set(hb.kv_blocks_used);
+  g.kv_blocks_free->Set(hb.kv_blocks_free);
+  g.tokens_per_second->Set(hb.tokens_per_second);
+  g.weight_version->Set(static_cast<double>(hb.weight_version));
+  g.weight_update_seconds->Set(hb.last_weight_sync_seconds);
+  // the worker reports totals since it started; counters advance by the difference
+  if (hb.preemptions > g.last_preemptions) g.preemptions->Increment(static_cast<double>(hb.preemptions - g.last_preemptions));
+  g.last_preemptions = hb.preemptions;
+  if (hb.idle_seconds > g.last_engine_idle_seconds) g.engine_idle_seconds->Increment(hb.idle_seconds - g.last_engine_idle_seconds);
+  g.last_engine_idle_seconds = hb.idle_seconds;
 }
 
 void RunMetrics::count_discard(const std::string& reason, double n) { discarded->Add({{"reason", reason}}).Increment(n); }

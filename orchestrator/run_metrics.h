@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/metrics.h"
+#include "common/protocol.h"
 
 namespace rlrun::orchestrator {
 
@@ -40,7 +41,24 @@ struct RunMetrics {
   std::map<std::string, prometheus::Gauge*> memory_bytes;       // by process, from heartbeats
   std::map<std::string, prometheus::Gauge*> peak_memory_bytes;  // by process
 
+  // What a rollout worker reports of itself in its heartbeats, labelled {worker}.
+  struct RolloutGauges {
+    prometheus::Gauge* running;           // sequences in the KV cache
+    prometheus::Gauge* waiting;           // sequences queued (new or preempted)
+    prometheus::Gauge* kv_blocks_used;
+    prometheus::Gauge* kv_blocks_free;
+    prometheus::Gauge* tokens_per_second;
+    prometheus::Gauge* weight_version;
+    prometheus::Gauge* weight_update_seconds;  // the last update's duration
+    prometheus::Counter* preemptions;
+    prometheus::Counter* engine_idle_seconds;  // the worker's own view: no sequence to run
+    uint64_t last_preemptions = 0;
+    double last_engine_idle_seconds = 0;
+  };
+  std::map<std::string, RolloutGauges> rollout;  // by worker name
+
   void count_discard(const std::string& reason, double n = 1);
+  void observe_rollout(const std::string& worker, const Heartbeat& hb);
 };
 
 }  // namespace rlrun::orchestrator
