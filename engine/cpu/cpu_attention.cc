@@ -270,7 +270,7 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const T
   float* ls = lse.defined() ? lse.f32() : nullptr;
   const int64_t num_tasks = static_cast<int64_t>(tasks.size());
   const bool avx2 = avx2_;
-#pragma omp parallel num_threads(num_threads_)
+#pragma omp parallel num_threads(threads_for(a.n * a.hq * max_seqlen))
   {
     Buffers buf(std::max<int64_t>(max_seqlen, 1), a.d, false);
 #pragma omp for schedule(dynamic, 1)
@@ -324,7 +324,7 @@ void CpuBackend::paged_attention_forward(const Tensor& out, const Tensor& q, con
       if (cu[s + 1] > cu[s]) tasks.push_back({s, g});
   const int64_t num_tasks = static_cast<int64_t>(tasks.size()), num_slots = k_cache.dim(0);
   const bool avx2 = avx2_;
-#pragma omp parallel num_threads(num_threads_)
+#pragma omp parallel num_threads(threads_for(a.n * a.hq * max_context))
   {
     Buffers buf(std::max<int64_t>(max_context, 1), a.d, false);
 #pragma omp for schedule(dynamic, 1)
@@ -430,7 +430,7 @@ void CpuBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Te
   const BackwardArgs args{q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), dout.f32(), dq.f32(), dk.f32(), dv.f32()};
   const int64_t num_tasks = static_cast<int64_t>(tasks.size());
   const bool avx2 = avx2_;
-#pragma omp parallel num_threads(num_threads_)
+#pragma omp parallel num_threads(threads_for(a.n * a.hq * max_seqlen))
   {
     Buffers buf(std::max<int64_t>(max_seqlen, 1), a.d, true);
 #pragma omp for schedule(dynamic, 1)
