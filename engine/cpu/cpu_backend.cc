@@ -128,6 +128,8 @@ void CpuBackend::matmul(const Tensor& out, const Tensor& a, const Tensor& b, boo
   RLRUN_CHECK(k == kb && out.shape().rows() == m && out.shape().cols() == n,
               "matmul: out " + out.str() + " = a" + (trans_a ? "^T " : " ") + a.str() + " @ b" + (trans_b ? "^T " : " ") +
                   b.str() + " does not fit");
+  constexpr int64_t kMaxDim = 2147483647;  // cblas takes int dimensions
+  RLRUN_CHECK(m <= kMaxDim && n <= kMaxDim && k <= kMaxDim, "matmul: dimensions exceed cblas's int range");
   if (m == 0 || n == 0) return;
   if (k == 0) {  // sgemm with k = 0 is legal but some BLAS skip the beta scaling
     if (beta == 0.0f) fill_zero(out); else scale(out, beta);
