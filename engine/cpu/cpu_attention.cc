@@ -4,13 +4,15 @@
 // tiles kt, vt (D, ld) (ld = keys rounded up to 8, padding zeroed), and then works on 4 query
 // rows at a time, so the inner loops are unit-stride over keys, keep their accumulators in
 // registers and load each tile element once per 4 rows (a small register-blocked GEMM).
-// Forward: task = (sequence, kv head, block of 32 query rows); each group of 4 rows of each query
+// Forward: task = (sequence, kv head, block of 64 query rows); each group of 4 rows of each query
 // head builds a (4, keys) score tile, softmaxes each row, and reads the values. Nothing larger
 // than 4 score rows per thread exists, and no score crosses a sequence boundary (the tiles only
 // hold the sequence's own keys; keys after a row are masked).
 // Backward: task = (sequence, kv head), which owns dk and dv of that head over the sequence (as
 // transposed accumulators), so there are no atomics and results are deterministic; it recomputes
 // probabilities from the saved logsumexp (p = exp(s - lse)) as flash-attention does.
+// Paged (inference): task = (sequence, kv head); the tile is gathered through the block table and
+// the new rows run the same forward kernel as training.
 #include <omp.h>
 
 #include <algorithm>
@@ -29,7 +31,7 @@ namespace rlrun::engine::cpu {
 
 namespace {
 
-constexpr int64_t kQueryBlock = 128;  // query rows per forward task
+constexpr int64_t kQueryBlock = 64;   // query rows per forward task
 constexpr int kRows = 4;             // query rows per micro-kernel call
 constexpr int64_t kLanes = 8;        // key columns per register vector (AVX2 width; tiles pad to it)
 
