@@ -101,9 +101,13 @@ void decode_row_base(const AttnDims& a, const float* q_row, const float* kc, con
 
 }  // namespace
 
-void CpuBackend::paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache,
-                                         const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
-                                         const Tensor& block_tables, int64_t block_size, int64_t max_context) {
+namespace {
+
+// Validates every shape, the batch description and every block a read will touch (aborting with
+// the culprit named); returns the dimensions.
+AttnDims check_paged(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                     const Tensor& cu_q, const Tensor& seq_start, const Tensor& block_tables, int64_t block_size,
+                     int64_t max_context) {
   const char* op = "paged_attention_forward";
   expect_dtype(op, "q", q, DType::kF32);
   expect_dtype(op, "k_cache", k_cache, DType::kF32);
@@ -143,6 +147,17 @@ void CpuBackend::paged_attention_forward(const Tensor& out, const Tensor& q, con
                       " outside the cache of " + std::to_string(num_slots) + " slots");
     }
   }
+  return a;
+}
+
+}  // namespace
+
+void CpuBackend::paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                                         const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
+                                         const Tensor& block_tables, int64_t block_size, int64_t max_context) {
+  const AttnDims a = check_paged(out, q, k_cache, v_cache, cu_q, seq_start, block_tables, block_size, max_context);
+  const int32_t *cu = cu_q.i32(), *start = seq_start.i32(), *tables = block_tables.i32();
+  const int64_t max_blocks = block_tables.dim(1), num_slots = k_cache.dim(0);
   struct Task { int64_t seq, kv_head; };
   std::vector<Task> tasks;
   for (int64_t s = 0; s < a.num_seqs; ++s)
