@@ -92,6 +92,25 @@ void bench_attention(Backend& be, int64_t num_seqs, int64_t seq_len, int64_t hq,
               n / bwd, bwd_gf, bwd_gf / sgemm_peak);
 }
 
+// One decode step of `batch` sequences, each with `context` cached tokens in blocks of 16
+// (the blocks of all sequences interleaved, as a busy cache would have them).
+void bench_paged_decode(Backend& be, int64_t batch, int64_t context, int64_t hq, int64_t hkv, int64_t d) {
+  const int64_t block = 16, blocks_per_seq = (context + block - 1) / block, slots = batch * blocks_per_seq * block;
+  std::vector<int32_t> cu(batch + 1), start(batch, static_cast<int32_t>(context - 1)), tables(batch * blocks_per_seq);
+  for (int64_t s = 0; s <= batch; ++s) cu[s] = static_cast<int32_t>(s);
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t b = 0; b < blocks_per_seq; ++b) tables[s * blocks_per_seq + b] = static_cast<int32_t>(b * batch + s);
+  Tensor q = random_tensor(be, Shape{batch, hq, d}, 9), kc = random_tensor(be, Shape{slots, hkv, d}, 10),
+         vc = random_tensor(be, Shape{slots, hkv, d}, 11), out = be.zeros(Shape{batch, hq, d}, DType::kF32);
+  Tensor tcu = from_host_i32(be, Shape{batch + 1}, cu), tstart = from_host_i32(be, Shape{batch}, start),
+         ttab = from_host_i32(be, Shape{batch, blocks_per_seq}, tables);
+  const double s = time_call([&] { be.paged_attention_forward(out, q, kc, vc, tcu, tstart, ttab, block, context); });
+  const double gb = 2.0 * batch * context * hkv * d * 4 / s / 1e9;  // K and V bytes read
+  std::printf("paged decode attention batch %ld, context %ld, Hq=%ld Hkv=%ld D=%ld: %.3f ms per step, %.0f tok/s, "
+              "%.1f GB/s of K/V\n",
+              (long)batch, (long)context, (long)hq, (long)hkv, (long)d, s * 1e3, batch / s, gb);
+}
+
 void bench_logprob(Backend& be, int64_t n, int64_t vocab) {
   Tensor logits = random_tensor(be, Shape{n, vocab}, 7, 5.0f);
   std::vector<int32_t> t(static_cast<size_t>(n));
@@ -129,6 +148,7 @@ int main(int argc, char** argv) {
   peak = std::max(peak, bench_sgemm(be, 512, 512, 512, false, false, "square 512"));
   bench_attention(be, quick ? 2 : 8, 512, 9, 3, 64, peak);
   bench_attention(be, quick ? 1 : 2, quick ? 1024 : 2048, 9, 3, 64, peak);
+  bench_paged_decode(be, 64, quick ? 256 : 1024, 9, 3, 64);
   bench_logprob(be, quick ? 64 : 256, 49152);
   std::printf("the process got %.0f%% of %d thread(s) x wall time (below 100%%: a shared machine; figures low by that factor)\n",
               100.0 * g_cpu_share_sum / g_timed, g_threads);

@@ -85,7 +85,7 @@ class Backend {
   // Linear layer with HF weight W (out_features, in_features), x (T, in), y (T, out):
   //   forward   matmul(y, x, W, false, true)                    y  = x W^T
   //   dx        matmul(dx, dy, W, false, false)                 dx = dy W
-  //   dW       matmul(dW, dy, x, true, false, 1, 1)             dW += dy^T x
+  //   dW        matmul(dW, dy, x, true, false, 1, 1)            dW += dy^T x
   // beta == 0 ignores out's previous contents (NaNs included).
   virtual void matmul(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                       float alpha = 1.0f, float beta = 0.0f) = 0;

@@ -4,13 +4,14 @@
 // tiles kt, vt (D, ld) (ld = keys rounded up to 8, padding zeroed), and then works on 4 query
 // rows at a time, so the inner loops are unit-stride over keys, keep their accumulators in
 // registers and load each tile element once per 4 rows (a small register-blocked GEMM).
-// Forward: task = (sequence, kv head, block of 32 query rows); each group of 4 rows of each query
+// Forward: task = (sequence, kv head, block of 64 query rows); each group of 4 rows of each query
 // head builds a (4, keys) score tile, softmaxes each row, and reads the values. Nothing larger
 // than 4 score rows per thread exists, and no score crosses a sequence boundary (the tiles only
 // hold the sequence's own keys; keys after a row are masked).
 // Backward: task = (sequence, kv head), which owns dk and dv of that head over the sequence (as
 // transposed accumulators), so there are no atomics and results are deterministic; it recomputes
 // probabilities from the saved logsumexp (p = exp(s - lse)) as flash-attention does.
+// Paged attention (inference) lives in cpu_paged_attention.cc and shares forward_rows.
 #include <omp.h>
 
 #include <algorithm>
@@ -19,25 +20,16 @@
 
 #include "common/check.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/cpu_attention_tiles.h"
 #include "engine/cpu/cpu_math.h"
 
-// F8 (below) is passed by value only between always-inlined functions, so the AVX calling
-// convention GCC warns about never applies.
-#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace rlrun::engine::cpu {
+namespace attn {
 
 namespace {
 
-constexpr int64_t kQueryBlock = 128;  // query rows per forward task
-constexpr int kRows = 4;             // query rows per micro-kernel call
-constexpr int64_t kLanes = 8;        // key columns per register vector (AVX2 width; tiles pad to it)
-
-struct AttnDims {
-  int64_t n, hq, hkv, d, group, num_seqs;
-};
-
-int64_t round_up(int64_t x) { return (x + kLanes - 1) / kLanes * kLanes; }
+constexpr int64_t kQueryBlock = 64;  // query rows per forward task
 
 AttnDims check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
                          int64_t max_seqlen) {
@@ -66,8 +58,8 @@ AttnDims check_attention(const char* op, const Tensor& q, const Tensor& k, const
   return a;
 }
 
-// dst (D, ld) = rows [begin, begin + len) of kv head g of src (N, Hkv, D), transposed; columns
-// [len, ld) zeroed.
+}  // namespace
+
 void gather_transposed(float* dst, int64_t ld, const float* src, int64_t begin, int64_t len, int64_t hkv, int64_t g,
                        int64_t d) {
   for (int64_t j = 0; j < len; ++j) {
@@ -77,19 +69,8 @@ void gather_transposed(float* dst, int64_t ld, const float* src, int64_t begin, 
   for (int64_t c = 0; c < d; ++c) std::fill(dst + c * ld + len, dst + (c + 1) * ld, 0.0f);
 }
 
-// dst (D, ld) = positions [0, len) of one sequence's kv head g in a paged cache (slots, Hkv, D),
-// transposed; columns [len, ld) zeroed. Aborts on a slot outside the cache.
-void gather_paged_transposed(float* dst, int64_t ld, const float* cache, int64_t num_slots, const int32_t* table,
-                             int64_t block_size, int64_t len, int64_t hkv, int64_t g, int64_t d) {
-  for (int64_t p = 0; p < len; ++p) {
-    const int64_t slot = static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
-    RLRUN_CHECK(slot >= 0 && slot < num_slots, "paged_attention_forward: position " + std::to_string(p) +
-                                                   " maps to slot " + std::to_string(slot) + " outside the cache");
-    const float* row = cache + (slot * hkv + g) * d;
-    for (int64_t c = 0; c < d; ++c) dst[c * ld + p] = row[c];
-  }
-  for (int64_t c = 0; c < d; ++c) std::fill(dst + c * ld + len, dst + (c + 1) * ld, 0.0f);
-}
+
+namespace {
 
 // The inverse for the first len columns: rows of kv head g of dst (N, Hkv, D) = src transposed.
 void scatter_transposed(float* dst, const float* src, int64_t ld, int64_t begin, int64_t len, int64_t hkv, int64_t g,
@@ -100,16 +81,7 @@ void scatter_transposed(float* dst, const float* src, int64_t ld, int64_t begin,
   }
 }
 
-// 8 floats as one value: GCC lowers it to one AVX register in the Haswell clone and two SSE
-// registers in the baseline one. Loads and stores go through memcpy (no alignment assumed).
-typedef float F8 __attribute__((vector_size(32)));
-RLRUN_CPU_INLINE F8 load8(const float* p) {
-  F8 v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
-}
-RLRUN_CPU_INLINE void store8(float* p, F8 v) { __builtin_memcpy(p, &v, sizeof v); }
-RLRUN_CPU_INLINE float sum8(F8 v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
+
 
 // s (kRows, ld): s[r, j] = alpha * sum_c x[r][c] t[c, j] for j < n8 (a multiple of kLanes).
 RLRUN_CPU_INLINE
@@ -194,13 +166,6 @@ float row_max(const float* s, int64_t n) {
   return m;
 }
 
-struct Buffers {  // per-thread scratch
-  std::vector<float> kt, vt, dkt, dvt, s, ds, zero, trash;
-  Buffers(int64_t max_len, int64_t d, bool backward)
-      : kt(round_up(max_len) * d), vt(round_up(max_len) * d), dkt(backward ? round_up(max_len) * d : 0),
-        dvt(backward ? round_up(max_len) * d : 0), s(kRows * round_up(max_len)),
-        ds(backward ? kRows * round_up(max_len) : 0), zero(d, 0.0f), trash(kRows * d) {}
-};
 
 // Query rows [row0, row1), for every query head of kv head g, against the keys and values already
 // gathered in buf.kt, buf.vt (D, ld): row i sees tile columns [0, i - key0 + 1) (causal).
@@ -242,6 +207,8 @@ void forward_rows_base(const AttnDims& a, const float* q, int64_t ld, int64_t ke
   forward_rows_body(a, q, ld, key0, row0, row1, g, out, lse, buf);
 }
 
+}  // namespace
+
 void forward_rows(bool avx2, const AttnDims& a, const float* q, int64_t ld, int64_t key0, int64_t row0, int64_t row1,
                   int64_t g, float* out, float* lse, Buffers& buf) {
   if (avx2)
@@ -250,7 +217,9 @@ void forward_rows(bool avx2, const AttnDims& a, const float* q, int64_t ld, int6
     forward_rows_base(a, q, ld, key0, row0, row1, g, out, lse, buf);
 }
 
-}  // namespace
+}  // namespace attn
+
+using namespace attn;
 
 void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                                    const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen) {
@@ -270,7 +239,7 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const T
   float* ls = lse.defined() ? lse.f32() : nullptr;
   const int64_t num_tasks = static_cast<int64_t>(tasks.size());
   const bool avx2 = avx2_;
-#pragma omp parallel num_threads(num_threads_)
+#pragma omp parallel num_threads(threads_for(a.n * a.hq * max_seqlen))
   {
     Buffers buf(std::max<int64_t>(max_seqlen, 1), a.d, false);
 #pragma omp for schedule(dynamic, 1)
@@ -281,62 +250,6 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const T
       gather_transposed(buf.kt.data(), ld, kk, begin, len, a.hkv, task.kv_head, a.d);
       gather_transposed(buf.vt.data(), ld, vv, begin, len, a.hkv, task.kv_head, a.d);
       forward_rows(avx2, a, qq, ld, begin, task.row0, row1, task.kv_head, o, ls, buf);
-    }
-  }
-}
-
-void CpuBackend::paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache,
-                                         const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
-                                         const Tensor& block_tables, int64_t block_size, int64_t max_context) {
-  const char* op = "paged_attention_forward";
-  expect_dtype(op, "q", q, DType::kF32);
-  expect_dtype(op, "k_cache", k_cache, DType::kF32);
-  RLRUN_CHECK(q.rank() == 3 && k_cache.rank() == 3, std::string(op) + ": q " + q.str() + " and k_cache " +
-                                                        k_cache.str() + " must be (rows, H, D)");
-  AttnDims a{q.dim(0), q.dim(1), k_cache.dim(1), q.dim(2), 0, 0};
-  RLRUN_CHECK(a.hkv > 0 && a.hq % a.hkv == 0 && k_cache.dim(2) == a.d, std::string(op) + ": q " + q.str() +
-                                                                           " does not fit k_cache " + k_cache.str());
-  a.group = a.hq / a.hkv;
-  expect(op, "out", out, q.shape());
-  expect(op, "v_cache", v_cache, k_cache.shape());
-  expect_dtype(op, "cu_q", cu_q, DType::kI32);
-  a.num_seqs = cu_q.numel() - 1;
-  expect(op, "seq_start", seq_start, Shape{a.num_seqs}, DType::kI32);
-  expect_dtype(op, "block_tables", block_tables, DType::kI32);
-  RLRUN_CHECK(block_size > 0 && block_tables.rank() == 2 && block_tables.dim(0) == a.num_seqs,
-              std::string(op) + ": block_tables " + block_tables.str() + " for " + std::to_string(a.num_seqs) +
-                  " sequences, block_size " + std::to_string(block_size));
-  const int32_t *cu = cu_q.i32(), *start = seq_start.i32(), *tables = block_tables.i32();
-  const int64_t max_blocks = block_tables.dim(1);
-  RLRUN_CHECK(cu[0] == 0 && cu[a.num_seqs] == a.n, std::string(op) + ": cu_q must run from 0 to " +
-                                                       std::to_string(a.n));
-  for (int64_t s = 0; s < a.num_seqs; ++s) {
-    const int64_t ctx = int64_t{start[s]} + cu[s + 1] - cu[s];
-    RLRUN_CHECK(start[s] >= 0 && cu[s + 1] >= cu[s] && ctx <= max_context && ctx <= max_blocks * block_size,
-                std::string(op) + ": sequence " + std::to_string(s) + " has context " + std::to_string(ctx) +
-                    ", max_context " + std::to_string(max_context) + ", table room " +
-                    std::to_string(max_blocks * block_size));
-  }
-  struct Task { int64_t seq, kv_head; };
-  std::vector<Task> tasks;
-  for (int64_t s = 0; s < a.num_seqs; ++s)
-    for (int64_t g = 0; g < a.hkv; ++g)
-      if (cu[s + 1] > cu[s]) tasks.push_back({s, g});
-  const int64_t num_tasks = static_cast<int64_t>(tasks.size()), num_slots = k_cache.dim(0);
-  const bool avx2 = avx2_;
-#pragma omp parallel num_threads(num_threads_)
-  {
-    Buffers buf(std::max<int64_t>(max_context, 1), a.d, false);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < num_tasks; ++t) {
-      const int64_t s = tasks[t].seq, g = tasks[t].kv_head;
-      const int64_t ctx = int64_t{start[s]} + cu[s + 1] - cu[s], ld = round_up(ctx);
-      gather_paged_transposed(buf.kt.data(), ld, k_cache.f32(), num_slots, tables + s * max_blocks, block_size, ctx,
-                              a.hkv, g, a.d);
-      gather_paged_transposed(buf.vt.data(), ld, v_cache.f32(), num_slots, tables + s * max_blocks, block_size, ctx,
-                              a.hkv, g, a.d);
-      // Row cu[s] + r is at position start[s] + r, so it sees tile columns [0, row - key0 + 1).
-      forward_rows(avx2, a, q.f32(), ld, int64_t{cu[s]} - start[s], cu[s], cu[s + 1], g, out.f32(), nullptr, buf);
     }
   }
 }
@@ -430,7 +343,7 @@ void CpuBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Te
   const BackwardArgs args{q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), dout.f32(), dq.f32(), dk.f32(), dv.f32()};
   const int64_t num_tasks = static_cast<int64_t>(tasks.size());
   const bool avx2 = avx2_;
-#pragma omp parallel num_threads(num_threads_)
+#pragma omp parallel num_threads(threads_for(a.n * a.hq * max_seqlen))
   {
     Buffers buf(std::max<int64_t>(max_seqlen, 1), a.d, true);
 #pragma omp for schedule(dynamic, 1)

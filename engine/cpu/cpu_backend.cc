@@ -102,12 +102,12 @@ void CpuBackend::convert(const Tensor& dst, const Tensor& src) {
   if (src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16) {
     const float* s = src.f32();
     uint16_t* d = dst.bf16();
-#pragma omp parallel for num_threads(num_threads_) schedule(static)
+#pragma omp parallel for num_threads(threads_for(n)) schedule(static)
     for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
   } else if (src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32) {
     const uint16_t* s = src.bf16();
     float* d = dst.f32();
-#pragma omp parallel for num_threads(num_threads_) schedule(static)
+#pragma omp parallel for num_threads(threads_for(n)) schedule(static)
     for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
   } else {
     RLRUN_CHECK(false, "convert: unsupported " + src.str() + " -> " + dst.str());
@@ -128,6 +128,8 @@ void CpuBackend::matmul(const Tensor& out, const Tensor& a, const Tensor& b, boo
   RLRUN_CHECK(k == kb && out.shape().rows() == m && out.shape().cols() == n,
               "matmul: out " + out.str() + " = a" + (trans_a ? "^T " : " ") + a.str() + " @ b" + (trans_b ? "^T " : " ") +
                   b.str() + " does not fit");
+  constexpr int64_t kMaxDim = 2147483647;  // cblas takes int dimensions
+  RLRUN_CHECK(m <= kMaxDim && n <= kMaxDim && k <= kMaxDim, "matmul: dimensions exceed cblas's int range");
   if (m == 0 || n == 0) return;
   if (k == 0) {  // sgemm with k = 0 is legal but some BLAS skip the beta scaling
     if (beta == 0.0f) fill_zero(out); else scale(out, beta);
@@ -145,7 +147,7 @@ void CpuBackend::add_bias(const Tensor& out, const Tensor& bias) {
   expect("add_bias", "bias", bias, Shape{cols});
   float* o = out.f32();
   const float* b = bias.f32();
-#pragma omp parallel for num_threads(num_threads_) schedule(static)
+#pragma omp parallel for num_threads(threads_for(rows * cols)) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     float* row = o + r * cols;
     for (int64_t c = 0; c < cols; ++c) row[c] += b[c];
@@ -159,7 +161,7 @@ void CpuBackend::add_bias_backward(const Tensor& dbias, const Tensor& dout) {
   float* db = dbias.f32();
   const float* d = dout.f32();
   // Columns are split across threads; each thread sums its columns over all rows in double.
-#pragma omp parallel for num_threads(num_threads_) schedule(static)
+#pragma omp parallel for num_threads(threads_for(rows * cols)) schedule(static)
   for (int64_t c = 0; c < cols; ++c) {
     double s = 0.0;
     for (int64_t r = 0; r < rows; ++r) s += d[r * cols + c];
@@ -175,7 +177,7 @@ void CpuBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {
   float* o = out.f32();
   const float *x = a.f32(), *y = b.f32();
   const int64_t n = out.numel();
-#pragma omp parallel for simd num_threads(num_threads_) schedule(static)
+#pragma omp parallel for simd num_threads(threads_for(n)) schedule(static)
   for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
 
@@ -186,7 +188,7 @@ void CpuBackend::axpy(const Tensor& y, float alpha, const Tensor& x) {
   float* yy = y.f32();
   const float* xx = x.f32();
   const int64_t n = y.numel();
-#pragma omp parallel for simd num_threads(num_threads_) schedule(static)
+#pragma omp parallel for simd num_threads(threads_for(n)) schedule(static)
   for (int64_t i = 0; i < n; ++i) yy[i] += alpha * xx[i];
 }
 
@@ -194,7 +196,7 @@ void CpuBackend::scale(const Tensor& x, float alpha) {
   expect_dtype("scale", "x", x, DType::kF32);
   float* xx = x.f32();
   const int64_t n = x.numel();
-#pragma omp parallel for simd num_threads(num_threads_) schedule(static)
+#pragma omp parallel for simd num_threads(threads_for(n)) schedule(static)
   for (int64_t i = 0; i < n; ++i) xx[i] *= alpha;
 }
 
@@ -213,7 +215,7 @@ void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tenso
   float *w = param.f32(), *mm = m.f32(), *vv = v.f32();
   const float* g = grad.f32();
   const int64_t n = param.numel();
-#pragma omp parallel for simd num_threads(num_threads_) schedule(static)
+#pragma omp parallel for simd num_threads(threads_for(n)) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i];
     const float mi = p.beta1 * mm[i] + (1.0f - p.beta1) * gi;
@@ -230,7 +232,7 @@ double CpuBackend::sum_squares(const Tensor& x) {
   const float* xx = x.f32();
   const int64_t n = x.numel();
   double total = 0.0;
-#pragma omp parallel for simd num_threads(num_threads_) schedule(static) reduction(+ : total)
+#pragma omp parallel for simd num_threads(threads_for(n)) schedule(static) reduction(+ : total)
   for (int64_t i = 0; i < n; ++i) total += static_cast<double>(xx[i]) * xx[i];
   return total;
 }

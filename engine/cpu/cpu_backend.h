@@ -25,6 +25,9 @@ class CpuBackend final : public Backend {
   // true to run the baseline x86-64 variants too.
   void set_baseline_kernels(bool baseline);
   bool avx2_kernels() const { return avx2_; }
+  // Loops over fewer elements than this run on the calling thread alone (default 32768). Tests
+  // set 0 so that their small cases still run the multi-threaded code paths.
+  void set_min_parallel_work(int64_t work) { min_parallel_work_ = work; }
 
   std::string name() const override { return "cpu"; }
   bool is_host() const override { return true; }
@@ -86,6 +89,12 @@ class CpuBackend final : public Backend {
   double sum_squares(const Tensor& x) override;
 
  private:
+  // Threads for a loop over `work` elements: small loops (decode steps, biases) run on the calling
+  // thread alone, where waking a team would cost more than the loop (and much more on a busy
+  // machine, where a team waits for its slowest thread to be scheduled).
+  int threads_for(int64_t work) const { return work >= min_parallel_work_ ? num_threads_ : 1; }
+
+  int64_t min_parallel_work_ = 1 << 15;
   int num_threads_ = 1;
   bool avx2_ = false;
   std::atomic<size_t> bytes_in_use_{0};

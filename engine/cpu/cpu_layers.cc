@@ -23,7 +23,7 @@ void CpuBackend::embedding_forward(const Tensor& out, const Tensor& table, const
   const int32_t* id = ids.i32();
   const float* t = table.f32();
   float* o = out.f32();
-#pragma omp parallel for num_threads(num_threads_) schedule(static)
+#pragma omp parallel for num_threads(threads_for(n * h)) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     RLRUN_CHECK(id[i] >= 0 && id[i] < vocab, "embedding_forward: id " + std::to_string(id[i]) + " outside [0, " +
                                                  std::to_string(vocab) + ")");
@@ -45,7 +45,7 @@ void CpuBackend::embedding_backward(const Tensor& dtable, const Tensor& dout, co
   float* dt = dtable.f32();
   const float* d = dout.f32();
   // Each thread owns a contiguous slice of the columns, so repeated ids never race.
-#pragma omp parallel num_threads(num_threads_)
+#pragma omp parallel num_threads(threads_for(n * h))
   {
     const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
     const int64_t c0 = h * tid / nt, c1 = h * (tid + 1) / nt;
@@ -69,7 +69,7 @@ void CpuBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Te
   const float *xx = x.f32(), *w = weight.f32();
   float* o = out.f32();
   float* rs = rstd.defined() ? rstd.f32() : nullptr;
-#pragma omp parallel for num_threads(num_threads_) schedule(static)
+#pragma omp parallel for num_threads(threads_for(n * h)) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float* row = xx + i * h;
     float ss = 0.0f;
@@ -96,7 +96,7 @@ void CpuBackend::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const
   expect("rmsnorm_backward", "rstd", rstd, Shape{n});
   const float *xx = x.f32(), *w = weight.f32(), *dy = dout.f32(), *rs = rstd.f32();
   float *dxx = dx.f32(), *dw = dweight.f32();
-  const int nt = num_threads_;
+  const int nt = threads_for(n * h);
   std::vector<float> partial(static_cast<size_t>(nt) * h, 0.0f);  // per-thread dweight
 #pragma omp parallel num_threads(nt)
   {
@@ -164,11 +164,11 @@ void rope_apply(const char* op, int num_threads, const Tensor& x, const Tensor& 
 }  // namespace
 
 void CpuBackend::rope_forward(const Tensor& x, const Tensor& positions, float theta) {
-  rope_apply("rope_forward", num_threads_, x, positions, theta, 1.0f);
+  rope_apply("rope_forward", threads_for(x.numel()), x, positions, theta, 1.0f);
 }
 
 void CpuBackend::rope_backward(const Tensor& dx, const Tensor& positions, float theta) {
-  rope_apply("rope_backward", num_threads_, dx, positions, theta, -1.0f);
+  rope_apply("rope_backward", threads_for(dx.numel()), dx, positions, theta, -1.0f);
 }
 
 // ---- SwiGLU -------------------------------------------------------------------------------------------
@@ -180,7 +180,7 @@ void CpuBackend::swiglu_forward(const Tensor& out, const Tensor& gate, const Ten
   const float *g = gate.f32(), *u = up.f32();
   float* o = out.f32();
   const int64_t n = gate.numel();
-#pragma omp parallel for simd num_threads(num_threads_) schedule(static)
+#pragma omp parallel for simd num_threads(threads_for(n)) schedule(static)
   for (int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
@@ -195,7 +195,7 @@ void CpuBackend::swiglu_backward(const Tensor& dgate, const Tensor& dup, const T
   const float *g = gate.f32(), *u = up.f32(), *dy = dout.f32();
   float *dg = dgate.f32(), *du = dup.f32();
   const int64_t n = gate.numel();
-#pragma omp parallel for simd num_threads(num_threads_) schedule(static)
+#pragma omp parallel for simd num_threads(threads_for(n)) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i], ui = u[i], dyi = dy[i];  // read before writing: dgate/dup may alias gate/up
     const float sig = 1.0f / (1.0f + std::exp(-gi));

@@ -73,7 +73,7 @@ void CpuBackend::logprob_forward(const Tensor& logprob, const Tensor& entropy, c
   const int32_t* tgt = targets.i32();
   float *lp = logprob.f32(), *ent = entropy.f32(), *ls = lse.f32();
   const bool avx2 = avx2_;
-#pragma omp parallel for num_threads(num_threads_) schedule(static)
+#pragma omp parallel for num_threads(threads_for(n * vocab)) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float* row = z + i * vocab;
     RLRUN_CHECK(tgt[i] < vocab, "logprob_forward: target " + std::to_string(tgt[i]) + " >= vocab " +
@@ -106,7 +106,7 @@ void CpuBackend::logprob_backward(const Tensor& dlogits, const Tensor& logits, c
   const float *ls = lse.f32(), *ent = entropy.f32(), *dlp = dlogprob.f32();
   const float* dent = dentropy.defined() ? dentropy.f32() : nullptr;
   const bool avx2 = avx2_;
-#pragma omp parallel for num_threads(num_threads_) schedule(static)
+#pragma omp parallel for num_threads(threads_for(n * vocab)) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const bool has_target = tgt[i] >= 0;
     const float g_lp = has_target ? dlp[i] : 0.0f, g_ent = dent ? dent[i] : 0.0f;

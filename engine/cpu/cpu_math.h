@@ -9,6 +9,10 @@
 // Everything called from a body inside its loops must be RLRUN_CPU_INLINE too: GCC does not
 // inline ordinary functions (std::min, std::exp) into a function with other target options,
 // and a call in a loop stops its vectorisation.
+#pragma once
+
+#include <cstdint>
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define RLRUN_CPU_AVX2 __attribute__((target("avx2,fma")))
 #else

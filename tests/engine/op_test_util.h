@@ -52,6 +52,7 @@ class BackendTest : public ::testing::TestWithParam<std::string> {
       ASSERT_TRUE(created.ok()) << created.status().to_string();
       backend_ = std::move(created.value());
     }
+    if (auto* cpu = dynamic_cast<cpu::CpuBackend*>(backend_.get())) cpu->set_min_parallel_work(0);  // 2 threads always
     tol_scale_ = backend_->compute_dtype() == DType::kF32 ? 1.0 : 100.0;
   }
 

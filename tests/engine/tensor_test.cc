@@ -1,4 +1,5 @@
 // Tensor handles, views, host copies and bf16 conversion on the CPU backend.
+#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -69,6 +70,17 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + 3.0f / 256)), 1.0f + 1.0f / 64);
   EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(-INFINITY)), -INFINITY);
+}
+
+TEST(CpuBackend, ThreadCountConfiguresOpenBlasToo) {
+  cpu::CpuBackend be(1);
+  EXPECT_EQ(be.num_threads(), 1);
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+  be.set_num_threads(2);
+  EXPECT_EQ(be.num_threads(), 2);
+  EXPECT_EQ(openblas_get_num_threads(), 2);
+  be.set_num_threads(0);  // all hardware threads
+  EXPECT_GE(be.num_threads(), 1);
 }
 
 TEST(Backend, CreateKnownAndUnknown) {
