@@ -22,7 +22,7 @@
 #include "engine/model_io.h"
 #include "engine/tokenizer.h"
 #include "rollout/generate.h"
-#include "tests/common/config_test_util.h"
+#include "tests/orchestrator/cli_test_util.h"
 #include "tests/engine/model_test_util.h"
 
 namespace rlrun {
@@ -31,26 +31,10 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using nlohmann::json;
+using rlrun::testing::CliRun;
+using rlrun::testing::read_all;
+using rlrun::testing::run_shell;
 using rlrun::testing::TempDir;
-
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Runs `command` through the shell (arguments already quoted) and captures both streams.
-CliRun run_shell(const TempDir& dir, const std::string& command) {
-  const std::string out = dir.path() + "/stdout", err = dir.path() + "/stderr";
-  const int status = std::system(str(command, " >'", out, "' 2>'", err, "'").c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_all(out), read_all(err)};
-}
 
 CliRun rlrun(const TempDir& dir, const std::string& args) {
   return run_shell(dir, str("'", RLRUN_BINARY, "' generate --threads 1 ", args));

@@ -10,35 +10,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/common/config_test_util.h"
+#include "tests/orchestrator/cli_test_util.h"
 
 namespace rlrun {
 namespace {
 
 using ::testing::HasSubstr;
+using rlrun::testing::CliRun;
+using rlrun::testing::read_all;
+using rlrun::testing::run_rlrun;
 using rlrun::testing::TempDir;
-
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-CliRun rlrun(const TempDir& dir, const std::string& args) {
-  const std::string out = dir.path() + "/stdout", err = dir.path() + "/stderr";
-  const int status = std::system(str("'", RLRUN_BINARY, "' ", args, " >'", out, "' 2>'", err, "'").c_str());
-  CliRun r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_all(out);
-  r.err = read_all(err);
-  return r;
-}
 
 const std::string kQuickstart = str("'", RLRUN_SOURCE_DIR, "/configs/quickstart.yaml'");
 // Llama-2-7B's shape, planned for one 80 GiB GPU per process.
@@ -49,7 +30,7 @@ const std::string k7b =
 
 TEST(PlanCli, QuickstartFitsAndExitsZero) {
   TempDir dir;
-  CliRun r = rlrun(dir, "plan " + kQuickstart);
+  CliRun r = run_rlrun(dir, "plan " + kQuickstart);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("trainer rank (x1)"));
   EXPECT_THAT(r.out, HasSubstr("with gradient checkpointing"));
@@ -59,7 +40,7 @@ TEST(PlanCli, QuickstartFitsAndExitsZero) {
 
 TEST(PlanCli, SevenBillionOnOneGpuDoesNotFitExitsThreeWithLevers) {
   TempDir dir;
-  CliRun r = rlrun(dir, "plan " + kQuickstart + k7b);
+  CliRun r = run_rlrun(dir, "plan " + kQuickstart + k7b);
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_THAT(r.out, HasSubstr("verdict: DOES NOT FIT"));
   EXPECT_THAT(r.out, HasSubstr("trainer: gradient_checkpointing=true  saves"));
@@ -68,7 +49,7 @@ TEST(PlanCli, SevenBillionOnOneGpuDoesNotFitExitsThreeWithLevers) {
 
 TEST(PlanCli, JsonParsesAndHasTheDocumentedKeys) {
   TempDir dir;
-  CliRun r = rlrun(dir, "plan --json " + kQuickstart + k7b);
+  CliRun r = run_rlrun(dir, "plan --json " + kQuickstart + k7b);
   EXPECT_EQ(r.exit_code, 3) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.out;
@@ -82,13 +63,13 @@ TEST(PlanCli, JsonParsesAndHasTheDocumentedKeys) {
 TEST(PlanCli, BadConfigAndBadFlagsExitTwo) {
   TempDir dir;
   const std::string bad = dir.write("bad.yaml", "model:\n  num_heads: 3\n");
-  CliRun r = rlrun(dir, "plan '" + bad + "'");
+  CliRun r = run_rlrun(dir, "plan '" + bad + "'");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr(bad + ":2:"));
-  EXPECT_EQ(rlrun(dir, "plan").exit_code, 2);
-  EXPECT_EQ(rlrun(dir, "plan " + kQuickstart + " --bogus").exit_code, 2);
-  EXPECT_EQ(rlrun(dir, "plan " + kQuickstart + " --compare " + dir.path()).exit_code, 2);
-  CliRun help = rlrun(dir, "plan --help");
+  EXPECT_EQ(run_rlrun(dir, "plan").exit_code, 2);
+  EXPECT_EQ(run_rlrun(dir, "plan " + kQuickstart + " --bogus").exit_code, 2);
+  EXPECT_EQ(run_rlrun(dir, "plan " + kQuickstart + " --compare " + dir.path()).exit_code, 2);
+  CliRun help = run_rlrun(dir, "plan --help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.out, HasSubstr("Exit status: 0 the plan fits"));
 }
@@ -96,7 +77,7 @@ TEST(PlanCli, BadConfigAndBadFlagsExitTwo) {
 TEST(PlanCli, CompareReadsTheRunDirectory) {
   TempDir dir;
   dir.write("run/config.yaml", read_all(str(RLRUN_SOURCE_DIR, "/configs/quickstart.yaml")));
-  CliRun missing = rlrun(dir, "plan --compare '" + dir.path() + "/run'");
+  CliRun missing = run_rlrun(dir, "plan --compare '" + dir.path() + "/run'");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.err, HasSubstr("summary.json"));
   dir.write("run/summary.json",
@@ -104,7 +85,7 @@ TEST(PlanCli, CompareReadsTheRunDirectory) {
                 "peak_memory_bytes": 80000000,
                 "phase_peak_bytes": {"forward_backward": 29411328, "weight_send": 17844224}},
                {"role": "rollout", "rank": 0, "peak_memory_bytes": 90000000}]})");
-  CliRun r = rlrun(dir, "plan --compare '" + dir.path() + "/run'");
+  CliRun r = run_rlrun(dir, "plan --compare '" + dir.path() + "/run'");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   // The quickstart trainer's planned peak is 29411328 bytes (memory_measured_test): ratio 1.
   EXPECT_THAT(r.out, HasSubstr("trainer 0 backend peak"));
@@ -113,7 +94,7 @@ TEST(PlanCli, CompareReadsTheRunDirectory) {
   EXPECT_THAT(r.out, HasSubstr("  forward_backward"));
   EXPECT_THAT(r.out, HasSubstr("rollout 0 resident peak"));
   dir.write("run/summary.json", R"({"processes": [{"role": "trainer"}]})");
-  r = rlrun(dir, "plan --compare '" + dir.path() + "/run'");
+  r = run_rlrun(dir, "plan --compare '" + dir.path() + "/run'");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("backend_peak_bytes"));
 }

@@ -7,44 +7,22 @@
 #include <fstream>
 #include <sstream>
 
-#include "tests/common/config_test_util.h"
+#include "tests/orchestrator/cli_test_util.h"
 
 namespace rlrun {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
+using rlrun::testing::CliRun;
+using rlrun::testing::read_all;
+using rlrun::testing::run_rlrun;
 using rlrun::testing::TempDir;
-
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Runs `rlrun ARGS` (ARGS already shell-quoted) and captures both streams.
-CliRun rlrun(const TempDir& dir, const std::string& args) {
-  const std::string out = dir.path() + "/stdout", err = dir.path() + "/stderr";
-  const std::string command =
-      str("'", RLRUN_BINARY, "' ", args, " >'", out, "' 2>'", err, "'");
-  const int status = std::system(command.c_str());
-  CliRun r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_all(out);
-  r.err = read_all(err);
-  return r;
-}
 
 TEST(ValidateCli, GoodConfigPrintsTheEffectiveConfigAndExitsZero) {
   TempDir dir;
   const std::string path = dir.write("good.yaml", "group_size: 4\nmodel:\n  num_layers: 2\n");
-  CliRun r = rlrun(dir, "validate '" + path + "' --set seed=9 --set=model.hidden_size=128");
+  CliRun r = run_rlrun(dir, "validate '" + path + "' --set seed=9 --set=model.hidden_size=128");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_THAT(r.out, HasSubstr("\ngroup_size: 4\n"));
@@ -52,7 +30,7 @@ TEST(ValidateCli, GoodConfigPrintsTheEffectiveConfigAndExitsZero) {
   EXPECT_THAT(r.out, HasSubstr("\nmodel:\n  architecture: llama\n  hidden_size: 128\n  num_layers: 2\n"));
   // The output is itself a valid config with the same meaning.
   const std::string again = dir.write("again.yaml", r.out);
-  CliRun r2 = rlrun(dir, "validate '" + again + "'");
+  CliRun r2 = run_rlrun(dir, "validate '" + again + "'");
   EXPECT_EQ(r2.exit_code, 0) << r2.err;
   EXPECT_EQ(r2.out, r.out);
 }
@@ -60,7 +38,7 @@ TEST(ValidateCli, GoodConfigPrintsTheEffectiveConfigAndExitsZero) {
 TEST(ValidateCli, ShippedConfigsValidate) {
   TempDir dir;
   for (const char* name : {"configs/quickstart.yaml", "configs/tiny.yaml", "configs/defaults.yaml"}) {
-    CliRun r = rlrun(dir, str("validate '", RLRUN_SOURCE_DIR, "/", name, "'"));
+    CliRun r = run_rlrun(dir, str("validate '", RLRUN_SOURCE_DIR, "/", name, "'"));
     EXPECT_EQ(r.exit_code, 0) << name << ": " << r.err;
   }
 }
@@ -71,7 +49,7 @@ TEST(ValidateCli, BadConfigPrintsEveryErrorAndExitsTwo) {
                                      "max_async_rollot: 2\n"
                                      "use_tis: true\n"
                                      "model:\n  num_heads: 3\n");
-  CliRun r = rlrun(dir, "validate '" + path + "' --set group_size=1");
+  CliRun r = run_rlrun(dir, "validate '" + path + "' --set group_size=1");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.out, "");
   EXPECT_THAT(r.err, HasSubstr(path + ":1: unknown key `max_async_rollot` (did you mean "
@@ -88,34 +66,34 @@ TEST(ValidateCli, BadConfigPrintsEveryErrorAndExitsTwo) {
 TEST(ValidateCli, SyntaxErrorAndMissingFileExitTwo) {
   TempDir dir;
   const std::string path = dir.write("broken.yaml", "seed: 1\ngroup_size: [4\n");
-  CliRun r = rlrun(dir, "validate '" + path + "'");
+  CliRun r = run_rlrun(dir, "validate '" + path + "'");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr(path + ":"));
   EXPECT_THAT(r.err, HasSubstr("YAML syntax error"));
-  CliRun missing = rlrun(dir, "validate '" + dir.path() + "/absent.yaml'");
+  CliRun missing = run_rlrun(dir, "validate '" + dir.path() + "/absent.yaml'");
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_THAT(missing.err, HasSubstr("absent.yaml: config file does not exist"));
 }
 
 TEST(ValidateCli, UsageErrorsExitTwo) {
   TempDir dir;
-  CliRun none = rlrun(dir, "validate");
+  CliRun none = run_rlrun(dir, "validate");
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_THAT(none.err, HasSubstr("rlrun validate: missing CONFIG"));
-  CliRun flag = rlrun(dir, "validate x.yaml --frobnicate");
+  CliRun flag = run_rlrun(dir, "validate x.yaml --frobnicate");
   EXPECT_EQ(flag.exit_code, 2);
   EXPECT_THAT(flag.err, HasSubstr("unknown flag `--frobnicate`"));
 }
 
 TEST(ValidateCli, PrintDefaultsIsDefaultsYamlAndHelpWorks) {
   TempDir dir;
-  CliRun r = rlrun(dir, "validate --print-defaults");
+  CliRun r = run_rlrun(dir, "validate --print-defaults");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, read_all(str(RLRUN_SOURCE_DIR, "/configs/defaults.yaml")));
-  CliRun help = rlrun(dir, "validate --help");
+  CliRun help = run_rlrun(dir, "validate --help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.out, HasSubstr("usage: rlrun validate CONFIG [--set key=value ...]"));
-  CliRun overview = rlrun(dir, "--help");
+  CliRun overview = run_rlrun(dir, "--help");
   EXPECT_THAT(overview.out, HasSubstr("validate"));
 }
 
