@@ -186,14 +186,21 @@ void Orchestrator::finish_group(Group& group) {
   for (uint32_t i = 0; i < group_size_; ++i) rewards[i] = static_cast<float>(group.samples[i].reward);
   if (config_.discard_group_zero_advantage && trainer::group_has_zero_spread(rewards)) {
     // A policy that never (or always) solves the task gives no group a reward spread: say so
-    // rather than wait in silence.
-    if (++zero_spread_in_a_row_ == 10 * config_.prompts_batch_size_for_trainer)
+    // rather than wait in silence, and say which.
+    solved_in_a_row_ += rewards[0] >= 1.0f;
+    if (++zero_spread_in_a_row_ == 10 * config_.prompts_batch_size_for_trainer) {
+      const bool solved = 2 * solved_in_a_row_ > zero_spread_in_a_row_;
       log::warn(str(zero_spread_in_a_row_, " groups in a row had no reward spread and were discarded "
-                    "(discard_group_zero_advantage): no batch can form until the policy sometimes succeeds; "
-                    "set discard_group_zero_advantage: false, or start from a model that solves some prompts"));
+                    "(discard_group_zero_advantage): ",
+                    solved ? "the policy solves most prompts every time, so batches form slowly; the task is "
+                             "learned: stop here, or make the task harder"
+                           : "no batch can form until the policy sometimes succeeds; set "
+                             "discard_group_zero_advantage: false, or start from a model that solves some prompts "
+                             "(format_warm_start_steps)"));
+    }
     return discard_all("zero_advantage");
   }
-  zero_spread_in_a_row_ = 0;
+  zero_spread_in_a_row_ = solved_in_a_row_ = 0;
   const Result<trainer::Algorithm> algorithm = trainer::parse_algorithm(enum_name(config_.algorithm));
   const Status s = algorithm.ok() ? trainer::compute_group_advantages(*algorithm, rewards, advantages)
                                   : algorithm.status();

@@ -170,6 +170,7 @@ class Orchestrator {
   uint64_t next_group_ = 0, next_request_ = 1;
   int64_t trainer_step_ = 0;          // steps completed and synced = weight version
   int64_t zero_spread_in_a_row_ = 0;  // groups discarded for no reward spread since the last kept one
+  int64_t solved_in_a_row_ = 0;       // ... of which every sample earned the full reward
 
   // Per-step waits.
   std::map<int, TrainResult> train_results_;  // by rank
