@@ -216,6 +216,13 @@ Status parse_metrics_bind(const std::string& bind, std::string* host, int* port)
   return Status();
 }
 
+bool is_loopback_address(const std::string& host) {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(
     const std::string& bind, std::shared_ptr<prometheus::Registry> registry) {
   std::string host;
@@ -244,6 +251,11 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(
   if (ports.empty())
     return internal_error(str("metrics_bind: listening on ", bind, " gave no port"));
   server->port_ = ports.front();
+  if (!is_loopback_address(host)) {
+    log::warn(str("metrics_bind ", bind, " is not a loopback address: /metrics (run progress and worker ",
+                  "figures; no keys) is readable without authentication by anyone who can reach port ", server->port_,
+                  "; use 127.0.0.1 and scrape through an SSH tunnel, or firewall the port"));
+  }
   server->exposer_->RegisterCollectable(server->registry_);
   return server;
 }

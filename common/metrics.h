@@ -120,11 +120,16 @@ std::string serialize_metrics(const prometheus::Collectable& collectable);
 // Errors name the config key `metrics_bind`.
 Status parse_metrics_bind(const std::string& bind, std::string* host, int* port);
 
+// True for an address only this machine can reach: 127.0.0.0/8 or ::1 (as parse_metrics_bind
+// returns it, without brackets).
+bool is_loopback_address(const std::string& host);
+
 class MetricsServer {
  public:
   // Listens on `bind` ("127.0.0.1:9400"; port 0 lets the kernel choose: see port()). Serves
   // `registry`, or a new one when null. A port in use or a bad address gives a Status that names
-  // `metrics_bind`, the address, the cause and what to do.
+  // `metrics_bind`, the address, the cause and what to do. A non-loopback address is allowed (a
+  // Prometheus on another node) but logged as a warning: /metrics has no authentication.
   static Result<std::unique_ptr<MetricsServer>> start(
       const std::string& bind, std::shared_ptr<prometheus::Registry> registry = nullptr);
   ~MetricsServer();

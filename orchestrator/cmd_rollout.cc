@@ -11,6 +11,7 @@
 #include "orchestrator/commands.h"
 #include "orchestrator/model_from_config.h"
 #include "orchestrator/rendezvous.h"
+#include "orchestrator/run_control_plane.h"
 #include "rollout/scheduler.h"
 #include "rollout/worker.h"
 
@@ -66,7 +67,7 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
   if (weight_group_epoch >= 0) {
     Result<std::unique_ptr<engine::Communicator>> joined =
         join_group(options.orchestrator, str("rollout-", options.index),
-                   weight_sync_group(config, options.index + 1, weight_group_epoch));
+                   weight_sync_group(config, options.index + 1, weight_group_epoch), options.control_security);
     if (!joined.ok()) return log::error(str("rollout ", options.index, ": ", joined.status().message())), kExitFailed;
     weight_comm = std::move(*joined);
   }
@@ -83,7 +84,7 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
 int cmd_rollout(const Args& args) {
   static constexpr FlagSpec kFlags[] = {
       {"--orchestrator", true}, {"--index", true}, {"--config", true}, {"--host", true},
-      {"--weight-group-epoch", true}};
+      {"--weight-group-epoch", true}, {kControlKeysFlag, true}};
   Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
   if (!parsed.ok()) return report_usage_error("rollout", parsed.status());
   std::string path = parsed->config_path;
@@ -104,6 +105,9 @@ int cmd_rollout(const Args& args) {
   options.orchestrator = parsed->value("--orchestrator");
   options.index = *index;
   options.host = parsed->value("--host");
+  Result<SecurityOptions> security = worker_control_security(parsed->value(kControlKeysFlag));
+  if (!security.ok()) return report_usage_error("rollout", security.status());
+  options.control_security = std::move(*security);
   const std::string epoch = parsed->value("--weight-group-epoch", "-1");
   return serve(*config, options, epoch == "-1" ? -1 : std::atoi(epoch.c_str()));
 }

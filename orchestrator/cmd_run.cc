@@ -18,6 +18,7 @@
 #include "orchestrator/commands.h"
 #include "orchestrator/memory_advice.h"
 #include "orchestrator/placement.h"
+#include "orchestrator/run_control_plane.h"
 #include "orchestrator/run_loop.h"
 #include "orchestrator/run_report.h"
 
@@ -88,14 +89,17 @@ Result<PlacementPlan> plan_local(const Config& c) {
 
 // The worker processes: trainer ranks, then rollout workers, all this binary.
 std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, const std::string& dir,
-                                                             const std::string& endpoint) {
+                                                             const RunControlPlane& plane) {
   const std::string exe = fs::read_symlink("/proc/self/exe").string();
   const std::string config_path = (fs::path(dir) / "config.yaml").string();
+  const std::string& endpoint = plane.server->endpoint();
+  const std::vector<std::string> keys = control_key_flags(plane);
   std::vector<std::pair<ProcessSpec, WorkerSlot>> out;
   for (int r = 0; r < c.trainer_num_workers; ++r) {
     const std::string name = str("trainer-", r);
     ProcessSpec p{name, {exe, "trainer", "--orchestrator", endpoint, "--rank", str(r), "--config", config_path,
                          "--timeline", timeline_path(dir, name)}, {}, str(dir, "/logs/", name, ".log"), "", {}};
+    p.argv.insert(p.argv.end(), keys.begin(), keys.end());
     out.push_back({p, WorkerSlot{name, Role::kTrainer, r, p.log_path}});
   }
   for (int i = 0; i < c.inference_num_workers; ++i) {
@@ -103,6 +107,7 @@ std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, co
     ProcessSpec p{name, {exe, "rollout", "--orchestrator", endpoint, "--index", str(i), "--config", config_path,
                          "--weight-group-epoch", "0"},
                   {}, str(dir, "/logs/", name, ".log"), "", {}};
+    p.argv.insert(p.argv.end(), keys.begin(), keys.end());
     out.push_back({p, WorkerSlot{name, Role::kRollout, i, p.log_path}});
   }
   return out;
@@ -119,9 +124,10 @@ Status run(const Config& config, const std::string& dir, RunOutcome& outcome) {
   Result<std::unique_ptr<MetricsServer>> metrics_server = MetricsServer::start(config.metrics_bind);
   if (!metrics_server.ok()) return invalid_argument(metrics_server.status().message());
   log::info(str("metrics on ", (*metrics_server)->url()));
-  RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<ControlServer> server, ControlServer::bind({}));
+  RLRUN_ASSIGN_OR_RETURN(RunControlPlane plane, bind_run_control_plane(config, dir));
+  ControlServer& server = *plane.server;
 
-  std::vector<std::pair<ProcessSpec, WorkerSlot>> specs = worker_specs(config, dir, server->endpoint());
+  std::vector<std::pair<ProcessSpec, WorkerSlot>> specs = worker_specs(config, dir, plane);
   std::vector<WorkerSlot> slots;
   std::vector<std::string> rollout_names, processes;  // the orchestrator's own: process_memory_collectable
   for (const auto& [spec, slot] : specs) {
@@ -133,7 +139,7 @@ Status run(const Config& config, const std::string& dir, RunOutcome& outcome) {
   (*metrics_server)->add_collectable(process_memory_collectable("orchestrator"));
 
   std::unique_ptr<Launcher> launcher = make_local_launcher();
-  Orchestrator orchestrator(config, *server, *launcher, metrics, *task, tokenizer, slots,
+  Orchestrator orchestrator(config, server, *launcher, metrics, *task, tokenizer, slots,
                             (fs::path(dir) / "metrics.jsonl").string(), g_interrupted);
   Status status;
   for (const auto& [spec, slot] : specs) {

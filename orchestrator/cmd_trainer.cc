@@ -5,13 +5,14 @@
 #include "common/log.h"
 #include "orchestrator/cli_args.h"
 #include "orchestrator/commands.h"
+#include "orchestrator/run_control_plane.h"
 #include "orchestrator/trainer_process.h"
 
 namespace rlrun::orchestrator {
 
 int cmd_trainer(const Args& args) {
   static constexpr FlagSpec kFlags[] = {
-      {"--orchestrator", true}, {"--rank", true}, {"--config", true}, {"--timeline", true}};
+      {"--orchestrator", true}, {"--rank", true}, {"--config", true}, {"--timeline", true}, {kControlKeysFlag, true}};
   Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
   if (!parsed.ok()) return report_usage_error("trainer", parsed.status());
   std::string path = parsed->config_path;
@@ -38,6 +39,9 @@ int cmd_trainer(const Args& args) {
   options.orchestrator = parsed->value("--orchestrator");
   options.rank = static_cast<int>(rank);
   options.timeline_path = parsed->value("--timeline");
+  Result<SecurityOptions> security = worker_control_security(parsed->value(kControlKeysFlag));
+  if (!security.ok()) return report_usage_error("trainer", security.status());
+  options.control_security = std::move(*security);
   return run_trainer_process(*config, options);
 }
 

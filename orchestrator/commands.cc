@@ -58,7 +58,7 @@ constexpr Command kCommands[] = {
      cmd_validate},
     {"trainer", "run one trainer rank (the orchestrator starts these)",
      "usage: rlrun trainer --orchestrator tcp://HOST:PORT --rank R (--config PATH | PATH)\n"
-     "                     [--set key=value ...] [--timeline PATH]\n\n"
+     "                     [--set key=value ...] [--timeline PATH] [--control-keys PATH]\n\n"
      "Runs one trainer rank: builds the model (model.checkpoint, or random init from seed and\n"
      "model.init_std), joins the trainer ranks' gradient group and, on rank 0, the weight-sync\n"
      "group (rendezvous through the orchestrator's control plane), registers, then serves\n"
@@ -71,7 +71,9 @@ constexpr Command kCommands[] = {
      "  --rank R                        this trainer rank (default 0)\n"
      "  --config PATH                   the run's config (or PATH as the positional argument)\n"
      "  --set key=value                 override a config key (repeatable)\n"
-     "  --timeline PATH                 write this process's Chrome-trace events there\n\n"
+     "  --timeline PATH                 write this process's Chrome-trace events there\n"
+     "  --control-keys PATH             the run's CURVE key file (<run_dir>/keys/control_keys, mode 0600);\n"
+     "                                  without it the control plane is unsecured (control_plane_security: none)\n\n"
      "exit status: 0 after Shutdown, 1 on failure, 2 for bad flags or config.\n",
      cmd_trainer},
     {"generate", "generate one completion from an HF checkpoint folder (KV cache, sampler)",
@@ -105,7 +107,7 @@ constexpr Command kCommands[] = {
      cmd_generate},
     {"rollout", "run one rollout worker (generation server; the orchestrator starts these)",
      "usage: rlrun rollout --orchestrator tcp://HOST:PORT --index I (--config PATH | PATH)\n"
-     "                     [--set key=value ...] [--host NAME]\n\n"
+     "                     [--set key=value ...] [--host NAME] [--control-keys PATH]\n\n"
      "Runs one rollout worker: a continuous-batching generation server over a paged KV cache.\n"
      "It registers with the orchestrator's control plane, serves GenerateRequest (one\n"
      "GenerateResult per sample as it finishes: tokens, log-probs, weight version per token),\n"
@@ -120,7 +122,9 @@ constexpr Command kCommands[] = {
      "  --set key=value                 override a config key (repeatable)\n"
      "  --host NAME                     host name reported at registration (default: hostname)\n"
      "  --weight-group-epoch E          join weight-sync group weights-E through the orchestrator\n"
-     "                                  (the orchestrator passes it; without it weights never change)\n\n"
+     "                                  (the orchestrator passes it; without it weights never change)\n"
+     "  --control-keys PATH             the run's CURVE key file (<run_dir>/keys/control_keys, mode 0600);\n"
+     "                                  without it the control plane is unsecured (control_plane_security: none)\n\n"
      "config keys used: model.*, seed, backend, cpu_threads_per_worker, max_model_len,\n"
      "max_num_seqs, kv_block_size, kv_cache_memory_mb, weight_broadcast_bucket_mb,\n"
      "heartbeat_interval_seconds, heartbeat_timeout_seconds, log_level.\n\n"

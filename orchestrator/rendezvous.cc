@@ -57,10 +57,12 @@ void RendezvousService::expire(ControlServer& server) {
 }
 
 Result<std::shared_ptr<ControlPlaneStore>> ControlPlaneStore::connect(const std::string& endpoint,
-                                                                      const std::string& identity) {
+                                                                      const std::string& identity,
+                                                                      const SecurityOptions& security) {
   ControlClient::Options options;
   options.endpoint = endpoint;
   options.identity = identity;
+  options.socket.security = security;
   RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<ControlClient> client, ControlClient::connect(options));
   return std::shared_ptr<ControlPlaneStore>(new ControlPlaneStore(std::move(client)));
 }
@@ -108,9 +110,10 @@ engine::GroupOptions data_parallel_group(const Config& config, int rank) {
 
 Result<std::unique_ptr<engine::Communicator>> join_group(const std::string& orchestrator,
                                                          const std::string& identity,
-                                                         const engine::GroupOptions& group) {
+                                                         const engine::GroupOptions& group,
+                                                         const SecurityOptions& security) {
   RLRUN_ASSIGN_OR_RETURN(std::shared_ptr<ControlPlaneStore> store,
-                         ControlPlaneStore::connect(orchestrator, str(identity, "/store-", group.name)));
+                         ControlPlaneStore::connect(orchestrator, str(identity, "/store-", group.name), security));
   Result<std::unique_ptr<engine::Communicator>> comm = engine::make_gloo_communicator(store, group);
   if (!comm.ok())
     return Status(comm.status().code(), str("joining group `", group.name, "` as rank ", group.rank, " of ",

@@ -50,9 +50,11 @@ class RendezvousService {
 
 class ControlPlaneStore : public engine::RendezvousStore {
  public:
-  // Connects to the orchestrator at `endpoint` (tcp://HOST:PORT) as `identity`.
+  // Connects to the orchestrator at `endpoint` (tcp://HOST:PORT) as `identity`, with the
+  // worker's control-plane `security` (run_control_plane.h).
   static Result<std::shared_ptr<ControlPlaneStore>> connect(const std::string& endpoint,
-                                                            const std::string& identity);
+                                                            const std::string& identity,
+                                                            const SecurityOptions& security = {});
 
   Status set(const std::string& key, const std::vector<char>& value) override;
   // timeout_error naming the key when it is not set within `timeout`.
@@ -74,9 +76,11 @@ engine::GroupOptions weight_sync_group(const Config& config, int rank, int epoch
 engine::GroupOptions data_parallel_group(const Config& config, int rank);
 
 // Joins `group` through the orchestrator's store (a connection of its own, identity
-// "<identity>/store"). Blocks until every member joined or the group's timeout.
+// "<identity>/store", secured with `security`). Blocks until every member joined or the group's
+// timeout.
 Result<std::unique_ptr<engine::Communicator>> join_group(const std::string& orchestrator,
                                                          const std::string& identity,
-                                                         const engine::GroupOptions& group);
+                                                         const engine::GroupOptions& group,
+                                                         const SecurityOptions& security = {});
 
 }  // namespace rlrun::orchestrator

@@ -58,10 +58,12 @@ Status build_rank(const Config& config, const TrainerProcessOptions& options, Tr
   r.adapter = std::make_unique<trainer::ModelAdapter>(*r.model);
   const std::string identity = str("trainer-", options.rank);
   if (config.trainer_num_workers > 1) {
-    RLRUN_ASSIGN_OR_RETURN(r.dp, join_group(options.orchestrator, identity, data_parallel_group(config, options.rank)));
+    RLRUN_ASSIGN_OR_RETURN(r.dp, join_group(options.orchestrator, identity, data_parallel_group(config, options.rank),
+                                          options.control_security));
   }
   if (options.rank == 0) {
-    RLRUN_ASSIGN_OR_RETURN(r.weights, join_group(options.orchestrator, identity, weight_sync_group(config, 0)));
+    RLRUN_ASSIGN_OR_RETURN(r.weights, join_group(options.orchestrator, identity, weight_sync_group(config, 0),
+                                               options.control_security));
   }
   RLRUN_ASSIGN_OR_RETURN(trainer::LrScheduleKind kind, trainer::parse_lr_schedule_kind(enum_name(config.lr_scheduler)));
   const trainer::LrScheduleConfig schedule{kind, config.warmup_steps, config.min_lr_ratio};
@@ -86,6 +88,7 @@ class TrainerLoop {
     ControlClient::Options co;
     co.endpoint = options_.orchestrator;
     co.identity = str("trainer-", options_.rank);
+    co.socket.security = options_.control_security;
     RLRUN_ASSIGN_OR_RETURN(client_, ControlClient::connect(co));
     Register reg;
     reg.role = Role::kTrainer;
@@ -95,7 +98,9 @@ class TrainerLoop {
     reg.pid = static_cast<uint32_t>(getpid());
     reg.devices = {rank_.backend->name()};
     Result<Message> reply = client_->request(reg, to_ms(config_.heartbeat_timeout_seconds));
-    if (!reply.ok()) return unavailable(str("no RegisterAck from ", options_.orchestrator, ": ", reply.status().message()));
+    if (!reply.ok()) return unavailable(str("no RegisterAck from ", options_.orchestrator, ": ", reply.status().message(),
+                                             " (is the orchestrator running there, and does this rank hold the run's keys, "
+                                             "--control-keys?)"));
     const RegisterAck* ack = reply->get<RegisterAck>();
     if (ack == nullptr) return protocol_error(str("Register answered with ", message_kind_name(reply->kind())));
     worker_id_ = ack->assigned_id;

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "common/config.h"
+#include "common/control_plane.h"
 
 namespace rlrun::orchestrator {
 
@@ -25,6 +26,7 @@ struct TrainerProcessOptions {
   std::string orchestrator;   // tcp://HOST:PORT of the orchestrator's ControlServer
   int rank = 0;
   std::string timeline_path;  // "" = no timeline
+  SecurityOptions control_security;  // of every connection to the orchestrator (run_control_plane.h)
 };
 
 // Returns the process exit code (kExitOk after Shutdown, kExitFailed otherwise).

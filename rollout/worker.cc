@@ -85,6 +85,7 @@ Status Worker::register_with_orchestrator() {
   ControlClient::Options co;
   co.endpoint = options_.orchestrator;
   co.identity = str("rollout-", options_.index);
+  co.socket.security = options_.control_security;
   RLRUN_ASSIGN_OR_RETURN(client_, ControlClient::connect(co));
   Register reg;
   reg.role = Role::kRollout;
@@ -96,7 +97,7 @@ Status Worker::register_with_orchestrator() {
   if (!reply.ok()) {
     if (reply.status().code() == StatusCode::kTimeout)
       return unavailable(str("rollout ", options_.index, ": no RegisterAck from ", options_.orchestrator, " within ",
-                             options_.heartbeat_timeout_seconds, " s; is the orchestrator running there?"));
+                             options_.heartbeat_timeout_seconds, " s; is the orchestrator running there, and does this worker hold the run's keys (--control-keys)?"));
     return reply.status();
   }
   const RegisterAck* ack = reply->get<RegisterAck>();

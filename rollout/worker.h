@@ -44,6 +44,7 @@ struct WorkerOptions {
   std::chrono::milliseconds idle_wait{50};  // longest socket wait per loop turn when idle
   int max_messages_per_turn = 256;          // control messages drained between two steps
   int64_t max_weight_bucket_bytes = int64_t{1} << 32;
+  SecurityOptions control_security;         // of the connection to the orchestrator
 };
 
 // What the worker did, for tests and the final log line.

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/memory.h"
 #include "tests/common/http_get.h"
@@ -118,6 +119,31 @@ TEST(MetricsServer, ServesCountersOverHttp) {
   tokens.Increment(1);  // a scrape sees the value of its moment
   r = testing::http_get(server.port(), "/metrics");
   EXPECT_EQ(sample_value(r.body, "rlrun_http_test_tokens_total{worker=\"3\"}"), 8.5) << r.body;
+}
+
+TEST(MetricsServer, DefaultBindIsLoopbackOnly) {
+  std::string host;
+  int port = 0;
+  ASSERT_TRUE(parse_metrics_bind(Config{}.metrics_bind, &host, &port).ok());
+  EXPECT_EQ(host, "127.0.0.1");
+  EXPECT_TRUE(is_loopback_address(host));
+  EXPECT_TRUE(is_loopback_address("127.3.2.1"));
+  EXPECT_TRUE(is_loopback_address("::1"));
+  for (const char* open : {"0.0.0.0", "10.1.2.3", "::", "128.0.0.1", "not an address"})
+    EXPECT_FALSE(is_loopback_address(open)) << open;
+}
+
+TEST(MetricsServer, NonLoopbackBindIsServedWithAWarning) {
+  ::testing::internal::CaptureStderr();
+  auto open = MetricsServer::start("0.0.0.0:0");
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(open.ok()) << open.status().message();
+  EXPECT_NE(warned.find("metrics_bind 0.0.0.0:0 is not a loopback address"), std::string::npos) << warned;
+  ::testing::internal::CaptureStderr();
+  auto local = MetricsServer::start("127.0.0.1:0");
+  const std::string quiet = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(local.ok()) << local.status().message();
+  EXPECT_EQ(quiet.find("loopback"), std::string::npos) << quiet;
 }
 
 TEST(MetricsServer, ProcessMemoryGaugesAreReadOnEachScrape) {
