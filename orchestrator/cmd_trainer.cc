@@ -11,7 +11,8 @@ namespace rlrun::orchestrator {
 
 int cmd_trainer(const Args& args) {
   static constexpr FlagSpec kFlags[] = {
-      {"--orchestrator", true}, {"--rank", true}, {"--config", true}, {"--timeline", true}};
+      {"--orchestrator", true}, {"--rank", true}, {"--config", true}, {"--timeline", true},
+      {"--resume-from", true}};
   Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
   if (!parsed.ok()) return report_usage_error("trainer", parsed.status());
   std::string path = parsed->config_path;
@@ -38,6 +39,7 @@ int cmd_trainer(const Args& args) {
   options.orchestrator = parsed->value("--orchestrator");
   options.rank = static_cast<int>(rank);
   options.timeline_path = parsed->value("--timeline");
+  options.resume_from = parsed->value("--resume-from");
   return run_trainer_process(*config, options);
 }
 

@@ -60,6 +60,7 @@ bool Orchestrator::start_group() {
   for (int tries = 0; tries < kMaxPromptTries; ++tries) {
     Group g;
     g.problem = task_.next_train();
+    ++task_draws_;
     g.prompt_ids = tokenizer_.encode(g.problem.prompt);
     const int64_t n = static_cast<int64_t>(g.prompt_ids.size());
     if (n == 0 || n > config_.max_prompt_tokens || n + config_.max_tokens > config_.max_model_len) {
@@ -282,6 +283,7 @@ Status Orchestrator::run_step() {
     return Status();
   }
   training_groups_ = static_cast<int64_t>(batch.size());
+  committing_ = true;  // from here the step completes even after a SIGINT (run_loop.h)
   const auto train_start = Clock::now();
   train_results_.clear();
   train_error_.clear();
@@ -312,8 +314,12 @@ Status Orchestrator::run_step() {
   metrics_.step_wait_seconds->Observe(wait_s);
   metrics_.step_train_seconds->Observe(train_s);
   metrics_.step_weight_sync_seconds->Observe(last_sync_seconds_);
-  write_step_line(train_results_[0].metrics, wait_s, train_s, last_sync_seconds_, rewards.mean, rewards.std, build.tokens);
+  write_step_line(train_results_[0].metrics, wait_s, train_s, last_sync_seconds_, rewards.mean, rewards.std,
+                  build.tokens, batch_identity_json(batch));
   print_progress(rewards.mean);
+  last_step_state_ = capture_state();
+  RLRUN_RETURN_IF_ERROR(checkpoint_if_due());
+  committing_ = false;
   return Status();
 }
 

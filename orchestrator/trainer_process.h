@@ -8,6 +8,8 @@
 //                      (same correlation id), or ErrorReply naming what failed;
 //   WeightSyncBegin -> rank 0 sends the weights as that version over the weight group ->
 //                      WeightSyncEnd (other ranks answer at once: they hold no group);
+//   SaveCheckpoint  -> every rank saves collectively under <run_dir>/checkpoints/ (rank 0 writes,
+//                      trainer/checkpoint.h) -> CheckpointSaved;
 //   Heartbeat       -> the orchestrator's echo: proof it lives;
 //   Shutdown        -> exit 0.
 // A Heartbeat goes out every heartbeat_interval_seconds while idle. When the orchestrator has
@@ -25,6 +27,7 @@ struct TrainerProcessOptions {
   std::string orchestrator;   // tcp://HOST:PORT of the orchestrator's ControlServer
   int rank = 0;
   std::string timeline_path;  // "" = no timeline
+  std::string resume_from;    // a complete checkpoint to load before registering; "" = none
 };
 
 // Returns the process exit code (kExitOk after Shutdown, kExitFailed otherwise).
