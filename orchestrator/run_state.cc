@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/atomic_file.h"
 #include "common/log.h"
@@ -43,37 +42,63 @@ std::string resume_state_json(const ResumeState& s) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+namespace {
+
+// j[key] as T; the error names `where` and the key.
+template <class T>
+Status read_field(const json& j, const char* key, T& out, const std::string& where) {
+  const auto it = j.find(key);
+  if (it == j.end()) return invalid_argument(str(where, ": orchestrator state has no `", key, "`"));
+  try {
+    out = it->get<T>();
+  } catch (const json::exception&) {
+    return invalid_argument(str(where, ": orchestrator state: `", key, "` is a ", it->type_name(),
+                                ", not the type rlrun writes"));
+  }
+  return Status();
+}
+
+}  // namespace
+
 Result<ResumeState> parse_resume_state(const std::string& text, const std::string& where) {
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object())
     return invalid_argument(str(where, ": the orchestrator state is not a JSON object (a checkpoint written by "
                                        "the trainer library alone, not by `rlrun CONFIG`?)"));
+  int format = 0;
+  RLRUN_RETURN_IF_ERROR(read_field(j, "format", format, where));
+  if (format != kStateFormat)
+    return invalid_argument(str(where, ": orchestrator state format ", format, ", this rlrun reads ", kStateFormat));
   ResumeState s;
-  try {
-    if (j.at("format").get<int>() != kStateFormat)
-      return invalid_argument(str(where, ": orchestrator state format ", j.at("format"), ", this rlrun reads ",
-                                  kStateFormat));
-    s.steps_completed = j.at("steps_completed").get<int64_t>();
-    s.task_draws = j.at("task_draws").get<uint64_t>();
-    s.next_group = j.at("next_group").get<uint64_t>();
-    s.next_request = j.at("next_request").get<uint64_t>();
-    s.prompts_skipped = j.at("prompts_skipped").get<int64_t>();
-    s.tokens_generated = j.at("tokens_generated").get<int64_t>();
-    s.tokens_trained = j.at("tokens_trained").get<int64_t>();
-    for (const json& r : j.at("step_reward_means"))
-      s.step_reward_means.push_back(r.is_null() ? std::nan("") : r.get<double>());
-    if (!j.at("accuracy_before").is_null()) s.accuracy_before = j.at("accuracy_before").get<double>();
-    s.loop_seconds = j.at("loop_seconds").get<double>();
-    s.trainer_idle_seconds = j.at("trainer_idle_seconds").get<double>();
-    s.rollout_idle_seconds = j.at("rollout_idle_seconds").get<std::map<std::string, double>>();
-    const json& samples = j.at("samples");
-    s.samples.generated = samples.at("generated").get<int64_t>();
-    s.samples.trained = samples.at("trained").get<int64_t>();
-    s.samples.discarded = samples.at("discarded").get<std::map<std::string, int64_t>>();
-    s.samples.cancelled = samples.at("cancelled").get<int64_t>();
-  } catch (const json::exception& e) {
-    return invalid_argument(str(where, ": orchestrator state: missing or mistyped field (", e.what(), ")"));
+  RLRUN_RETURN_IF_ERROR(read_field(j, "steps_completed", s.steps_completed, where));
+  RLRUN_RETURN_IF_ERROR(read_field(j, "task_draws", s.task_draws, where));
+  RLRUN_RETURN_IF_ERROR(read_field(j, "next_group", s.next_group, where));
+  RLRUN_RETURN_IF_ERROR(read_field(j, "next_request", s.next_request, where));
+  RLRUN_RETURN_IF_ERROR(read_field(j, "prompts_skipped", s.prompts_skipped, where));
+  RLRUN_RETURN_IF_ERROR(read_field(j, "tokens_generated", s.tokens_generated, where));
+  RLRUN_RETURN_IF_ERROR(read_field(j, "tokens_trained", s.tokens_trained, where));
+  json rewards, accuracy;
+  RLRUN_RETURN_IF_ERROR(read_field(j, "step_reward_means", rewards, where));
+  RLRUN_RETURN_IF_ERROR(read_field(j, "accuracy_before", accuracy, where));
+  if (!rewards.is_array()) return invalid_argument(str(where, ": orchestrator state: `step_reward_means` is not a list"));
+  for (const json& r : rewards) {
+    if (!r.is_null() && !r.is_number())
+      return invalid_argument(str(where, ": orchestrator state: `step_reward_means` holds a ", r.type_name()));
+    s.step_reward_means.push_back(r.is_null() ? std::nan("") : r.get<double>());  // null: NaN (no JSON form)
   }
+  if (!accuracy.is_null() && !accuracy.is_number())
+    return invalid_argument(str(where, ": orchestrator state: `accuracy_before` is a ", accuracy.type_name()));
+  if (accuracy.is_number()) s.accuracy_before = accuracy.get<double>();
+  RLRUN_RETURN_IF_ERROR(read_field(j, "loop_seconds", s.loop_seconds, where));
+  RLRUN_RETURN_IF_ERROR(read_field(j, "trainer_idle_seconds", s.trainer_idle_seconds, where));
+  RLRUN_RETURN_IF_ERROR(read_field(j, "rollout_idle_seconds", s.rollout_idle_seconds, where));
+  json samples;
+  RLRUN_RETURN_IF_ERROR(read_field(j, "samples", samples, where));
+  if (!samples.is_object()) return invalid_argument(str(where, ": orchestrator state: `samples` is not an object"));
+  RLRUN_RETURN_IF_ERROR(read_field(samples, "generated", s.samples.generated, where));
+  RLRUN_RETURN_IF_ERROR(read_field(samples, "trained", s.samples.trained, where));
+  RLRUN_RETURN_IF_ERROR(read_field(samples, "discarded", s.samples.discarded, where));
+  RLRUN_RETURN_IF_ERROR(read_field(samples, "cancelled", s.samples.cancelled, where));
   if (s.steps_completed < 0 || s.next_request == 0)
     return invalid_argument(str(where, ": orchestrator state: negative steps_completed or zero next_request"));
   return s;
