@@ -255,6 +255,45 @@ TEST_F(RunResume, KilledTrainerStopsTheRunCleanlyAndTheRunResumes) {
   for (int i = 0; i < kSteps; ++i) EXPECT_EQ(lines[i]["step"], i + 1);
 }
 
+// Two trainer ranks with the sharded optimizer: both save (the moments gathered to rank 0) and
+// both load; the surviving rank, blocked in a collective with the dead one, is torn down too.
+TEST_F(RunResume, TwoShardedRanksSaveStopCleanlyWhenOneDiesAndResume) {
+  constexpr int kSteps = 4;
+  const fs::path run = dir_ / "run";
+  const std::string args = kTiny + " --set trainer_num_workers=2 --set use_distributed_optimizer=true" +
+                           " --set number_of_steps=" + std::to_string(kSteps) + " --set checkpoint_every=2" +
+                           " --run-dir " + q(run);
+  start_run(dir_ / "bg", args);
+  const fs::path second = run / "checkpoints" / "step-000002" / "COMPLETE";
+  for (int i = 0; i < 6000 && !fs::exists(second); ++i) ::usleep(10000);
+  ASSERT_TRUE(fs::exists(second)) << read_file(dir_ / "bg" / "out");
+  const std::string out = read_file(dir_ / "bg" / "out");
+  const std::vector<int> workers{logged_pid(out, "trainer-0"), logged_pid(out, "trainer-1"),
+                                 logged_pid(out, "rollout-0")};
+  for (int pid : workers) ASSERT_GT(pid, 0) << out;
+  ASSERT_EQ(::kill(workers[1], SIGKILL), 0);
+  const int code = wait_exit(dir_ / "bg");
+  const json summary = json::parse(read_file(run / "summary.json"));
+  const int done = summary["steps_completed"];
+  std::printf("[ info ] trainer-1 killed after %d of %d steps\n", done, kSteps);
+  if (done < kSteps) {  // else the run ended before the kill landed: nothing to stop
+    EXPECT_EQ(code, 1);
+    const std::string exit = summary["exit"];
+    EXPECT_NE(exit.find("trainer-1"), std::string::npos) << exit;
+    EXPECT_NE(exit.find("logs/trainer-1.log"), std::string::npos) << exit;
+  }
+  EXPECT_TRUE(survivors(workers, 0.0).empty()) << "a worker outlived the stopped run";
+
+  ASSERT_EQ(run_rlrun(args + " --resume", dir_ / "resume.out"), 0) << read_file(dir_ / "resume.out");
+  const json resumed = json::parse(read_file(run / "summary.json"));
+  EXPECT_EQ(resumed["exit"], "ok");
+  EXPECT_EQ(resumed["steps_completed"], kSteps);
+  EXPECT_NE(read_file(run / "logs" / "trainer-1.log").find("resumed from"), std::string::npos);
+  const json manifest = json::parse(read_file(run / "checkpoints" / "step-000004" / "trainer_state.json"));
+  EXPECT_EQ(manifest["trainer_ranks"], 2);
+  EXPECT_EQ(manifest["use_distributed_optimizer"], true);
+}
+
 TEST_F(RunResume, WorkersExitWhenTheOrchestratorIsKilled) {
   const fs::path run = dir_ / "run";
   start_run(dir_ / "bg", kTiny + " --set number_of_steps=1000000 --run-dir " + q(run));
