@@ -309,5 +309,28 @@ TEST_F(RunResume, WorkersExitWhenTheOrchestratorIsKilled) {
   EXPECT_EQ(wait_exit(dir_ / "bg"), 128 + SIGKILL);
 }
 
+// Where no PDEATHSIG reaches (another node): a worker that hears no heartbeat echo for
+// heartbeat_timeout_seconds exits. A stopped orchestrator is alive but silent.
+TEST_F(RunResume, WorkersExitWhenTheOrchestratorFallsSilent) {
+  const fs::path run = dir_ / "run";
+  start_run(dir_ / "bg", kTiny + " --set number_of_steps=1000000 --set heartbeat_interval_seconds=0.25"
+                                 " --set heartbeat_timeout_seconds=2 --run-dir " + q(run));
+  ASSERT_TRUE(wait_for_steps(run, 1)) << read_file(dir_ / "bg" / "out");
+  const std::string out = read_file(dir_ / "bg" / "out");
+  const std::vector<int> workers{logged_pid(out, "trainer-0"), logged_pid(out, "rollout-0")};
+  for (int pid : workers) ASSERT_GT(pid, 0) << out;
+  const int orchestrator = std::atoi(read_file(dir_ / "bg" / "pid").c_str());
+  ASSERT_EQ(::kill(orchestrator, SIGSTOP), 0);
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int> left = survivors(workers, 6.0);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ::kill(orchestrator, SIGKILL);
+  EXPECT_TRUE(left.empty()) << "workers still running 6 s after the orchestrator fell silent";
+  std::printf("[ figure ] workers gone %.2f s after the orchestrator stopped (heartbeat_timeout_seconds 2)\n", waited);
+  EXPECT_NE(read_file(run / "logs" / "trainer-0.log").find("nothing heard from the orchestrator"), std::string::npos)
+      << read_file(run / "logs" / "trainer-0.log");
+  EXPECT_EQ(wait_exit(dir_ / "bg"), 128 + SIGKILL);
+}
+
 }  // namespace
 }  // namespace rlrun::orchestrator
