@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include "common/log.h"
 #include "common/memory.h"
@@ -56,9 +57,25 @@ Status Orchestrator::check_exits() {
     if (accepting_exits_) continue;
     const WorkerSlot* w = worker_by_name(e.name);
     const std::string log_path = w ? w->log_path : "";
+    worker_died_ = true;
     return unavailable(str("worker ", e.name, " ", e.describe(), " unexpectedly; see its log: ", log_path));
   }
   return Status();
+}
+
+Status Orchestrator::blame_dead_worker(const Status& failure) {
+  if (worker_died_) return failure;  // it names the dead worker already
+  // A collective fails on the survivors as soon as one member dies, often before the launcher
+  // sees the death: give it a moment, then name the dead worker as the cause.
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < deadline) {
+    if (Status dead = check_exits(); !dead.ok()) {
+      log::warn(str("a worker died, and with it: ", failure.message()));
+      return dead;
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return failure;
 }
 
 void Orchestrator::handle_heartbeat(const Incoming& in, const Heartbeat& hb) {
@@ -222,8 +239,9 @@ Status Orchestrator::run() {
     if (stopped_by_interrupt_) {
       const Status saved = checkpoint_on_interrupt();
       if (!saved.ok()) log::error(str("no checkpoint at the interrupt: ", saved.message()));
+      return s;
     }
-    return s;
+    return blame_dead_worker(s);
   }
   outcome_.loop_seconds = loop_seconds();
   looping_ = false;

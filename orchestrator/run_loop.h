@@ -122,6 +122,9 @@ class Orchestrator {
   Status handle_register(const Incoming& in, const Register& reg);
   void handle_heartbeat(const Incoming& in, const Heartbeat& hb);
   Status check_exits();
+  // `failure`, or the death of a worker that caused it (a step failing on the ranks that outlived
+  // another) when one shows within a short grace.
+  Status blame_dead_worker(const Status& failure);
   Status wait_for_registration();
   Status weight_sync(uint64_t version);
   Status run_step();
@@ -196,6 +199,7 @@ class Orchestrator {
   int64_t last_checkpoint_step_ = 0;
   bool committing_ = false;         // in a step's train + sync or a save: an interrupt waits
   bool stopped_by_interrupt_ = false;
+  bool worker_died_ = false;        // check_exits() reported a death
   std::map<int, CheckpointSaved> checkpoints_saved_;  // by rank
 
   // Per-step waits.
