@@ -172,6 +172,8 @@ Result<Message> decode(Frames frames) {
     case MessageKind::kStoreSet: return decode_body<StoreSet>(header, body, &frames);
     case MessageKind::kStoreGet: return decode_body<StoreGet>(header, body, &frames);
     case MessageKind::kStoreValue: return decode_body<StoreValue>(header, body, &frames);
+    case MessageKind::kSaveCheckpoint: return decode_body<SaveCheckpoint>(header, body, &frames);
+    case MessageKind::kCheckpointSaved: return decode_body<CheckpointSaved>(header, body, &frames);
   }
   return protocol_error("malformed message: unknown message kind");  // unreachable: decode_header checked
 }
@@ -227,6 +229,8 @@ RLRUN_INSTANTIATE_ENCODE(ErrorReply)
 RLRUN_INSTANTIATE_ENCODE(StoreSet)
 RLRUN_INSTANTIATE_ENCODE(StoreGet)
 RLRUN_INSTANTIATE_ENCODE(StoreValue)
+RLRUN_INSTANTIATE_ENCODE(SaveCheckpoint)
+RLRUN_INSTANTIATE_ENCODE(CheckpointSaved)
 #undef RLRUN_INSTANTIATE_ENCODE
 
 }  // namespace rlrun

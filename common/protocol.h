@@ -51,7 +51,8 @@ using Frames = std::vector<zmq::message_t>;
 
 // ---------------------------------------------------------------- constants and limits
 inline constexpr uint32_t kWireMagic = 0x4E524C52;  // "RLRN" as bytes in memory
-inline constexpr uint16_t kProtocolVersion = 3;  // 2: rollout stats in Heartbeat, per-token weight versions; 3: TrainBatch.supervised
+inline constexpr uint16_t kProtocolVersion = 4;  // 2: rollout stats in Heartbeat, per-token weight versions;
+                                                 // 3: SaveCheckpoint / CheckpointSaved; 4: TrainBatch.supervised
 inline constexpr size_t kHeaderPrefixBytes = 24;
 
 // Every limit of the wire format, in one place. The control plane also sets ZMQ_MAXMSGSIZE to
@@ -82,6 +83,8 @@ enum class MessageKind : uint16_t {
   kStoreSet = 14,
   kStoreGet = 15,
   kStoreValue = 16,
+  kSaveCheckpoint = 17,
+  kCheckpointSaved = 18,
 };
 const char* message_kind_name(MessageKind kind);  // "GenerateRequest"; "unknown" if out of range
 
@@ -361,6 +364,37 @@ struct Shutdown {
   bool operator==(const Shutdown&) const = default;
 };
 
+// orchestrator -> every trainer rank: save a checkpoint of the state after `step` (collective over
+// the trainer ranks, trainer/checkpoint.h) under <run_dir>/checkpoints/, with the orchestrator's
+// own resume state (JSON text, opaque to the trainer) in the manifest. Each rank answers with
+// CheckpointSaved once the save finished everywhere.
+struct SaveCheckpoint {
+  static constexpr MessageKind kKind = MessageKind::kSaveCheckpoint;
+  uint64_t step = 0;
+  WireArray<uint8_t> orchestrator_state;  // JSON text; an array: it may pass kMaxStringBytes
+
+  template <class V, class M> static void fields(V& v, M& m) {
+    v.field("step", m.step); v.field("orchestrator_state", m.orchestrator_state);
+  }
+  bool operator==(const SaveCheckpoint&) const = default;
+};
+
+// trainer rank -> orchestrator: the outcome of SaveCheckpoint (the same on every rank).
+struct CheckpointSaved {
+  static constexpr MessageKind kKind = MessageKind::kCheckpointSaved;
+  uint64_t step = 0;
+  bool ok = true;
+  std::string error;
+  std::string dir;      // the complete checkpoint's folder
+  double seconds = 0;   // the collective save, as this rank saw it
+
+  template <class V, class M> static void fields(V& v, M& m) {
+    v.field("step", m.step); v.field("ok", m.ok); v.field("error", m.error); v.field("dir", m.dir);
+    v.field("seconds", m.seconds);
+  }
+  bool operator==(const CheckpointSaved&) const = default;
+};
+
 // A generic error reply, e.g. to a request that could not be decoded or served.
 struct ErrorReply {
   static constexpr MessageKind kKind = MessageKind::kError;
@@ -415,7 +449,8 @@ struct StoreValue {
 
 using Payload = std::variant<Register, RegisterAck, Heartbeat, GenerateRequest, GenerateResult,
                              Cancel, TrainBatch, TrainResult, WeightSyncBegin, WeightBucket,
-                             WeightSyncEnd, Shutdown, ErrorReply, StoreSet, StoreGet, StoreValue>;
+                             WeightSyncEnd, Shutdown, ErrorReply, StoreSet, StoreGet, StoreValue,
+                             SaveCheckpoint, CheckpointSaved>;
 
 template <class T>
 concept WireMessage = requires { T::kKind; } && std::is_constructible_v<Payload, T>;

@@ -21,6 +21,8 @@ const char* message_kind_name(MessageKind kind) {
     case MessageKind::kStoreSet: return "StoreSet";
     case MessageKind::kStoreGet: return "StoreGet";
     case MessageKind::kStoreValue: return "StoreValue";
+    case MessageKind::kSaveCheckpoint: return "SaveCheckpoint";
+    case MessageKind::kCheckpointSaved: return "CheckpointSaved";
   }
   return "unknown";
 }

@@ -21,6 +21,7 @@
 #include "orchestrator/run_control_plane.h"
 #include "orchestrator/run_loop.h"
 #include "orchestrator/run_report.h"
+#include "orchestrator/run_state.h"
 
 namespace rlrun::orchestrator {
 
@@ -29,7 +30,13 @@ namespace {
 namespace fs = std::filesystem;
 
 std::atomic<bool> g_interrupted{false};
-void on_signal(int) { g_interrupted.store(true); }
+// The first SIGINT/SIGTERM stops the run cleanly (a checkpoint first, with checkpoint_every);
+// a second one ends the orchestrator at once (its workers die with it: PDEATHSIG).
+void on_signal(int sig) {
+  if (!g_interrupted.exchange(true)) return;
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
 
 std::string timestamp() {
   const std::time_t now = std::time(nullptr);
@@ -50,6 +57,14 @@ Result<std::string> make_run_dir(const Config& config, const std::string& flag) 
   fs::create_directories(fs::path(dir) / "logs", ec);
   if (ec) return io_error(str("cannot create the run folder ", dir, ": ", ec.message(), " (set run_dir or --run-dir)"));
   return dir;
+}
+
+// --resume: the same run folder (--run-dir, else run_dir), never a new one.
+Result<std::string> resume_run_dir(const Config& config, const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (config.run_dir == Config{}.run_dir)
+    return invalid_argument("--resume needs the run folder: give --run-dir DIR (or set run_dir in the config)");
+  return config.run_dir;
 }
 
 std::string tokenizer_path(const Config& config) {
@@ -88,8 +103,10 @@ Result<PlacementPlan> plan_local(const Config& c) {
 }
 
 // The worker processes: trainer ranks, then rollout workers, all this binary.
+// `resume_from`: the checkpoint the trainer ranks load first ("" = none).
 std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, const std::string& dir,
-                                                             const RunControlPlane& plane) {
+                                                             const RunControlPlane& plane,
+                                                             const std::string& resume_from) {
   const std::string exe = fs::read_symlink("/proc/self/exe").string();
   const std::string config_path = (fs::path(dir) / "config.yaml").string();
   const std::string& endpoint = plane.server->endpoint();
@@ -100,6 +117,7 @@ std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, co
     ProcessSpec p{name, {exe, "trainer", "--orchestrator", endpoint, "--rank", str(r), "--config", config_path,
                          "--timeline", timeline_path(dir, name)}, {}, str(dir, "/logs/", name, ".log"), "", {}};
     p.argv.insert(p.argv.end(), keys.begin(), keys.end());
+    if (!resume_from.empty()) p.argv.insert(p.argv.end(), {"--resume-from", resume_from});
     out.push_back({p, WorkerSlot{name, Role::kTrainer, r, p.log_path}});
   }
   for (int i = 0; i < c.inference_num_workers; ++i) {
@@ -113,8 +131,10 @@ std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, co
   return out;
 }
 
-// Everything after the config is loaded; fills `outcome` whatever happens.
-Status run(const Config& config, const std::string& dir, RunOutcome& outcome) {
+// Everything after the config is loaded; fills `outcome` whatever happens. `resume`: the
+// checkpoint the run continues from.
+Status run(const Config& config, const std::string& dir, const std::optional<ResumePoint>& resume,
+           RunOutcome& outcome) {
   RLRUN_ASSIGN_OR_RETURN(PlacementPlan plan, plan_local(config));
   std::fprintf(stderr, "%s", plan.table().c_str());
   for (const std::string& w : plan.warnings) log::warn(w);
@@ -127,7 +147,7 @@ Status run(const Config& config, const std::string& dir, RunOutcome& outcome) {
   RLRUN_ASSIGN_OR_RETURN(RunControlPlane plane, bind_run_control_plane(config, dir));
   ControlServer& server = *plane.server;
 
-  std::vector<std::pair<ProcessSpec, WorkerSlot>> specs = worker_specs(config, dir, plane);
+  std::vector<std::pair<ProcessSpec, WorkerSlot>> specs = worker_specs(config, dir, plane, resume ? resume->dir : "");
   std::vector<WorkerSlot> slots;
   std::vector<std::string> rollout_names, processes;  // the orchestrator's own: process_memory_collectable
   for (const auto& [spec, slot] : specs) {
@@ -141,6 +161,7 @@ Status run(const Config& config, const std::string& dir, RunOutcome& outcome) {
   std::unique_ptr<Launcher> launcher = make_local_launcher();
   Orchestrator orchestrator(config, server, *launcher, metrics, *task, tokenizer, slots,
                             (fs::path(dir) / "metrics.jsonl").string(), g_interrupted);
+  if (resume) orchestrator.resume_from(resume->state);
   Status status;
   for (const auto& [spec, slot] : specs) {
     status = launcher->start(spec);
@@ -170,8 +191,6 @@ int cmd_run(const Args& args) {
   Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
   if (!parsed.ok()) return report_usage_error("run", parsed.status());
   if (parsed->config_path.empty()) return report_usage_error("run", invalid_argument("missing CONFIG; see --help"));
-  if (parsed->has("--resume"))
-    return report_usage_error("run", invalid_argument("--resume is not implemented yet: start a new run"));
   Result<Config> loaded = load_config(parsed->config_path, parsed->overrides);
   if (!loaded.ok()) return report_config_errors("run", loaded.status());
   Config config = *loaded;
@@ -182,12 +201,27 @@ int cmd_run(const Args& args) {
     std::fprintf(stderr, "rlrun: %s\n", fits.message().c_str());
     return kExitPlanDoesNotFit;
   }
-  Result<std::string> dir = make_run_dir(config, parsed->value("--run-dir"));
+  const bool resuming = parsed->has("--resume");
+  Result<std::string> dir = resuming ? resume_run_dir(config, parsed->value("--run-dir"))
+                                     : make_run_dir(config, parsed->value("--run-dir"));
   if (!dir.ok()) return std::fprintf(stderr, "rlrun: %s\n", dir.status().message().c_str()), kExitUsage;
   config.run_dir = *dir;
+  std::optional<ResumePoint> resume;
+  if (resuming) {
+    Result<ResumePoint> point = find_resume_point(*dir);
+    if (!point.ok()) return std::fprintf(stderr, "rlrun: %s\n", point.status().message().c_str()), kExitUsage;
+    resume = std::move(*point);
+    // Lines of steps after the checkpoint describe work the resumed run redoes.
+    const std::string metrics_jsonl = (fs::path(*dir) / "metrics.jsonl").string();
+    if (Status s = truncate_metrics_jsonl(metrics_jsonl, resume->state.steps_completed); !s.ok())
+      return std::fprintf(stderr, "rlrun: %s\n", s.message().c_str()), kExitFailed;
+  }
   const Status written = write_file_atomic((fs::path(*dir) / "config.yaml").string(), render_config(config));
   if (!written.ok()) return std::fprintf(stderr, "rlrun: %s\n", written.message().c_str()), kExitFailed;
   log::info(str("run folder ", *dir));
+  if (resume)
+    log::info(str("resuming from ", resume->dir, " (", resume->state.steps_completed, " of ", config.number_of_steps,
+                  " steps done)"));
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -197,7 +231,7 @@ int cmd_run(const Args& args) {
   if (Status s = global_timeline().open(own_timeline, "orchestrator"); !s.ok()) log::warn(s.message());
 
   RunOutcome outcome;
-  const Status status = run(config, *dir, outcome);
+  const Status status = run(config, *dir, resume, outcome);
   const bool usage = status.code() == StatusCode::kInvalidArgument;
   if (g_interrupted.load()) {
     outcome.exit = "interrupted";

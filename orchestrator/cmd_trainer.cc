@@ -12,7 +12,8 @@ namespace rlrun::orchestrator {
 
 int cmd_trainer(const Args& args) {
   static constexpr FlagSpec kFlags[] = {
-      {"--orchestrator", true}, {"--rank", true}, {"--config", true}, {"--timeline", true}, {kControlKeysFlag, true}};
+      {"--orchestrator", true}, {"--rank", true}, {"--config", true}, {"--timeline", true}, {kControlKeysFlag, true},
+      {"--resume-from", true}};
   Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
   if (!parsed.ok()) return report_usage_error("trainer", parsed.status());
   std::string path = parsed->config_path;
@@ -42,6 +43,7 @@ int cmd_trainer(const Args& args) {
   Result<SecurityOptions> security = worker_control_security(parsed->value(kControlKeysFlag));
   if (!security.ok()) return report_usage_error("trainer", security.status());
   options.control_security = std::move(*security);
+  options.resume_from = parsed->value("--resume-from");
   return run_trainer_process(*config, options);
 }
 

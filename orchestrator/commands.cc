@@ -21,7 +21,7 @@ namespace {
 
 constexpr Command kCommands[] = {
     {"run", "run the training job a config describes (the default: `rlrun CONFIG`)",
-     "usage: rlrun [run] CONFIG [--set key=value ...] [--run-dir DIR]\n\n"
+     "usage: rlrun [run] CONFIG [--set key=value ...] [--run-dir DIR] [--resume]\n\n"
      "Runs asynchronous RL end to end on this machine: validates CONFIG (exit 2 with every\n"
      "error), creates the run folder (run_dir, or --run-dir) with the effective config.yaml and\n"
      "logs/, plans placement and prints it, serves Prometheus metrics on metrics_bind, starts\n"
@@ -32,9 +32,14 @@ constexpr Command kCommands[] = {
      "prompts_batch_size_for_trainer groups and a weight sync after each, for number_of_steps.\n\n"
      "Outputs in the run folder: summary.json (always, also after a failure or Ctrl-C),\n"
      "metrics.jsonl (one line per step), timeline.json (Chrome trace), logs/<process>.log.\n"
-     "Ctrl-C stops dispatching, writes the summary and shuts the workers down.\n\n"
+     "With checkpoint_every: N the trainer ranks save a checkpoint (weights, AdamW, the data\n"
+     "position) under <run folder>/checkpoints/ after every N-th step and the last one.\n"
+     "Ctrl-C stops dispatching, finishes the step in training, saves it (checkpoint_every > 0),\n"
+     "writes the summary and shuts the workers down; a second Ctrl-C stops at once.\n\n"
      "  --set key=value   override a config key (repeatable)\n"
-     "  --run-dir DIR     the run folder (default: run_dir from the config)\n\n"
+     "  --run-dir DIR     the run folder (default: run_dir from the config)\n"
+     "  --resume          continue the run in that folder from its newest complete checkpoint,\n"
+     "                    up to number_of_steps (metrics.jsonl is continued)\n\n"
      "exit status: 0 when every step ran, 1 when the run failed or was interrupted, 2 for bad\n"
      "flags or config.\n",
      cmd_run},
@@ -58,14 +63,15 @@ constexpr Command kCommands[] = {
      cmd_validate},
     {"trainer", "run one trainer rank (the orchestrator starts these)",
      "usage: rlrun trainer --orchestrator tcp://HOST:PORT --rank R (--config PATH | PATH)\n"
-     "                     [--set key=value ...] [--timeline PATH] [--control-keys PATH]\n\n"
+     "                     [--set key=value ...] [--timeline PATH] [--control-keys PATH] [--resume-from DIR]\n\n"
      "Runs one trainer rank: builds the model (model.checkpoint, or random init from seed and\n"
      "model.init_std), joins the trainer ranks' gradient group and, on rank 0, the weight-sync\n"
      "group (rendezvous through the orchestrator's control plane), registers, then serves\n"
      "TrainBatch (a trainer step: forward/backward over the packed micro-batches, gradient\n"
      "reduction, AdamW) with a TrainResult, WeightSyncBegin (rank 0 sends the weights to every\n"
-     "rollout worker) with WeightSyncEnd, and Shutdown. It exits when told to, or when the\n"
-     "orchestrator has been silent for heartbeat_timeout_seconds.\n\n"
+     "rollout worker) with WeightSyncEnd, SaveCheckpoint with CheckpointSaved, and Shutdown.\n"
+     "It exits when told to, or when the orchestrator has been silent for\n"
+     "heartbeat_timeout_seconds.\n\n"
      "flags:\n"
      "  --orchestrator tcp://HOST:PORT  the orchestrator's control endpoint (required)\n"
      "  --rank R                        this trainer rank (default 0)\n"
@@ -73,7 +79,8 @@ constexpr Command kCommands[] = {
      "  --set key=value                 override a config key (repeatable)\n"
      "  --timeline PATH                 write this process's Chrome-trace events there\n"
      "  --control-keys PATH             the run's CURVE key file (<run_dir>/keys/control_keys, mode 0600);\n"
-     "                                  without it the control plane is unsecured (control_plane_security: none)\n\n"
+     "                                  without it the control plane is unsecured (control_plane_security: none)\n"
+     "  --resume-from DIR               load this complete checkpoint before registering\n\n"
      "exit status: 0 after Shutdown, 1 on failure, 2 for bad flags or config.\n",
      cmd_trainer},
     {"generate", "generate one completion from an HF checkpoint folder (KV cache, sampler)",

@@ -60,6 +60,7 @@ bool Orchestrator::start_group() {
   for (int tries = 0; tries < kMaxPromptTries; ++tries) {
     Group g;
     g.problem = task_.next_train();
+    ++task_draws_;
     g.prompt_ids = tokenizer_.encode(g.problem.prompt);
     const int64_t n = static_cast<int64_t>(g.prompt_ids.size());
     if (n == 0 || n > config_.max_prompt_tokens || n + config_.max_tokens > config_.max_model_len) {
@@ -289,6 +290,7 @@ Status Orchestrator::run_step() {
     return Status();
   }
   training_groups_ = static_cast<int64_t>(batch.size());
+  committing_ = true;  // from here the step completes even after a SIGINT (run_loop.h)
   const auto train_start = Clock::now();
   {
     ScopedSpan span("train", "orchestrator");
@@ -319,8 +321,11 @@ Status Orchestrator::run_step() {
     RLRUN_ASSIGN_OR_RETURN(accuracy, evaluate(str("at step ", step).c_str()));
   }
   write_step_line(train_results_[0].metrics, wait_s, train_s, last_sync_seconds_, rewards.mean, rewards.std,
-                  build.tokens, accuracy);
+                  build.tokens, batch_identity_json(batch), accuracy);
   print_progress(rewards.mean);
+  last_step_state_ = capture_state();
+  RLRUN_RETURN_IF_ERROR(checkpoint_if_due());
+  committing_ = false;
   return Status();
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include "common/log.h"
 #include "common/memory.h"
@@ -56,9 +57,25 @@ Status Orchestrator::check_exits() {
     if (accepting_exits_) continue;
     const WorkerSlot* w = worker_by_name(e.name);
     const std::string log_path = w ? w->log_path : "";
+    worker_died_ = true;
     return unavailable(str("worker ", e.name, " ", e.describe(), " unexpectedly; see its log: ", log_path));
   }
   return Status();
+}
+
+Status Orchestrator::blame_dead_worker(const Status& failure) {
+  if (worker_died_) return failure;  // it names the dead worker already
+  // A collective fails on the survivors as soon as one member dies, often before the launcher
+  // sees the death: give it a moment, then name the dead worker as the cause.
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < deadline) {
+    if (Status dead = check_exits(); !dead.ok()) {
+      log::warn(str("a worker died, and with it: ", failure.message()));
+      return dead;
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return failure;
 }
 
 void Orchestrator::handle_heartbeat(const Incoming& in, const Heartbeat& hb) {
@@ -111,9 +128,15 @@ Status Orchestrator::handle(const Incoming& in) {
     }
   } else if (const auto* end = m.get<WeightSyncEnd>()) {
     sync_ends_[in.peer] = *end;
+  } else if (const auto* saved = m.get<CheckpointSaved>()) {
+    if (const WorkerSlot* w = worker_by_name(in.peer); w != nullptr && w->role == Role::kTrainer)
+      checkpoints_saved_[w->rank] = *saved;
   } else if (const auto* err = m.get<ErrorReply>()) {
     if (err->request_kind == static_cast<uint16_t>(MessageKind::kTrainBatch)) {
       train_error_ = str(in.peer, ": ", err->message);
+    } else if (const WorkerSlot* w = worker_by_name(in.peer);
+               err->request_kind == static_cast<uint16_t>(MessageKind::kSaveCheckpoint) && w != nullptr) {
+      checkpoints_saved_[w->rank] = CheckpointSaved{0, false, str(in.peer, ": ", err->message), "", 0};
     } else {
       log::warn(str(in.peer, " reported an error: ", err->message));
     }
@@ -124,7 +147,10 @@ Status Orchestrator::handle(const Incoming& in) {
 }
 
 Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
-  if (interrupted_.load()) return unavailable("interrupted (SIGINT/SIGTERM)");
+  if (interrupted_.load() && !committing_) {
+    stopped_by_interrupt_ = true;
+    return unavailable("interrupted (SIGINT/SIGTERM)");
+  }
   Result<Incoming> in = server_.poll(wait);
   for (int n = 0; in.ok() && n < 1000; ++n) {
     RLRUN_RETURN_IF_ERROR(handle(*in));
@@ -199,15 +225,27 @@ Status Orchestrator::weight_sync(uint64_t version) {
 
 Status Orchestrator::run() {
   RLRUN_RETURN_IF_ERROR(wait_for_registration());
-  RLRUN_RETURN_IF_ERROR(format_warm_start());
-  // Version 0: every rollout worker starts from the trainer's weights (checkpoint or init, then
-  // the format warm-start).
-  RLRUN_RETURN_IF_ERROR(weight_sync(0));
-  RLRUN_ASSIGN_OR_RETURN(outcome_.accuracy_before, evaluate("before training"));
+  // A resumed run continues from warm-started weights; a fresh one learns the answer format first.
+  if (!resumed_) RLRUN_RETURN_IF_ERROR(format_warm_start());
+  // Every rollout worker starts from the trainer's weights (model.checkpoint or init, then the
+  // format warm-start: version 0; a resumed run's checkpoint: its step).
+  RLRUN_RETURN_IF_ERROR(weight_sync(static_cast<uint64_t>(trainer_step_)));
+  if (!resumed_) {  // a resumed run has its accuracy before training from the checkpoint
+    RLRUN_ASSIGN_OR_RETURN(outcome_.accuracy_before, evaluate("before training"));
+  }
   looping_ = true;
   loop_start_ = last_tick_ = Clock::now();
-  while (outcome_.steps_completed < config_.number_of_steps) RLRUN_RETURN_IF_ERROR(run_step());
-  outcome_.loop_seconds = seconds_since(loop_start_);
+  while (outcome_.steps_completed < config_.number_of_steps) {
+    const Status s = run_step();
+    if (s.ok()) continue;
+    if (stopped_by_interrupt_) {
+      const Status saved = checkpoint_on_interrupt();
+      if (!saved.ok()) log::error(str("no checkpoint at the interrupt: ", saved.message()));
+      return s;
+    }
+    return blame_dead_worker(s);
+  }
+  outcome_.loop_seconds = loop_seconds();
   looping_ = false;
   RLRUN_ASSIGN_OR_RETURN(outcome_.accuracy_after, evaluate("after training"));
   return Status();
@@ -222,13 +260,14 @@ void Orchestrator::shutdown_workers(const std::string& reason) {
 
 void Orchestrator::write_step_line(const std::map<std::string, double>& trainer_metrics, double wait_s,
                                    double train_s, double sync_s, double reward_mean, double reward_std,
-                                   int64_t tokens, std::optional<double> eval_accuracy) {
+                                   int64_t tokens, const std::string& batch_json,
+                                   std::optional<double> eval_accuracy) {
   std::string line = str("{\"step\":", outcome_.steps_completed, ",\"reward_mean\":", json_number(reward_mean),
                          ",\"reward_std\":", json_number(reward_std), ",\"wait_seconds\":", json_number(wait_s),
                          ",\"train_seconds\":", json_number(train_s), ",\"weight_sync_seconds\":", json_number(sync_s),
                          ",\"tokens_trained\":", tokens, ",\"tokens_generated_total\":", outcome_.tokens_generated,
                          ",\"async_level\":", gate_.current_async_level(outstanding_groups()),
-                         ",\"discarded_total\":", ledger_.summary().discarded_total(),
+                         ",\"discarded_total\":", ledger_.summary().discarded_total(), ",", batch_json,
                          eval_accuracy ? str(",\"eval_accuracy\":", json_number(*eval_accuracy)) : std::string(),
                          ",\"trainer\":{");
   bool first = true;
@@ -245,8 +284,12 @@ void Orchestrator::write_step_line(const std::map<std::string, double>& trainer_
   if (!out) log::warn(str("could not append to ", metrics_jsonl_));
 }
 
+double Orchestrator::loop_seconds() const {
+  return (resumed_ ? resumed_->loop_seconds : 0.0) + (looping_ ? seconds_since(loop_start_) : 0.0);
+}
+
 void Orchestrator::print_progress(double reward_mean) {
-  const double loop = std::max(1e-9, seconds_since(loop_start_));
+  const double loop = std::max(1e-9, loop_seconds());
   double rollout_idle = 0;
   int rollouts = 0;
   for (const WorkerSlot& w : workers_) {
@@ -283,8 +326,8 @@ RunOutcome Orchestrator::finish() {
         ledger_.discarded(sample_id(id, i), "unused_at_exit");
     }
   }
-  if (looping_) outcome_.loop_seconds = seconds_since(loop_start_);
-  outcome_.samples = ledger_.summary();
+  if (looping_) outcome_.loop_seconds = loop_seconds();
+  outcome_.samples = resumed_ ? add_samples(resumed_->samples, ledger_.summary()) : ledger_.summary();
   double idle = 0;
   int rollouts = 0;
   for (const WorkerSlot& w : workers_) {

@@ -9,6 +9,12 @@
 //
 // Step s (1-based) trains on policy version s - 1; after it, trainer rank 0 sends version s to
 // every rollout worker (WeightSyncBegin to each, WeightSyncEnd from each).
+//
+// Checkpoints (run_checkpoint.cc): with checkpoint_every N, after every N-th step and the last
+// one, every trainer rank gets SaveCheckpoint with the orchestrator's ResumeState (run_state.h)
+// and the loop waits for CheckpointSaved from each. A SIGINT/SIGTERM does not cut a step in its
+// train or weight sync: the step completes, then (checkpoint_every > 0) the last completed step
+// is saved and run() returns "interrupted".
 #pragma once
 
 #include <atomic>
@@ -27,6 +33,7 @@
 #include "orchestrator/batcher.h"
 #include "orchestrator/launcher.h"
 #include "orchestrator/rendezvous.h"
+#include "orchestrator/run_state.h"
 #include "orchestrator/run_metrics.h"
 #include "orchestrator/sample_ledger.h"
 #include "orchestrator/staleness_gate.h"
@@ -72,6 +79,10 @@ class Orchestrator {
 
   // Registration, evaluation, number_of_steps steps, evaluation. Errors name the worker at fault.
   Status run();
+  // Continues the run of a checkpoint (call before run()): step count, ids, the prompt stream's
+  // position and the summary's counters. run() then syncs weight version steps_completed to the
+  // rollout workers (the trainers loaded the checkpoint) and skips the evaluation before training.
+  void resume_from(const ResumeState& state);
   // Tells every registered worker to exit (best effort, no wait).
   void shutdown_workers(const std::string& reason);
   // The outcome so far; call after run() (whatever it returned) to fill summary.json.
@@ -111,6 +122,9 @@ class Orchestrator {
   Status handle_register(const Incoming& in, const Register& reg);
   void handle_heartbeat(const Incoming& in, const Heartbeat& hb);
   Status check_exits();
+  // `failure`, or the death of a worker that caused it (a step failing on the ranks that outlived
+  // another) when one shows within a short grace.
+  Status blame_dead_worker(const Status& failure);
   Status wait_for_registration();
   Status weight_sync(uint64_t version);
   Status run_step();
@@ -118,11 +132,19 @@ class Orchestrator {
   // Sends build's batches to the trainer ranks and ticks until every rank answers; `what` names
   // the step in errors.
   Status train(const BatchBuild& build, const std::string& what, bool allow_dispatch);
+  // `batch_json` is the step's `"group_ids":[...],"prompt_hash":"..."` (batch_identity_json).
   void write_step_line(const std::map<std::string, double>& trainer_metrics, double wait_s, double train_s,
                        double sync_s, double reward_mean, double reward_std, int64_t tokens,
-                       std::optional<double> eval_accuracy);
+                       const std::string& batch_json, std::optional<double> eval_accuracy);
   void print_progress(double reward_mean);
+  double loop_seconds() const;  // this process's loop time plus that of the parts resumed from
   WorkerSlot* worker_by_name(const std::string& name);
+
+  // ---- run_checkpoint.cc
+  ResumeState capture_state() const;  // as of now: call when a step has just completed
+  Status save_checkpoint(const ResumeState& state);
+  Status checkpoint_if_due();         // after a step
+  Status checkpoint_on_interrupt();   // the last completed step, unless it was just saved
 
   // ---- run_data.cc: the sample path
   void dispatch();
@@ -139,6 +161,9 @@ class Orchestrator {
   BatchBuild pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards);
   // Takes prompts_batch_size_for_trainer ready groups (discarding stale ones): false if too few.
   bool take_batch(std::vector<Group>& out);
+  // Which prompts a step trained, for metrics.jsonl: group ids and an FNV-1a 64 hash of the
+  // prompts' texts in batch order (a resumed run must train the same ones).
+  static std::string batch_identity_json(const std::vector<Group>& batch);
   Result<std::optional<double>> evaluate(const char* when);
   int64_t outstanding_groups() const;
   int free_rollout_worker() const;  // index of the rollout worker with most free lanes, or -1
@@ -171,6 +196,16 @@ class Orchestrator {
   int64_t trainer_step_ = 0;          // steps completed and synced = weight version
   int64_t zero_spread_in_a_row_ = 0;  // groups discarded for no reward spread since the last kept one
   int64_t solved_in_a_row_ = 0;       // ... of which every sample earned the full reward
+  uint64_t task_draws_ = 0;           // task_.next_train() calls
+
+  // Checkpoints and resume (run_checkpoint.cc).
+  std::optional<ResumeState> resumed_;          // the state this run continues from
+  std::optional<ResumeState> last_step_state_;  // captured when the last step completed
+  int64_t last_checkpoint_step_ = 0;
+  bool committing_ = false;         // in a step's train + sync or a save: an interrupt waits
+  bool stopped_by_interrupt_ = false;
+  bool worker_died_ = false;        // check_exits() reported a death
+  std::map<int, CheckpointSaved> checkpoints_saved_;  // by rank
 
   // Per-step waits.
   std::map<int, TrainResult> train_results_;  // by rank

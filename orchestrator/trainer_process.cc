@@ -16,6 +16,7 @@
 #include "orchestrator/commands.h"
 #include "orchestrator/model_from_config.h"
 #include "orchestrator/rendezvous.h"
+#include "orchestrator/run_state.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/model_adapter.h"
 #include "trainer/train_step.h"
@@ -81,8 +82,9 @@ Status build_rank(const Config& config, const TrainerProcessOptions& options, Tr
 // The service loop over one connection to the orchestrator.
 class TrainerLoop {
  public:
-  TrainerLoop(const Config& config, const TrainerProcessOptions& options, TrainerRank& rank)
-      : config_(config), options_(options), rank_(rank) {}
+  // `version`: the weight version the rank holds (a resumed checkpoint's step, else 0).
+  TrainerLoop(const Config& config, const TrainerProcessOptions& options, TrainerRank& rank, uint64_t version)
+      : config_(config), options_(options), rank_(rank), version_(version) {}
 
   Status connect_and_register() {
     ControlClient::Options co;
@@ -132,6 +134,8 @@ class TrainerLoop {
       train(*batch, m.correlation_id);
     } else if (const WeightSyncBegin* begin = m.get<WeightSyncBegin>()) {
       send_weights(begin->version, m.correlation_id);
+    } else if (const SaveCheckpoint* save = m.get<SaveCheckpoint>()) {
+      save_checkpoint(*save, m.correlation_id);
     } else if (const Shutdown* s = m.get<Shutdown>()) {
       log::info(str("trainer ", options_.rank, ": shutdown (", s->reason, ")"));
       return false;
@@ -176,6 +180,31 @@ class TrainerLoop {
     send(end, correlation_id);
   }
 
+  void save_checkpoint(const SaveCheckpoint& request, uint64_t correlation_id) {
+    ScopedSpan span("checkpoint_save", "trainer");
+    span.arg("step", static_cast<int64_t>(request.step));
+    const auto start = Clock::now();
+    CheckpointSaved reply;
+    reply.step = request.step;
+    Result<std::string> dir = Result<std::string>(invalid_argument(
+        str("trainer ", options_.rank, ": asked to save step ", request.step, " but holds step ", version_)));
+    if (request.step == version_) {
+      trainer::CheckpointExtras extras;
+      extras.loader_state.assign(request.orchestrator_state.begin(), request.orchestrator_state.end());
+      dir = rank_.trainer->save_checkpoint(checkpoint_root(config_.run_dir), static_cast<int64_t>(request.step),
+                                           extras, config_.checkpoint_keep_last);
+    }
+    reply.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (dir.ok()) {
+      reply.dir = *dir;
+    } else {
+      reply.ok = false;
+      reply.error = str("trainer ", options_.rank, ": ", dir.status().message());
+      log::error(reply.error);
+    }
+    send(reply, correlation_id);
+  }
+
   void send_heartbeat() {
     Heartbeat hb;
     hb.worker_id = worker_id_;
@@ -198,7 +227,7 @@ class TrainerLoop {
   TrainerRank& rank_;
   std::unique_ptr<ControlClient> client_;
   uint32_t worker_id_ = 0;
-  uint64_t version_ = 0;  // weight version: trainer steps completed
+  uint64_t version_;  // weight version: trainer steps completed
   uint64_t heartbeats_ = 0;
   Clock::time_point last_heard_, last_heartbeat_;
 };
@@ -217,7 +246,19 @@ int run_trainer_process(const Config& config, const TrainerProcessOptions& optio
     log::error(str(name, ": ", s.message()));
     return kExitFailed;
   }
-  TrainerLoop loop(config, options, rank);
+  uint64_t version = 0;
+  if (!options.resume_from.empty()) {
+    const auto start = Clock::now();
+    Result<trainer::CheckpointInfo> info = rank.trainer->load_checkpoint(options.resume_from);
+    if (!info.ok()) {
+      log::error(str(name, ": ", info.status().message()));
+      return kExitFailed;
+    }
+    version = static_cast<uint64_t>(info->step);
+    log::info(str(name, ": resumed from ", info->dir, " (step ", info->step, ", optimizer step ", info->optimizer_step,
+                  ") in ", std::chrono::duration<double>(Clock::now() - start).count(), " s"));
+  }
+  TrainerLoop loop(config, options, rank, version);
   s = loop.connect_and_register();
   if (s.ok()) {
     log::info(str(name, ": registered with ", options.orchestrator, "; serving"));

@@ -8,6 +8,8 @@
 //                      (same correlation id), or ErrorReply naming what failed;
 //   WeightSyncBegin -> rank 0 sends the weights as that version over the weight group ->
 //                      WeightSyncEnd (other ranks answer at once: they hold no group);
+//   SaveCheckpoint  -> every rank saves collectively under <run_dir>/checkpoints/ (rank 0 writes,
+//                      trainer/checkpoint.h) -> CheckpointSaved;
 //   Heartbeat       -> the orchestrator's echo: proof it lives;
 //   Shutdown        -> exit 0.
 // A Heartbeat goes out every heartbeat_interval_seconds while idle. When the orchestrator has
@@ -27,6 +29,7 @@ struct TrainerProcessOptions {
   int rank = 0;
   std::string timeline_path;  // "" = no timeline
   SecurityOptions control_security;  // of every connection to the orchestrator (run_control_plane.h)
+  std::string resume_from;    // a complete checkpoint to load before registering; "" = none
 };
 
 // Returns the process exit code (kExitOk after Shutdown, kExitFailed otherwise).

@@ -30,6 +30,7 @@ Status Orchestrator::format_warm_start() {
     std::vector<std::vector<int32_t>> prompts, completions;
     for (int64_t i = 0; i < per_step; ++i) {
       const Problem problem = task_.next_train();
+      ++task_draws_;  // so a resumed run skips these too
       std::optional<std::string> text = task_.format_example(problem, rng);
       if (!text) return invalid_argument(str("format_warm_start_steps: task ", task_.name(), " has no answer format"));
       prompts.push_back(tokenizer_.encode(problem.prompt));

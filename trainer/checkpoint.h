@@ -72,6 +72,10 @@ Result<std::string> save_checkpoint(const std::string& root, int64_t step, const
 // Directories without COMPLETE and *.tmp directories are skipped.
 std::optional<std::string> latest_complete_checkpoint(const std::string& root);
 
+// The manifest of the complete checkpoint `dir` (step, optimizer step, extras) without its data:
+// for a process that resumes a run but holds no model (the orchestrator). Errors name the file.
+Result<CheckpointInfo> read_checkpoint_info(const std::string& dir);
+
 // Collective. Loads weights and optimizer state (grads are zeroed) from `dir`.
 Result<CheckpointInfo> load_checkpoint(const std::string& dir, TrainableModel& model, Optimizer& optimizer,
                                        engine::Communicator* comm);

@@ -83,6 +83,27 @@ Status stream_state(TrainableModel& model, Optimizer& optimizer, engine::Communi
 
 }  // namespace
 
+Result<CheckpointInfo> read_checkpoint_info(const std::string& dir) {
+  if (!fs::exists(fs::path(dir) / "COMPLETE"))
+    return not_found(str("checkpoint ", dir, " has no COMPLETE marker (torn or not a checkpoint)"));
+  const std::string path = dir + "/trainer_state.json";
+  RLRUN_ASSIGN_OR_RETURN(std::string text, read_text_file(path, kMaxManifestBytes));
+  const json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.is_object()) return invalid_argument(str(path, ": not a JSON object"));
+  CheckpointInfo info;
+  info.dir = dir;
+  try {
+    info.step = m.at("step").get<int64_t>();
+    info.optimizer_step = m.at("optimizer_step").get<int64_t>();
+    info.learning_rate = m.value("learning_rate", 0.0);
+    info.extras.loader_state = m.at("loader_state").dump();
+    info.extras.rng_state = m.at("rng_state").get<std::string>();
+  } catch (const json::exception& e) {
+    return invalid_argument(str(path, ": missing or mistyped field (", e.what(), ")"));
+  }
+  return info;
+}
+
 Result<CheckpointInfo> load_checkpoint(const std::string& dir, TrainableModel& model, Optimizer& optimizer,
                                        engine::Communicator* comm) {
   const bool is_root = comm_rank(comm) == 0;

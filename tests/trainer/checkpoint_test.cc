@@ -101,6 +101,14 @@ TEST(Checkpoint, ResumeIsBitIdenticalToAnUninterruptedRun) {
   EXPECT_EQ(info.optimizer_step, 4);  // two minibatches per step
   EXPECT_EQ(info.extras.loader_state, R"({"prompt_index":42})");
   EXPECT_EQ(info.extras.rng_state, "rng-state-bytes");
+  // The manifest alone, for a process without the model (the orchestrator resuming a run).
+  const Result<CheckpointInfo> manifest = read_checkpoint_info(*latest);
+  ASSERT_TRUE(manifest.ok()) << manifest.status().message();
+  EXPECT_EQ(manifest->step, 2);
+  EXPECT_EQ(manifest->optimizer_step, 4);
+  EXPECT_EQ(manifest->extras.loader_state, R"({"prompt_index":42})");
+  fs::remove(*latest + "/COMPLETE");
+  EXPECT_EQ(read_checkpoint_info(*latest).status().code(), StatusCode::kNotFound);
   fs::remove_all(root);
 }
 

@@ -1,0 +1,336 @@
+// Checkpoints and `rlrun CONFIG --resume` end to end, and clean stops when a process dies: the
+// real binary on configs/tiny.yaml with its worker processes, on loopback.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace rlrun::orchestrator {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Synchronous generation (max_async_rollout 0) keeps the data order exact; zero-spread groups are
+// kept so that which prompts train does not depend on what a random model generates.
+const std::string kTiny =
+    "configs/tiny.yaml --set metrics_bind=127.0.0.1:0 --set discard_group_zero_advantage=false"
+    " --set max_async_rollout=0 --set checkpoint_keep_last=0 --set heartbeat_timeout_seconds=5";
+
+// A path for the shell, in double quotes: background runs go inside sh -c '...'.
+std::string q(const fs::path& p) {
+  std::string out(1, '"');
+  out += p.string();
+  out += '"';
+  return out;
+}
+
+// Runs rlrun from the source folder (the config's relative paths); returns its exit code.
+int run_rlrun(const std::string& args, const fs::path& output) {
+  const std::string cmd = std::string("cd '") + RLRUN_SOURCE_DIR + "' && '" + RLRUN_BINARY + "' " + args + " > '" +
+                          output.string() + "' 2>&1";
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A run in the background: its pid lands in dir/pid, its exit code in dir/code, output in dir/out.
+void start_run(const fs::path& dir, const std::string& args) {
+  fs::create_directories(dir);
+  const std::string cmd = std::string("cd '") + RLRUN_SOURCE_DIR + "' && (sh -c 'echo $$ > \"" +
+                          (dir / "pid").string() + "\"; exec \"" + RLRUN_BINARY + "\" " + args + "' > '" +
+                          (dir / "out").string() + "' 2>&1; echo $? > '" + (dir / "code").string() + "') &";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+}
+
+int count_lines(const fs::path& p) {
+  std::ifstream in(p);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) n += !line.empty();
+  return n;
+}
+
+// Waits until metrics.jsonl has `steps` lines (false after 60 s).
+bool wait_for_steps(const fs::path& run, int steps) {
+  for (int i = 0; i < 6000; ++i) {
+    if (count_lines(run / "metrics.jsonl") >= steps) return true;
+    ::usleep(10000);
+  }
+  return false;
+}
+
+int wait_exit(const fs::path& dir) {
+  for (int i = 0; i < 6000 && read_file(dir / "code").empty(); ++i) ::usleep(10000);
+  const std::string code = read_file(dir / "code");
+  return code.empty() ? -1 : std::atoi(code.c_str());
+}
+
+// The pid the orchestrator logged for `worker` at registration ("trainer-0 registered (pid N").
+int logged_pid(const std::string& out, const std::string& worker) {
+  const std::string key = worker + " registered (pid ";
+  const size_t at = out.find(key);
+  return at == std::string::npos ? -1 : std::atoi(out.c_str() + at + key.size());
+}
+
+// Alive and not a zombie (an orphan's zombie may wait for a reaper that never comes).
+bool alive(int pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  if (stat.empty() || paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+// Waits up to `seconds` for every pid to be gone; returns those still alive.
+std::vector<int> survivors(const std::vector<int>& pids, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  std::vector<int> left = pids;
+  while (true) {
+    std::vector<int> still;
+    for (int pid : left)
+      if (alive(pid)) still.push_back(pid);
+    left = still;
+    if (left.empty() || std::chrono::steady_clock::now() > deadline) return left;
+    ::usleep(20000);
+  }
+}
+
+// metrics.jsonl as one JSON object per line.
+std::vector<json> metrics_lines(const fs::path& run) {
+  std::vector<json> out;
+  std::ifstream in(run / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
+}
+
+class RunResume : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("rlrun_resume_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);  // kept to look at otherwise
+  }
+  fs::path dir_;
+};
+
+TEST_F(RunResume, InterruptedRunResumesWithTheSamePromptsAsAnUninterruptedOne) {
+  constexpr int kSteps = 5;
+  const std::string common = kTiny + " --set number_of_steps=" + std::to_string(kSteps) + " --set checkpoint_every=2";
+
+  // The reference: uninterrupted. Checkpoints after steps 2 and 4 and at the end (5).
+  const fs::path whole = dir_ / "whole";
+  ASSERT_EQ(run_rlrun(common + " --run-dir " + q(whole), dir_ / "whole.out"), 0)
+      << read_file(dir_ / "whole.out");
+  for (const char* step : {"step-000002", "step-000004", "step-000005"}) {
+    const fs::path ckpt = whole / "checkpoints" / step;
+    ASSERT_TRUE(fs::exists(ckpt / "COMPLETE")) << step << "\n" << read_file(dir_ / "whole.out");
+    const json manifest = json::parse(read_file(ckpt / "trainer_state.json"));
+    EXPECT_EQ(manifest["step"], std::stoi(std::string(step).substr(5)));
+    EXPECT_EQ(manifest["loader_state"]["steps_completed"], manifest["step"]);
+    EXPECT_GT(manifest["loader_state"]["task_draws"].get<int64_t>(), 0);
+    EXPECT_EQ(fs::file_size(ckpt / "params.f32"), fs::file_size(ckpt / "adam_m.f32"));
+  }
+  const std::vector<json> reference = metrics_lines(whole);
+  ASSERT_EQ(reference.size(), static_cast<size_t>(kSteps));
+
+  // Interrupted after its first step: the step in training completes and is saved, then it stops.
+  const fs::path cut = dir_ / "cut";
+  start_run(dir_ / "bg", common + " --run-dir " + q(cut));
+  ASSERT_TRUE(wait_for_steps(cut, 1)) << read_file(dir_ / "bg" / "out");
+  ASSERT_EQ(::kill(std::atoi(read_file(dir_ / "bg" / "pid").c_str()), SIGINT), 0);
+  EXPECT_EQ(wait_exit(dir_ / "bg"), 1) << read_file(dir_ / "bg" / "out");
+  const json stopped = json::parse(read_file(cut / "summary.json"));
+  EXPECT_EQ(stopped["exit"], "interrupted");
+  const int done = stopped["steps_completed"];
+  ASSERT_LT(done, kSteps) << "the run ended before the interrupt";
+  ASSERT_TRUE(fs::exists(cut / "checkpoints" / ("step-00000" + std::to_string(done)) / "COMPLETE"))
+      << "no checkpoint of the last completed step " << done << "\n" << read_file(dir_ / "bg" / "out");
+
+  // A torn checkpoint (no COMPLETE) and a half-written one are never chosen.
+  fs::create_directories(cut / "checkpoints" / "step-000099");
+  std::ofstream(cut / "checkpoints" / "step-000099" / "params.f32") << "torn";
+  fs::create_directories(cut / "checkpoints" / "step-000100.tmp");
+
+  const auto resume_start = std::chrono::steady_clock::now();
+  ASSERT_EQ(run_rlrun(common + " --resume --run-dir " + q(cut), dir_ / "resume.out"), 0)
+      << read_file(dir_ / "resume.out");
+  std::printf("[ figure ] resume from step %d to %d: %.2f s (tiny config, loaded machine)\n", done, kSteps,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - resume_start).count());
+  const std::string resumed_out = read_file(dir_ / "resume.out");
+  EXPECT_NE(resumed_out.find("resuming from " + (cut / "checkpoints").string() + "/step-00000" + std::to_string(done)),
+            std::string::npos) << resumed_out;
+  const json summary = json::parse(read_file(cut / "summary.json"));
+  EXPECT_EQ(summary["exit"], "ok");
+  EXPECT_EQ(summary["steps_completed"], kSteps);
+  EXPECT_EQ(summary["samples"]["lost"], 0);
+  EXPECT_EQ(summary["samples"]["trained"], reference.size() * 2 * 4) << "prompts_batch_size 2, group_size 4";
+
+  // One line per step, and each step trained the prompts the uninterrupted run trained.
+  const std::vector<json> lines = metrics_lines(cut);
+  ASSERT_EQ(lines.size(), static_cast<size_t>(kSteps)) << read_file(cut / "metrics.jsonl");
+  for (int i = 0; i < kSteps; ++i) {
+    SCOPED_TRACE("step " + std::to_string(i + 1));
+    EXPECT_EQ(lines[i]["step"], i + 1);
+    EXPECT_EQ(lines[i]["prompt_hash"], reference[i]["prompt_hash"]);
+    EXPECT_EQ(lines[i]["group_ids"], reference[i]["group_ids"]);
+    EXPECT_EQ(lines[i]["trainer"]["learning_rate"], reference[i]["trainer"]["learning_rate"]);
+  }
+  EXPECT_TRUE(fs::exists(cut / "checkpoints" / "step-000005" / "COMPLETE"));
+}
+
+TEST_F(RunResume, ResumeWithoutACheckpointSaysWhatToDo) {
+  const fs::path run = dir_ / "run";
+  fs::create_directories(run);
+  EXPECT_EQ(run_rlrun(kTiny + " --resume --run-dir " + q(run), dir_ / "out"), 2);
+  const std::string out = read_file(dir_ / "out");
+  EXPECT_NE(out.find("no complete checkpoint under " + (run / "checkpoints").string()), std::string::npos) << out;
+  EXPECT_NE(out.find("checkpoint_every"), std::string::npos) << out;
+  EXPECT_NE(out.find("without --resume"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(run / "summary.json")) << "nothing may start";
+
+  // The default run_dir names a new timestamped folder: a resume must be told which one.
+  EXPECT_EQ(run_rlrun("configs/tiny.yaml --set run_dir=runs/rlrun --resume", dir_ / "out2"), 2);
+  EXPECT_NE(read_file(dir_ / "out2").find("--resume needs the run folder"), std::string::npos)
+      << read_file(dir_ / "out2");
+}
+
+TEST_F(RunResume, KilledTrainerStopsTheRunCleanlyAndTheRunResumes) {
+  constexpr int kSteps = 4;
+  const fs::path run = dir_ / "run";
+  const std::string args = kTiny + " --set number_of_steps=" + std::to_string(kSteps) +
+                           " --set checkpoint_every=1 --run-dir " + q(run);
+  start_run(dir_ / "bg", args);
+  // Killed once step 1 is saved (the metrics line comes before the checkpoint).
+  const fs::path first = run / "checkpoints" / "step-000001" / "COMPLETE";
+  for (int i = 0; i < 6000 && !fs::exists(first); ++i) ::usleep(10000);
+  ASSERT_TRUE(fs::exists(first)) << read_file(dir_ / "bg" / "out");
+  const std::string out = read_file(dir_ / "bg" / "out");
+  const int trainer = logged_pid(out, "trainer-0"), rollout = logged_pid(out, "rollout-0");
+  ASSERT_GT(trainer, 0) << out;
+  ASSERT_GT(rollout, 0) << out;
+  ASSERT_EQ(::kill(trainer, SIGKILL), 0);
+  EXPECT_EQ(wait_exit(dir_ / "bg"), 1);
+  const std::string stopped_out = read_file(dir_ / "bg" / "out");
+  EXPECT_NE(stopped_out.find("trainer-0 killed by signal 9"), std::string::npos) << stopped_out;
+  const json summary = json::parse(read_file(run / "summary.json"));
+  const std::string exit = summary["exit"];
+  EXPECT_NE(exit.find("trainer-0"), std::string::npos) << exit;
+  EXPECT_NE(exit.find("logs/trainer-0.log"), std::string::npos) << exit;
+  EXPECT_TRUE(survivors({trainer, rollout}, 0.0).empty()) << "a worker outlived the stopped run";
+  const int done = summary["steps_completed"];
+  ASSERT_LT(done, kSteps);
+
+  ASSERT_EQ(run_rlrun(kTiny + " --set number_of_steps=" + std::to_string(kSteps) + " --set checkpoint_every=1 --resume"
+                      " --run-dir " + q(run), dir_ / "resume.out"), 0)
+      << read_file(dir_ / "resume.out");
+  const json resumed = json::parse(read_file(run / "summary.json"));
+  EXPECT_EQ(resumed["exit"], "ok");
+  EXPECT_EQ(resumed["steps_completed"], kSteps);
+  const std::vector<json> lines = metrics_lines(run);
+  ASSERT_EQ(lines.size(), static_cast<size_t>(kSteps));
+  for (int i = 0; i < kSteps; ++i) EXPECT_EQ(lines[i]["step"], i + 1);
+}
+
+// Two trainer ranks with the sharded optimizer: both save (the moments gathered to rank 0) and
+// both load; the surviving rank, blocked in a collective with the dead one, is torn down too.
+TEST_F(RunResume, TwoShardedRanksSaveStopCleanlyWhenOneDiesAndResume) {
+  constexpr int kSteps = 4;
+  const fs::path run = dir_ / "run";
+  const std::string args = kTiny + " --set trainer_num_workers=2 --set use_distributed_optimizer=true" +
+                           " --set number_of_steps=" + std::to_string(kSteps) + " --set checkpoint_every=2" +
+                           " --run-dir " + q(run);
+  start_run(dir_ / "bg", args);
+  const fs::path second = run / "checkpoints" / "step-000002" / "COMPLETE";
+  for (int i = 0; i < 6000 && !fs::exists(second); ++i) ::usleep(10000);
+  ASSERT_TRUE(fs::exists(second)) << read_file(dir_ / "bg" / "out");
+  const std::string out = read_file(dir_ / "bg" / "out");
+  const std::vector<int> workers{logged_pid(out, "trainer-0"), logged_pid(out, "trainer-1"),
+                                 logged_pid(out, "rollout-0")};
+  for (int pid : workers) ASSERT_GT(pid, 0) << out;
+  ASSERT_EQ(::kill(workers[1], SIGKILL), 0);
+  const int code = wait_exit(dir_ / "bg");
+  const json summary = json::parse(read_file(run / "summary.json"));
+  const int done = summary["steps_completed"];
+  std::printf("[ info ] trainer-1 killed after %d of %d steps\n", done, kSteps);
+  if (done < kSteps) {  // else the run ended before the kill landed: nothing to stop
+    EXPECT_EQ(code, 1);
+    const std::string exit = summary["exit"];
+    EXPECT_NE(exit.find("trainer-1"), std::string::npos) << exit;
+    EXPECT_NE(exit.find("logs/trainer-1.log"), std::string::npos) << exit;
+  }
+  EXPECT_TRUE(survivors(workers, 0.0).empty()) << "a worker outlived the stopped run";
+
+  ASSERT_EQ(run_rlrun(args + " --resume", dir_ / "resume.out"), 0) << read_file(dir_ / "resume.out");
+  const json resumed = json::parse(read_file(run / "summary.json"));
+  EXPECT_EQ(resumed["exit"], "ok");
+  EXPECT_EQ(resumed["steps_completed"], kSteps);
+  EXPECT_NE(read_file(run / "logs" / "trainer-1.log").find("resumed from"), std::string::npos);
+  const json manifest = json::parse(read_file(run / "checkpoints" / "step-000004" / "trainer_state.json"));
+  EXPECT_EQ(manifest["trainer_ranks"], 2);
+  EXPECT_EQ(manifest["use_distributed_optimizer"], true);
+}
+
+TEST_F(RunResume, WorkersExitWhenTheOrchestratorIsKilled) {
+  const fs::path run = dir_ / "run";
+  start_run(dir_ / "bg", kTiny + " --set number_of_steps=1000000 --run-dir " + q(run));
+  ASSERT_TRUE(wait_for_steps(run, 1)) << read_file(dir_ / "bg" / "out");
+  const std::string out = read_file(dir_ / "bg" / "out");
+  const std::vector<int> workers{logged_pid(out, "trainer-0"), logged_pid(out, "rollout-0")};
+  for (int pid : workers) ASSERT_GT(pid, 0) << out;
+  ASSERT_EQ(::kill(std::atoi(read_file(dir_ / "bg" / "pid").c_str()), SIGKILL), 0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(survivors(workers, 5.0).empty()) << "workers outlived a SIGKILLed orchestrator by 5 s";
+  std::printf("[ figure ] workers gone %.3f s after the orchestrator's SIGKILL\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  EXPECT_EQ(wait_exit(dir_ / "bg"), 128 + SIGKILL);
+}
+
+// Where no PDEATHSIG reaches (another node): a worker that hears no heartbeat echo for
+// heartbeat_timeout_seconds exits. A stopped orchestrator is alive but silent.
+TEST_F(RunResume, WorkersExitWhenTheOrchestratorFallsSilent) {
+  const fs::path run = dir_ / "run";
+  start_run(dir_ / "bg", kTiny + " --set number_of_steps=1000000 --set heartbeat_interval_seconds=0.25"
+                                 " --set heartbeat_timeout_seconds=2 --run-dir " + q(run));
+  ASSERT_TRUE(wait_for_steps(run, 1)) << read_file(dir_ / "bg" / "out");
+  const std::string out = read_file(dir_ / "bg" / "out");
+  const std::vector<int> workers{logged_pid(out, "trainer-0"), logged_pid(out, "rollout-0")};
+  for (int pid : workers) ASSERT_GT(pid, 0) << out;
+  const int orchestrator = std::atoi(read_file(dir_ / "bg" / "pid").c_str());
+  ASSERT_EQ(::kill(orchestrator, SIGSTOP), 0);
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int> left = survivors(workers, 6.0);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ::kill(orchestrator, SIGKILL);
+  EXPECT_TRUE(left.empty()) << "workers still running 6 s after the orchestrator fell silent";
+  std::printf("[ figure ] workers gone %.2f s after the orchestrator stopped (heartbeat_timeout_seconds 2)\n", waited);
+  EXPECT_NE(read_file(run / "logs" / "trainer-0.log").find("nothing heard from the orchestrator"), std::string::npos)
+      << read_file(run / "logs" / "trainer-0.log");
+  EXPECT_EQ(wait_exit(dir_ / "bg"), 128 + SIGKILL);
+}
+
+}  // namespace
+}  // namespace rlrun::orchestrator
