@@ -9,6 +9,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "engine/cuda/cublaslt_api.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/cuda_virtual_memory.h"
 #include "engine/cuda/device.h"
@@ -55,6 +56,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
 }
 
 Result<std::unique_ptr<Backend>> create_cuda_backend(int device) {
+  RLRUN_RETURN_IF_ERROR(load_cublaslt().status());  // an error here, not an abort in the first matmul
   RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::create(device));
   return std::unique_ptr<Backend>(std::move(backend));
 }

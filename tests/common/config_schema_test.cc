@@ -141,7 +141,8 @@ TEST(ConfigSchema, ExampleConfigsValidate) {
   EXPECT_EQ(quick->launcher, Launcher::kLocal);
   EXPECT_EQ(quick->backend, Backend::kCpu);
   EXPECT_EQ(quick->metrics_bind, "127.0.0.1:9400");
-  EXPECT_EQ(quick->task.name, TaskName::kArithmetic);
+  EXPECT_EQ(quick->task.name, TaskName::kReverse);
+  EXPECT_GT(quick->format_warm_start_steps, 0);
   Result<Config> tiny = load_config(repo_file("configs/tiny.yaml"), {});
   ASSERT_TRUE(tiny.ok());
   EXPECT_EQ(tiny->metrics_bind, "127.0.0.1:0");
