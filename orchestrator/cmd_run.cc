@@ -17,7 +17,7 @@
 #include "orchestrator/cli_args.h"
 #include "orchestrator/commands.h"
 #include "orchestrator/memory_advice.h"
-#include "orchestrator/placement.h"
+#include "orchestrator/launch_target.h"
 #include "orchestrator/run_loop.h"
 #include "orchestrator/run_report.h"
 
@@ -73,21 +73,9 @@ TaskSpec task_spec(const Config& c) {
   return t;
 }
 
-Result<PlacementPlan> plan_local(const Config& c) {
-  NodeResources node{"localhost", "127.0.0.1", 0, static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
-  PlacementRequest req;
-  req.trainer_ranks = static_cast<int>(c.trainer_num_workers);
-  req.inference_workers = static_cast<int>(c.inference_num_workers);
-  req.tensor_parallel = static_cast<int>(c.inference_tensor_parallel_size);
-  req.strategy = c.placement == Placement::kPack ? PlacementStrategy::kPack : PlacementStrategy::kSpread;
-  req.use_gpus = c.backend == Backend::kCuda;
-  req.cpu_threads_per_worker = static_cast<int>(std::max<int64_t>(1, c.cpu_threads_per_worker));
-  return plan_placement({node}, req);
-}
-
-// The worker processes: trainer ranks, then rollout workers, all this binary.
+// The worker processes: trainer ranks, then rollout workers, all this binary, where `plan` puts them.
 std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, const std::string& dir,
-                                                             const std::string& endpoint) {
+                                                             const PlacementPlan& plan, const std::string& endpoint) {
   const std::string exe = fs::read_symlink("/proc/self/exe").string();
   const std::string config_path = (fs::path(dir) / "config.yaml").string();
   std::vector<std::pair<ProcessSpec, WorkerSlot>> out;
@@ -95,6 +83,7 @@ std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, co
     const std::string name = str("trainer-", r);
     ProcessSpec p{name, {exe, "trainer", "--orchestrator", endpoint, "--rank", str(r), "--config", config_path,
                          "--timeline", timeline_path(dir, name)}, {}, str(dir, "/logs/", name, ".log"), "", {}};
+    place_worker(plan, c, Role::kTrainer, r, p);
     out.push_back({p, WorkerSlot{name, Role::kTrainer, r, p.log_path}});
   }
   for (int i = 0; i < c.inference_num_workers; ++i) {
@@ -102,6 +91,7 @@ std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, co
     ProcessSpec p{name, {exe, "rollout", "--orchestrator", endpoint, "--index", str(i), "--config", config_path,
                          "--weight-group-epoch", "0"},
                   {}, str(dir, "/logs/", name, ".log"), "", {}};
+    place_worker(plan, c, Role::kRollout, i, p);
     out.push_back({p, WorkerSlot{name, Role::kRollout, i, p.log_path}});
   }
   return out;
@@ -109,7 +99,10 @@ std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, co
 
 // Everything after the config is loaded; fills `outcome` whatever happens.
 Status run(const Config& config, const std::string& dir, RunOutcome& outcome) {
-  RLRUN_ASSIGN_OR_RETURN(PlacementPlan plan, plan_local(config));
+  RLRUN_ASSIGN_OR_RETURN(LaunchTarget target, make_launch_target(config.launcher, this_machine(), slurm_environment(),
+                                                                 *make_scontrol_queries()));
+  RLRUN_ASSIGN_OR_RETURN(PlacementPlan plan, plan_placement(target.nodes, placement_request(config)));
+  log::info(str("launcher: ", target.description));
   std::fprintf(stderr, "%s", plan.table().c_str());
   for (const std::string& w : plan.warnings) log::warn(w);
   const std::string tok_path = tokenizer_path(config);
@@ -118,9 +111,13 @@ Status run(const Config& config, const std::string& dir, RunOutcome& outcome) {
   Result<std::unique_ptr<MetricsServer>> metrics_server = MetricsServer::start(config.metrics_bind);
   if (!metrics_server.ok()) return invalid_argument(metrics_server.status().message());
   log::info(str("metrics on ", (*metrics_server)->url()));
-  RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<ControlServer> server, ControlServer::bind({}));
+  const ControlAddress control = control_address(target, plan);
+  ControlServer::Options control_options;
+  control_options.bind_endpoint = control.bind_endpoint;
+  RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<ControlServer> server, ControlServer::bind(control_options));
 
-  std::vector<std::pair<ProcessSpec, WorkerSlot>> specs = worker_specs(config, dir, server->endpoint());
+  std::vector<std::pair<ProcessSpec, WorkerSlot>> specs =
+      worker_specs(config, dir, plan, control.endpoint(server->port()));
   std::vector<WorkerSlot> slots;
   std::vector<std::string> rollout_names, processes;  // the orchestrator's own: process_memory_collectable
   for (const auto& [spec, slot] : specs) {
@@ -131,7 +128,7 @@ Status run(const Config& config, const std::string& dir, RunOutcome& outcome) {
   RunMetrics metrics((*metrics_server)->registry(), rollout_names, processes);
   (*metrics_server)->add_collectable(process_memory_collectable("orchestrator"));
 
-  std::unique_ptr<Launcher> launcher = make_local_launcher();
+  Launcher* launcher = target.launcher.get();
   Orchestrator orchestrator(config, *server, *launcher, metrics, *task, tokenizer, slots,
                             (fs::path(dir) / "metrics.jsonl").string(), g_interrupted);
   Status status;
