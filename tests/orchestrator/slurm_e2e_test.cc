@@ -53,6 +53,14 @@ class SlurmTest : public ::testing::Test {
     return run_shell(dir_, str("cd '", RLRUN_SOURCE_DIR, "' && timeout 240 ", command));
   }
 
+  // `sbatch ARGS` in the source folder, then waits for the job: exit 0 when it COMPLETED (exit
+  // code 0). Polls every 0.2 s: `sbatch --wait` polls every few seconds, up to 10.
+  CliRun sbatch_and_wait(const std::string& args) {
+    return in_source(str("sh -c 'id=$(sbatch --parsable ", args, ") || exit 1; ",
+                         "while scontrol -o show job $id | grep -qE \"JobState=(PENDING|CONFIGURING|RUNNING|COMPLETING)\"; ",
+                         "do sleep 0.2; done; scontrol -o show job $id | grep -q JobState=COMPLETED'"));
+  }
+
   TempDir dir_;
 };
 
@@ -76,14 +84,14 @@ TEST_F(SlurmCluster, LauncherStepsInsideSalloc) {
 // GPUs from SLURM_GPUS_PER_NODE; the batch script runs on node1.
 TEST_F(SlurmCluster, LauncherStepsInsideSbatch) {
   const std::string output = dir_.path() + "/batch.out";
-  const CliRun run = in_source(str("sbatch --wait --quiet -N2 --ntasks-per-node=2 --gpus-per-node=2 --time=5 --output='",
-                                   output, "' --wrap=\"env RLRUN_SLURM_TEST_GPUS=2 '", RLRUN_SLURM_LIVE_STEPS, "'\""));
+  const CliRun run = sbatch_and_wait(str("-N2 --ntasks-per-node=2 --gpus-per-node=2 --time=5 --output=", output,
+                                         " --wrap=\"env RLRUN_SLURM_TEST_GPUS=2 ", RLRUN_SLURM_LIVE_STEPS, "\""));
   expect_live_steps_passed(run, read_all(output));
 }
 
 // Arguments of a short tiny run on the cluster: `launcher: auto` must pick Slurm by itself.
 std::string tiny_run(const std::string& run_dir, const std::string& placement) {
-  return str("configs/tiny.yaml --run-dir '", run_dir, "' --set launcher=auto --set placement=", placement,
+  return str("configs/tiny.yaml --run-dir \"", run_dir, "\" --set launcher=auto --set placement=", placement,
              " --set heartbeat_timeout_seconds=60 --set discard_group_zero_advantage=false");
 }
 
@@ -108,9 +116,9 @@ void expect_run_ok(const std::string& run_dir, const std::map<std::string, std::
 // deals the trainer to node1 and the rollout worker to node2.
 TEST_F(SlurmRun, TinyConfigThroughSbatchSpreadsOverTwoNodes) {
   const std::string run_dir = dir_.path() + "/run", output = dir_.path() + "/rlrun.out";
-  const CliRun run = in_source(str("env RLRUN='", RLRUN_BINARY, "' sbatch --wait --quiet -N2 --ntasks-per-node=2 ",
-                                   "--cpus-per-task=1 --gpus-per-node=1 --time=5 --output='", output,
-                                   "' scripts/rlrun.sbatch ", tiny_run(run_dir, "SPREAD")));
+  const CliRun run = sbatch_and_wait(str("--export=ALL,RLRUN=", RLRUN_BINARY, " -N2 --ntasks-per-node=2 --cpus-per-task=1 ",
+                                         "--gpus-per-node=1 --time=5 --output=", output, " scripts/rlrun.sbatch ",
+                                         tiny_run(run_dir, "SPREAD")));
   const std::string text = read_all(output);
   ASSERT_EQ(run.exit_code, 0) << text << run.err;
   EXPECT_NE(text.find("node1: trainer-0\n"), std::string::npos) << text;  // the placement table
