@@ -150,6 +150,16 @@ void check_task(Rules& r) {
   }
   r.file_exists("task.dataset", t.dataset);
   r.file_exists("task.eval_dataset", t.eval_dataset);
+  if (t.name == TaskName::kJsonl && r.config().format_warm_start_steps > 0) {
+    r.fail({"format_warm_start_steps", "task.name"},
+           "`format_warm_start_steps` needs a built-in task (it draws format-only answers from the task's "
+           "generator); a jsonl dataset has none: set format_warm_start_steps: 0");
+  }
+  if (t.partial_credit && t.name != TaskName::kReverse && t.name != TaskName::kSort) {
+    r.fail({"task.partial_credit", "task.name"},
+           str("`task.partial_credit` scores characters of reverse and sort answers, but task.name is ",
+               enum_name(t.name), "; remove task.partial_credit"));
+  }
   if (t.min_digits > t.max_digits) {
     r.fail({"task.min_digits", "task.max_digits"},
            str("`task.min_digits` (", t.min_digits, ") exceeds `task.max_digits` (", t.max_digits,

@@ -51,7 +51,7 @@ using Frames = std::vector<zmq::message_t>;
 
 // ---------------------------------------------------------------- constants and limits
 inline constexpr uint32_t kWireMagic = 0x4E524C52;  // "RLRN" as bytes in memory
-inline constexpr uint16_t kProtocolVersion = 2;  // 2: rollout stats in Heartbeat, per-token weight versions
+inline constexpr uint16_t kProtocolVersion = 3;  // 2: rollout stats in Heartbeat, per-token weight versions; 3: TrainBatch.supervised
 inline constexpr size_t kHeaderPrefixBytes = 24;
 
 // Every limit of the wire format, in one place. The control plane also sets ZMQ_MAXMSGSIZE to
@@ -258,6 +258,10 @@ struct TrainBatch {
   WireArray<uint8_t> loss_mask;                      // (num_rows * row_len), 1 = completion token
   WireArray<float> advantages;                       // (num_rows * row_len)
   WireArray<float> rollout_logprobs;                 // (num_rows * row_len)
+  // A format warm-start batch (format_warm_start_steps): the trainer's own log-probs are the PPO
+  // reference (ratio 1, no TIS), so the loss is the advantage-weighted negative log-likelihood of
+  // the completion tokens; rollout_logprobs are unused.
+  bool supervised = false;
 
   template <class V, class M> static void fields(V& v, M& m) {
     v.field("step", m.step); v.field("rank", m.rank); v.field("num_rows", m.num_rows);
@@ -267,6 +271,7 @@ struct TrainBatch {
     v.field("input_ids", m.input_ids); v.field("position_ids", m.position_ids);
     v.field("cu_seqlens", m.cu_seqlens); v.field("loss_mask", m.loss_mask);
     v.field("advantages", m.advantages); v.field("rollout_logprobs", m.rollout_logprobs);
+    v.field("supervised", m.supervised);
   }
   bool operator==(const TrainBatch&) const = default;
 };

@@ -69,6 +69,7 @@ TaskSpec task_spec(const Config& c) {
   t.num_numbers = static_cast<int>(c.task.num_numbers);
   t.min_length = static_cast<int>(c.task.min_length);
   t.max_length = static_cast<int>(c.task.max_length);
+  t.partial_credit = c.task.partial_credit;
   t.seed = static_cast<uint64_t>(c.task.seed);
   return t;
 }
@@ -205,6 +206,9 @@ int cmd_run(const Args& args) {
     if (fs::exists(path)) timelines.push_back(path);  // absent when the run stopped before it started
   }
   if (Status s = merge_timelines(timelines, (fs::path(*dir) / "timeline.json").string()); !s.ok()) log::warn(s.message());
+  if (outcome.accuracy_before && outcome.accuracy_after)
+    log::info(str("held-out accuracy: ", *outcome.accuracy_before, " before RL -> ", *outcome.accuracy_after, " after ",
+                  outcome.steps_completed, " RL steps"));
   log::info(str("summary: ", summary, " (", outcome.steps_completed, " steps in ", wall, " s, exit: ", outcome.exit, ")"));
   if (status.ok()) return kExitOk;
   return usage && outcome.steps_completed == 0 ? kExitUsage : kExitFailed;

@@ -136,7 +136,7 @@ void Orchestrator::on_result(const GenerateResult& result) {
   if (req.eval) {
     const Problem& p = task_.eval_set()[req.group];
     Result<std::string> text = tokenizer_.decode(tokens, decode_options);
-    eval_rewards_[req.group] = ok && text.ok() ? task_.reward(p, *text) : 0.0;
+    eval_rewards_[req.group] = ok && text.ok() && task_.correct(p, *text) ? 1.0 : 0.0;
     if (req.returned == req.count) requests_.erase(it);
     return;
   }
@@ -186,14 +186,21 @@ void Orchestrator::finish_group(Group& group) {
   for (uint32_t i = 0; i < group_size_; ++i) rewards[i] = static_cast<float>(group.samples[i].reward);
   if (config_.discard_group_zero_advantage && trainer::group_has_zero_spread(rewards)) {
     // A policy that never (or always) solves the task gives no group a reward spread: say so
-    // rather than wait in silence.
-    if (++zero_spread_in_a_row_ == 10 * config_.prompts_batch_size_for_trainer)
+    // rather than wait in silence, and say which.
+    solved_in_a_row_ += rewards[0] >= 1.0f;
+    if (++zero_spread_in_a_row_ == 10 * config_.prompts_batch_size_for_trainer) {
+      const bool solved = 2 * solved_in_a_row_ > zero_spread_in_a_row_;
       log::warn(str(zero_spread_in_a_row_, " groups in a row had no reward spread and were discarded "
-                    "(discard_group_zero_advantage): no batch can form until the policy sometimes succeeds; "
-                    "set discard_group_zero_advantage: false, or start from a model that solves some prompts"));
+                    "(discard_group_zero_advantage): ",
+                    solved ? "the policy solves most prompts every time, so batches form slowly; the task is "
+                             "learned: stop here, or make the task harder"
+                           : "no batch can form until the policy sometimes succeeds; set "
+                             "discard_group_zero_advantage: false, or start from a model that solves some prompts "
+                             "(format_warm_start_steps)"));
+    }
     return discard_all("zero_advantage");
   }
-  zero_spread_in_a_row_ = 0;
+  zero_spread_in_a_row_ = solved_in_a_row_ = 0;
   const Result<trainer::Algorithm> algorithm = trainer::parse_algorithm(enum_name(config_.algorithm));
   const Status s = algorithm.ok() ? trainer::compute_group_advantages(*algorithm, rewards, advantages)
                                   : algorithm.status();
@@ -283,16 +290,10 @@ Status Orchestrator::run_step() {
   }
   training_groups_ = static_cast<int64_t>(batch.size());
   const auto train_start = Clock::now();
-  train_results_.clear();
-  train_error_.clear();
   {
     ScopedSpan span("train", "orchestrator");
     span.arg("step", static_cast<int64_t>(step));
-    for (const TrainBatch& b : build.per_rank) RLRUN_RETURN_IF_ERROR(server_.send(str("trainer-", b.rank), b));
-    while (train_results_.size() < build.per_rank.size()) {
-      if (!train_error_.empty()) return internal_error(str("trainer step ", step, " failed: ", train_error_));
-      RLRUN_RETURN_IF_ERROR(tick(kTick, true));
-    }
+    RLRUN_RETURN_IF_ERROR(train(build, str("trainer step ", step), true));
   }
   const double train_s = seconds_since(train_start);
   RLRUN_RETURN_IF_ERROR(weight_sync(step));
@@ -312,8 +313,25 @@ Status Orchestrator::run_step() {
   metrics_.step_wait_seconds->Observe(wait_s);
   metrics_.step_train_seconds->Observe(train_s);
   metrics_.step_weight_sync_seconds->Observe(last_sync_seconds_);
-  write_step_line(train_results_[0].metrics, wait_s, train_s, last_sync_seconds_, rewards.mean, rewards.std, build.tokens);
+  std::optional<double> accuracy;  // task.eval_every: between steps, never after the last (run() does that)
+  if (config_.task.eval_every > 0 && static_cast<int64_t>(step) % config_.task.eval_every == 0 &&
+      static_cast<int64_t>(step) < config_.number_of_steps) {
+    RLRUN_ASSIGN_OR_RETURN(accuracy, evaluate(str("at step ", step).c_str()));
+  }
+  write_step_line(train_results_[0].metrics, wait_s, train_s, last_sync_seconds_, rewards.mean, rewards.std,
+                  build.tokens, accuracy);
   print_progress(rewards.mean);
+  return Status();
+}
+
+Status Orchestrator::train(const BatchBuild& build, const std::string& what, bool allow_dispatch) {
+  train_results_.clear();
+  train_error_.clear();
+  for (const TrainBatch& b : build.per_rank) RLRUN_RETURN_IF_ERROR(server_.send(str("trainer-", b.rank), b));
+  while (train_results_.size() < build.per_rank.size()) {
+    if (!train_error_.empty()) return internal_error(str(what, " failed: ", train_error_));
+    RLRUN_RETURN_IF_ERROR(tick(kTick, allow_dispatch));
+  }
   return Status();
 }
 
@@ -349,6 +367,7 @@ Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
   for (const auto& [p, reward] : eval_rewards_) correct += reward > 0.5 ? 1 : 0;
   const double accuracy = correct / static_cast<double>(problems.size());
   log::info(str("eval ", when, ": accuracy ", accuracy, " on ", problems.size(), " held-out problems (greedy)"));
+  metrics_.eval_accuracy->Set(accuracy);
   return std::optional<double>(accuracy);
 }
 

@@ -199,7 +199,9 @@ Status Orchestrator::weight_sync(uint64_t version) {
 
 Status Orchestrator::run() {
   RLRUN_RETURN_IF_ERROR(wait_for_registration());
-  // Version 0: every rollout worker starts from the trainer's weights (checkpoint or init).
+  RLRUN_RETURN_IF_ERROR(format_warm_start());
+  // Version 0: every rollout worker starts from the trainer's weights (checkpoint or init, then
+  // the format warm-start).
   RLRUN_RETURN_IF_ERROR(weight_sync(0));
   RLRUN_ASSIGN_OR_RETURN(outcome_.accuracy_before, evaluate("before training"));
   looping_ = true;
@@ -220,13 +222,15 @@ void Orchestrator::shutdown_workers(const std::string& reason) {
 
 void Orchestrator::write_step_line(const std::map<std::string, double>& trainer_metrics, double wait_s,
                                    double train_s, double sync_s, double reward_mean, double reward_std,
-                                   int64_t tokens) {
+                                   int64_t tokens, std::optional<double> eval_accuracy) {
   std::string line = str("{\"step\":", outcome_.steps_completed, ",\"reward_mean\":", json_number(reward_mean),
                          ",\"reward_std\":", json_number(reward_std), ",\"wait_seconds\":", json_number(wait_s),
                          ",\"train_seconds\":", json_number(train_s), ",\"weight_sync_seconds\":", json_number(sync_s),
                          ",\"tokens_trained\":", tokens, ",\"tokens_generated_total\":", outcome_.tokens_generated,
                          ",\"async_level\":", gate_.current_async_level(outstanding_groups()),
-                         ",\"discarded_total\":", ledger_.summary().discarded_total(), ",\"trainer\":{");
+                         ",\"discarded_total\":", ledger_.summary().discarded_total(),
+                         eval_accuracy ? str(",\"eval_accuracy\":", json_number(*eval_accuracy)) : std::string(),
+                         ",\"trainer\":{");
   bool first = true;
   for (const auto& [key, value] : trainer_metrics) {
     if (!first) line.push_back(',');

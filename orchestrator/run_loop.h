@@ -114,8 +114,13 @@ class Orchestrator {
   Status wait_for_registration();
   Status weight_sync(uint64_t version);
   Status run_step();
+  Status format_warm_start();  // warm_start.cc
+  // Sends build's batches to the trainer ranks and ticks until every rank answers; `what` names
+  // the step in errors.
+  Status train(const BatchBuild& build, const std::string& what, bool allow_dispatch);
   void write_step_line(const std::map<std::string, double>& trainer_metrics, double wait_s, double train_s,
-                       double sync_s, double reward_mean, double reward_std, int64_t tokens);
+                       double sync_s, double reward_mean, double reward_std, int64_t tokens,
+                       std::optional<double> eval_accuracy);
   void print_progress(double reward_mean);
   WorkerSlot* worker_by_name(const std::string& name);
 
@@ -165,6 +170,7 @@ class Orchestrator {
   uint64_t next_group_ = 0, next_request_ = 1;
   int64_t trainer_step_ = 0;          // steps completed and synced = weight version
   int64_t zero_spread_in_a_row_ = 0;  // groups discarded for no reward spread since the last kept one
+  int64_t solved_in_a_row_ = 0;       // ... of which every sample earned the full reward
 
   // Per-step waits.
   std::map<int, TrainResult> train_results_;  // by rank

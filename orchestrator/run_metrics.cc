@@ -25,6 +25,7 @@ RunMetrics::RunMetrics(prometheus::Registry& r, const std::vector<std::string>& 
   cancelled = &counter_family(r, "samples_cancelled_total", "in-flight samples cancelled").Add({});
   tokens_generated = &counter_family(r, "tokens_generated_total", "completion tokens generated").Add({});
   tokens_trained = &counter_family(r, "tokens_trained_total", "tokens in trainer batches").Add({});
+  eval_accuracy = &gauge_family(r, "eval_accuracy", "held-out exact-match accuracy (greedy) of the last evaluation").Add({});
   reward_mean = &gauge_family(r, "reward_mean", "mean reward of the last trained batch").Add({});
   reward_std = &gauge_family(r, "reward_std", "reward standard deviation of the last trained batch").Add({});
   advantage_abs_mean = &gauge_family(r, "advantage_abs_mean", "mean |advantage| of the last trained batch").Add({});

@@ -36,6 +36,7 @@ struct RunMetrics {
   prometheus::Gauge* reward_mean;
   prometheus::Gauge* reward_std;
   prometheus::Gauge* advantage_abs_mean;
+  prometheus::Gauge* eval_accuracy;   // held-out exact-match accuracy of the last evaluation
   prometheus::Counter* weight_sync_seconds;
   prometheus::Counter* weight_sync_bytes;
   std::map<std::string, prometheus::Gauge*> memory_bytes;       // by process, from heartbeats

@@ -26,6 +26,12 @@ int64_t random_number(std::mt19937_64& rng, int digits_lo, int digits_hi) {
   return std::uniform_int_distribution<int64_t>(lo, lo == 0 ? 9 : lo * 10 - 1)(rng);
 }
 
+std::string random_letters(std::mt19937_64& rng, size_t n) {
+  std::string s(n, 'a');
+  for (char& c : s) c = static_cast<char>('a' + rng() % 26);
+  return s;
+}
+
 // A generator task: make(rng) draws one problem; score decides correctness.
 class GeneratedTask : public Task {
  public:
@@ -70,6 +76,10 @@ class ArithmeticTask : public GeneratedTask {
   double reward(const Problem& p, std::string_view completion) const override {
     return extract_answer(completion) == p.answer ? 1.0 : 0.0;
   }
+  std::optional<std::string> format_example(const Problem& p, std::mt19937_64& rng) const override {
+    const int digits = static_cast<int>(p.answer.size());
+    return std::to_string(random_number(rng, digits, digits));
+  }
 
  protected:
   Problem make(std::mt19937_64& rng) const override {
@@ -86,14 +96,26 @@ class StringTask : public GeneratedTask {
   StringTask(const TaskSpec& spec, bool sort) : GeneratedTask(spec), sort_(sort) {}
   std::string name() const override { return sort_ ? "sort" : "reverse"; }
   double reward(const Problem& p, std::string_view completion) const override {
-    return extract_answer(completion) == p.answer ? 1.0 : 0.0;
+    const std::string_view answer = extract_answer(completion);
+    if (!spec_.partial_credit) return answer == p.answer ? 1.0 : 0.0;
+    // Characters in the right place over the longer length: extra or missing ones count wrong.
+    const size_t longer = std::max(answer.size(), p.answer.size());
+    size_t right = 0;
+    for (size_t i = 0; i < std::min(answer.size(), p.answer.size()); ++i) right += answer[i] == p.answer[i];
+    return longer == 0 ? 1.0 : static_cast<double>(right) / static_cast<double>(longer);
+  }
+  // Letters of the given string drawn with replacement: the answer's length and letters, in an
+  // order that carries nothing (right only by luck: (1/length)^length for distinct letters).
+  std::optional<std::string> format_example(const Problem& p, std::mt19937_64& rng) const override {
+    std::string s(p.answer.size(), ' ');
+    for (char& c : s) c = p.answer[rng() % p.answer.size()];
+    return s;
   }
 
  protected:
   Problem make(std::mt19937_64& rng) const override {
-    int len = std::uniform_int_distribution<int>(spec_.min_length, spec_.max_length)(rng);
-    std::string s(len, 'a');
-    for (char& c : s) c = static_cast<char>('a' + rng() % 26);
+    const int len = std::uniform_int_distribution<int>(spec_.min_length, spec_.max_length)(rng);
+    const std::string s = random_letters(rng, len);
     std::string answer = s;
     if (sort_) {
       std::sort(answer.begin(), answer.end());
@@ -123,6 +145,14 @@ class CountdownTask : public GeneratedTask {
       pool.erase(it);
     }
     return 1.0;
+  }
+  // The given numbers in random order joined by random operators: right only by luck.
+  std::optional<std::string> format_example(const Problem& p, std::mt19937_64& rng) const override {
+    std::vector<int64_t> nums = p.numbers;
+    std::shuffle(nums.begin(), nums.end(), rng);
+    std::string expr;
+    for (size_t i = 0; i < nums.size(); ++i) expr = i == 0 ? std::to_string(nums[i]) : str(expr, "+-*"[rng() % 3], nums[i]);
+    return expr;
   }
 
  protected:

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -32,6 +33,7 @@ struct TaskSpec {
   int min_digits = 1, max_digits = 2;  // arithmetic operands
   int num_numbers = 3, max_number = 20;  // countdown
   int min_length = 3, max_length = 6;    // reverse / sort strings
+  bool partial_credit = false;           // reverse / sort: reward the share of right characters
   uint64_t seed = 1;
 };
 
@@ -42,8 +44,20 @@ class Task {
   // The next training problem; never one of eval_set().
   virtual Problem next_train() = 0;
   virtual const std::vector<Problem>& eval_set() const = 0;
-  // 1 for a correct completion, 0 otherwise.
+  // 1 for a correct completion, 0 otherwise; with task.partial_credit (reverse, sort) the share
+  // of answer characters in the right place.
   virtual double reward(const Problem& problem, std::string_view completion) const = 0;
+  // Exact correctness: what held-out accuracy counts, whatever the reward.
+  virtual bool correct(const Problem& problem, std::string_view completion) const {
+    return reward(problem, completion) >= 1.0;
+  }
+  // A completion with the shape of a correct one and random content, for the format warm-start:
+  // as long as problem.answer and drawn from its alphabet, never from its characters, so a model
+  // trained on these answers at chance. nullopt when the task has no known format (jsonl).
+  virtual std::optional<std::string> format_example(const Problem& problem, std::mt19937_64& rng) const {
+    (void)problem, (void)rng;
+    return std::nullopt;
+  }
 };
 
 Result<std::unique_ptr<Task>> make_task(const TaskSpec& spec);

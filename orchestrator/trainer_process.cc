@@ -143,7 +143,9 @@ class TrainerLoop {
     span.arg("step", static_cast<int64_t>(batch.step));
     Result<std::vector<trainer::MicroBatch>> micro = trainer::micro_batches_from_train_batch(batch);
     Result<trainer::StepReport> report =
-        micro.ok() ? rank_.trainer->train(*micro) : Result<trainer::StepReport>(micro.status());
+        micro.ok() ? rank_.trainer->train(*micro, batch.supervised ? trainer::TrainObjective::kSupervised
+                                                                   : trainer::TrainObjective::kPolicy)
+                   : Result<trainer::StepReport>(micro.status());
     if (!report.ok()) {
       log::error(str("trainer ", options_.rank, ": step ", batch.step, " failed: ", report.status().message()));
       send(ErrorReply{report.status().code(), static_cast<uint16_t>(MessageKind::kTrainBatch),
@@ -151,7 +153,7 @@ class TrainerLoop {
            correlation_id);
       return;
     }
-    ++version_;
+    if (!batch.supervised) ++version_;  // warm-start steps come before version 0
     send(trainer::train_result(batch, *report, version_), correlation_id);
   }
 

@@ -130,8 +130,10 @@ Result<std::vector<std::vector<float>>> Trainer::recompute_logprobs(std::span<co
 }
 
 Result<PolicyLossResult> Trainer::run_micro_batch(const MicroBatch& mb, std::span<const float> clip_ref,
-                                                  double normaliser) {
-  const PolicyLossConfig& cfg = options_.loss;
+                                                  double normaliser, TrainObjective objective) {
+  const bool supervised = objective == TrainObjective::kSupervised;
+  PolicyLossConfig cfg = options_.loss;
+  if (supervised) cfg.use_tis = false, cfg.kl_coef = 0, cfg.entropy_coef = 0;
   const size_t n = static_cast<size_t>(mb.num_tokens());
   RLRUN_ASSIGN_OR_RETURN(ModelForward fwd, model_.forward(mb, /*for_backward=*/true));
   const std::vector<float> logprobs = engine::to_host_f32(fwd.logprobs);
@@ -141,7 +143,7 @@ Result<PolicyLossResult> Trainer::run_micro_batch(const MicroBatch& mb, std::spa
   in.old_logprobs = clip_ref.empty() ? std::span<const float>(mb.rollout_logprobs) : clip_ref;
   // ppo_clip_ref_logprobs: batch with one minibatch: the weights have not moved yet, so the
   // reference IS this forward's log-probs (detached); no recomputation pass was run.
-  if (clip_ref.empty() && cfg.ppo_clip_ref == ClipReference::kBatch) in.old_logprobs = logprobs;
+  if (supervised || (clip_ref.empty() && cfg.ppo_clip_ref == ClipReference::kBatch)) in.old_logprobs = logprobs;
   if (cfg.use_tis) in.rollout_logprobs = mb.rollout_logprobs;
   if (cfg.kl_coef > 0) in.ref_logprobs = mb.ref_logprobs;
   in.entropy = entropy;
@@ -161,7 +163,7 @@ Result<PolicyLossResult> Trainer::run_micro_batch(const MicroBatch& mb, std::spa
 
 Result<MinibatchReport> Trainer::run_minibatch(std::span<const MicroBatch> micro_batches,
                                                const std::vector<std::vector<float>>* clip_ref, size_t first,
-                                               StepReport& report) {
+                                               TrainObjective objective, StepReport& report) {
   MinibatchReport mb_report;
   double normaliser = 0.0;
   for (const MicroBatch& mb : micro_batches) {
@@ -183,7 +185,7 @@ Result<MinibatchReport> Trainer::run_minibatch(std::span<const MicroBatch> micro
       const MicroBatch& mb = micro_batches[i];
       if (mb.num_tokens() == 0) continue;
       std::span<const float> ref = clip_ref != nullptr ? std::span<const float>((*clip_ref)[first + i]) : std::span<const float>();
-      RLRUN_ASSIGN_OR_RETURN(PolicyLossResult r, run_micro_batch(mb, ref, normaliser));
+      RLRUN_ASSIGN_OR_RETURN(PolicyLossResult r, run_micro_batch(mb, ref, normaliser, objective));
       add_loss(local, r);
       report.tokens += mb.num_tokens();
     }
@@ -205,7 +207,7 @@ Result<MinibatchReport> Trainer::run_minibatch(std::span<const MicroBatch> micro
   return mb_report;
 }
 
-Status Trainer::check_batch_everywhere(std::span<const MicroBatch> micro_batches) {
+Status Trainer::check_batch_everywhere(std::span<const MicroBatch> micro_batches, TrainObjective objective) {
   const int64_t count = static_cast<int64_t>(micro_batches.size());
   Status mine;
   if (count < options_.number_of_minibatches) {
@@ -213,7 +215,8 @@ Status Trainer::check_batch_everywhere(std::span<const MicroBatch> micro_batches
                                 options_.number_of_minibatches, " minibatches"));
   }
   for (size_t i = 0; i < micro_batches.size() && mine.ok(); ++i) {
-    mine = validate_micro_batch(micro_batches[i], options_.loss.kl_coef > 0).with_context(str("micro-batch ", i));
+    const bool needs_ref = options_.loss.kl_coef > 0 && objective == TrainObjective::kPolicy;
+    mine = validate_micro_batch(micro_batches[i], needs_ref).with_context(str("micro-batch ", i));
   }
   // Every rank learns whether all ranks can run the same collectives, before the first one.
   const double local[2] = {static_cast<double>(count), mine.ok() ? 0.0 : 1.0};
@@ -229,13 +232,14 @@ Status Trainer::check_batch_everywhere(std::span<const MicroBatch> micro_batches
   return Status();
 }
 
-Result<StepReport> Trainer::train(std::span<const MicroBatch> micro_batches) {
-  RLRUN_RETURN_IF_ERROR(check_batch_everywhere(micro_batches));
+Result<StepReport> Trainer::train(std::span<const MicroBatch> micro_batches, TrainObjective objective) {
+  RLRUN_RETURN_IF_ERROR(check_batch_everywhere(micro_batches, objective));
   const int64_t count = static_cast<int64_t>(micro_batches.size());
   if (!model_.has_grads()) model_.restore_grads();
   StepReport report;
   std::vector<std::vector<float>> clip_ref;
-  if (options_.loss.ppo_clip_ref == ClipReference::kBatch && options_.number_of_minibatches > 1) {
+  if (objective == TrainObjective::kPolicy && options_.loss.ppo_clip_ref == ClipReference::kBatch &&
+      options_.number_of_minibatches > 1) {
     const auto start = std::chrono::steady_clock::now();
     RLRUN_ASSIGN_OR_RETURN(clip_ref, recompute_logprobs(micro_batches));
     report.seconds_recompute = seconds_since(start);
@@ -245,7 +249,7 @@ Result<StepReport> Trainer::train(std::span<const MicroBatch> micro_batches) {
     const size_t begin = static_cast<size_t>(m * count / k), end = static_cast<size_t>((m + 1) * count / k);
     RLRUN_ASSIGN_OR_RETURN(MinibatchReport mb,
                            run_minibatch(micro_batches.subspan(begin, end - begin),
-                                         clip_ref.empty() ? nullptr : &clip_ref, begin, report));
+                                         clip_ref.empty() ? nullptr : &clip_ref, begin, objective, report));
     report.minibatches.push_back(std::move(mb));
   }
   return report;

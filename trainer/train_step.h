@@ -86,6 +86,8 @@ struct StepReport {
   std::map<std::string, double> metrics() const;
 };
 
+enum class TrainObjective { kPolicy, kSupervised };
+
 class Trainer {
  public:
   // model, trainer_comm (the trainer ranks; null for one rank), weight_comm (the weight-sync group:
@@ -96,8 +98,11 @@ class Trainer {
                                                  engine::Communicator* weight_comm = nullptr,
                                                  PeakMemoryTracker* memory = nullptr);
 
-  // One trainer step over this rank's micro-batches (collective over trainer_comm).
-  Result<StepReport> train(std::span<const MicroBatch> micro_batches);
+  // One trainer step over this rank's micro-batches (collective over trainer_comm). kSupervised
+  // (a format warm-start batch): each micro-batch's own forward log-probs are the PPO reference,
+  // so every ratio is 1 and the loss is the advantage-weighted negative log-likelihood; no TIS,
+  // KL or entropy term, and rollout log-probs are ignored.
+  Result<StepReport> train(std::span<const MicroBatch> micro_batches, TrainObjective objective = TrainObjective::kPolicy);
 
   // Trainer rank 0: broadcasts the weights as `version` over weight_comm (weight_sender.h). With
   // weight_broadcast_free_grad_buffers the gradient buffer is freed for the whole send and
@@ -118,12 +123,13 @@ class Trainer {
   Trainer(const TrainerOptions& options, TrainableModel& model, engine::Communicator* trainer_comm,
           engine::Communicator* weight_comm, PeakMemoryTracker* memory, std::unique_ptr<Optimizer> optimizer);
   // Validates this rank's micro-batches and agrees with every rank that all of them can train.
-  Status check_batch_everywhere(std::span<const MicroBatch> micro_batches);
+  Status check_batch_everywhere(std::span<const MicroBatch> micro_batches, TrainObjective objective);
   Result<std::vector<std::vector<float>>> recompute_logprobs(std::span<const MicroBatch> micro_batches);
   Result<MinibatchReport> run_minibatch(std::span<const MicroBatch> micro_batches,
                                         const std::vector<std::vector<float>>* clip_ref, size_t first,
-                                        StepReport& report);
-  Result<PolicyLossResult> run_micro_batch(const MicroBatch& mb, std::span<const float> clip_ref, double normaliser);
+                                        TrainObjective objective, StepReport& report);
+  Result<PolicyLossResult> run_micro_batch(const MicroBatch& mb, std::span<const float> clip_ref, double normaliser,
+                                           TrainObjective objective);
   double learning_rate() const;
 
   TrainerOptions options_;

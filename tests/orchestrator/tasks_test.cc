@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <set>
 #include <unordered_set>
 
 namespace rlrun::orchestrator {
@@ -59,6 +61,61 @@ TEST(Tasks, ReverseAndSort) {
   EXPECT_TRUE(std::is_sorted(q.answer.begin(), q.answer.end()));
   EXPECT_EQ(so->reward(q, q.answer), 1.0);
   EXPECT_EQ(so->reward(q, q.answer + "z"), 0.0);
+}
+
+// Format warm-start answers have a correct answer's shape and are right only by chance.
+TEST(Tasks, FormatExamplesHaveTheAnswersShapeAndChanceAccuracy) {
+  std::mt19937_64 rng(3);
+  for (const char* name : {"arithmetic", "reverse", "sort", "countdown"}) {
+    auto t = task(name);
+    int right = 0;
+    const int n = 2000;
+    for (int i = 0; i < n; ++i) {
+      const Problem p = t->next_train();
+      const std::optional<std::string> text = t->format_example(p, rng);
+      ASSERT_TRUE(text.has_value()) << name;
+      right += t->correct(p, *text);
+      if (std::string(name) == "arithmetic") {
+        EXPECT_EQ(text->size(), p.answer.size()) << p.prompt << " -> " << *text;
+        EXPECT_EQ(text->find_first_not_of("0123456789"), std::string::npos) << *text;
+      } else if (std::string(name) == "countdown") {
+        // every given number appears
+        for (int64_t x : p.numbers) EXPECT_NE(text->find(std::to_string(x)), std::string::npos) << *text;
+      } else {
+        ASSERT_EQ(text->size(), p.answer.size()) << p.prompt;
+        for (char c : *text) EXPECT_NE(p.answer.find(c), std::string::npos) << p.prompt << " -> " << *text;
+      }
+    }
+    EXPECT_LT(right, n / 4) << name << ": the format examples carry the answers";
+  }
+  TaskSpec spec;
+  spec.name = "reverse";
+  spec.min_length = spec.max_length = 4;
+  auto fixed = make_task(spec);
+  ASSERT_TRUE(fixed.ok());
+  std::set<std::string> seen;  // the order is random, not a fixed function of the answer
+  const Problem p = (*fixed)->next_train();
+  for (int i = 0; i < 50; ++i) seen.insert(*(*fixed)->format_example(p, rng));
+  EXPECT_GT(seen.size(), 10u);
+}
+
+TEST(Tasks, PartialCreditScoresCharactersButAccuracyIsExact) {
+  TaskSpec spec;
+  spec.name = "reverse";
+  spec.partial_credit = true;
+  auto t = make_task(spec);
+  ASSERT_TRUE(t.ok());
+  Problem p{"reverse abcd:", "dcba", {}, 0};
+  EXPECT_DOUBLE_EQ((*t)->reward(p, "dcba\n"), 1.0);
+  EXPECT_DOUBLE_EQ((*t)->reward(p, "dcxa"), 0.75);
+  EXPECT_DOUBLE_EQ((*t)->reward(p, "dc"), 0.5);        // missing characters count wrong
+  EXPECT_DOUBLE_EQ((*t)->reward(p, "dcbaaaaa"), 0.5);  // so do extra ones
+  EXPECT_DOUBLE_EQ((*t)->reward(p, ""), 0.0);
+  EXPECT_TRUE((*t)->correct(p, "dcba"));
+  EXPECT_FALSE((*t)->correct(p, "dcxa"));
+  spec.partial_credit = false;
+  auto exact = make_task(spec);
+  EXPECT_DOUBLE_EQ((*exact)->reward(p, "dcxa"), 0.0);
 }
 
 TEST(Tasks, CountdownChecksValueAndNumbersUsed) {

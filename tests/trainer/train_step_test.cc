@@ -36,13 +36,14 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, floa
 
 // One rank, the given micro-batches; returns the final params.
 std::vector<float> train_single(const TrainerOptions& o, const std::vector<MicroBatch>& mbs, int steps,
-                                std::vector<StepReport>* reports = nullptr) {
+                                std::vector<StepReport>* reports = nullptr,
+                                TrainObjective objective = TrainObjective::kPolicy) {
   auto backend = cpu_backend();
   BigramTestDouble model(*backend, kVocab, 7);
   auto trainer = Trainer::create(o, model, nullptr);
   EXPECT_TRUE(trainer.ok()) << trainer.status().message();
   for (int s = 0; s < steps; ++s) {
-    auto r = (*trainer)->train(mbs);
+    auto r = (*trainer)->train(mbs, objective);
     EXPECT_TRUE(r.ok()) << r.status().message();
     if (reports != nullptr && r.ok()) reports->push_back(*r);
   }
@@ -148,6 +149,31 @@ TEST(TrainStep, BatchClipReferenceStartsAtRatioOne) {
   reports.clear();
   train_single(o, mbs, 1, &reports);
   EXPECT_GT(reports[0].minibatches[0].loss.stats.ratio_max - reports[0].minibatches[0].loss.stats.ratio_min, 0.1);
+}
+
+// The format warm-start's batches: the trainer's own log-probs are the reference, so the update
+// is the likelihood step whatever rollout log-probs the batch carries, and it equals a policy step
+// whose reference is those same log-probs (ratio 1) without the entropy term.
+TEST(TrainStep, SupervisedObjectiveIgnoresRolloutLogprobsAndIsTheRatioOneStep) {
+  auto seqs = testing::random_sequences(6, kVocab, 4);
+  std::vector<MicroBatch> mbs = {pack(seqs, range(0, 3)), pack(seqs, range(3, 6))};
+  for (MicroBatch& mb : mbs) std::fill(mb.advantages.begin(), mb.advantages.end(), 1.0f);
+  std::vector<MicroBatch> shifted = mbs;
+  for (MicroBatch& mb : shifted)
+    for (float& lp : mb.rollout_logprobs) lp -= 5.0f;  // far off: a policy step would clip everything
+  TrainerOptions o = base_options();
+  o.number_of_minibatches = 1;
+  std::vector<StepReport> reports;
+  const auto supervised = train_single(o, mbs, 2, &reports, TrainObjective::kSupervised);
+  EXPECT_EQ(reports[0].minibatches[0].loss.stats.ratio_min, 1.0);
+  EXPECT_EQ(reports[0].minibatches[0].loss.stats.ratio_max, 1.0);
+  expect_close(supervised, train_single(o, shifted, 2, nullptr, TrainObjective::kSupervised), 0.0f);
+  EXPECT_NE(supervised, train_single(o, shifted, 2));  // the policy objective reads them
+
+  TrainerOptions ratio_one = o;
+  ratio_one.loss.ppo_clip_ref = ClipReference::kBatch;
+  ratio_one.loss.entropy_coef = 0.0;
+  expect_close(supervised, train_single(ratio_one, shifted, 2), 1e-7f);
 }
 
 TEST(TrainStep, MinibatchWithoutTrainedTokensIsSkippedEverywhere) {
