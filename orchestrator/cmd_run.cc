@@ -19,6 +19,7 @@
 #include "orchestrator/memory_advice.h"
 #include "orchestrator/placement.h"
 #include "orchestrator/run_control_plane.h"
+#include "orchestrator/launch_target.h"
 #include "orchestrator/run_loop.h"
 #include "orchestrator/run_report.h"
 #include "orchestrator/run_state.h"
@@ -90,26 +91,15 @@ TaskSpec task_spec(const Config& c) {
   return t;
 }
 
-Result<PlacementPlan> plan_local(const Config& c) {
-  NodeResources node{"localhost", "127.0.0.1", 0, static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
-  PlacementRequest req;
-  req.trainer_ranks = static_cast<int>(c.trainer_num_workers);
-  req.inference_workers = static_cast<int>(c.inference_num_workers);
-  req.tensor_parallel = static_cast<int>(c.inference_tensor_parallel_size);
-  req.strategy = c.placement == Placement::kPack ? PlacementStrategy::kPack : PlacementStrategy::kSpread;
-  req.use_gpus = c.backend == Backend::kCuda;
-  req.cpu_threads_per_worker = static_cast<int>(std::max<int64_t>(1, c.cpu_threads_per_worker));
-  return plan_placement({node}, req);
-}
-
-// The worker processes: trainer ranks, then rollout workers, all this binary.
-// `resume_from`: the checkpoint the trainer ranks load first ("" = none).
+// The worker processes: trainer ranks, then rollout workers, all this binary, where `plan` puts them,
+// reaching the orchestrator at `endpoint` with the run's keys. `resume_from`: the checkpoint the
+// trainer ranks load first ("" = none).
 std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, const std::string& dir,
-                                                             const RunControlPlane& plane,
+                                                             const PlacementPlan& plan, const RunControlPlane& plane,
+                                                             const std::string& endpoint,
                                                              const std::string& resume_from) {
   const std::string exe = fs::read_symlink("/proc/self/exe").string();
   const std::string config_path = (fs::path(dir) / "config.yaml").string();
-  const std::string& endpoint = plane.server->endpoint();
   const std::vector<std::string> keys = control_key_flags(plane);
   std::vector<std::pair<ProcessSpec, WorkerSlot>> out;
   for (int r = 0; r < c.trainer_num_workers; ++r) {
@@ -118,6 +108,7 @@ std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, co
                          "--timeline", timeline_path(dir, name)}, {}, str(dir, "/logs/", name, ".log"), "", {}};
     p.argv.insert(p.argv.end(), keys.begin(), keys.end());
     if (!resume_from.empty()) p.argv.insert(p.argv.end(), {"--resume-from", resume_from});
+    place_worker(plan, c, Role::kTrainer, r, p);
     out.push_back({p, WorkerSlot{name, Role::kTrainer, r, p.log_path}});
   }
   for (int i = 0; i < c.inference_num_workers; ++i) {
@@ -126,6 +117,7 @@ std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, co
                          "--weight-group-epoch", "0"},
                   {}, str(dir, "/logs/", name, ".log"), "", {}};
     p.argv.insert(p.argv.end(), keys.begin(), keys.end());
+    place_worker(plan, c, Role::kRollout, i, p);
     out.push_back({p, WorkerSlot{name, Role::kRollout, i, p.log_path}});
   }
   return out;
@@ -135,7 +127,10 @@ std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, co
 // checkpoint the run continues from.
 Status run(const Config& config, const std::string& dir, const std::optional<ResumePoint>& resume,
            RunOutcome& outcome) {
-  RLRUN_ASSIGN_OR_RETURN(PlacementPlan plan, plan_local(config));
+  RLRUN_ASSIGN_OR_RETURN(LaunchTarget target, make_launch_target(config.launcher, this_machine(), slurm_environment(),
+                                                                 *make_scontrol_queries()));
+  RLRUN_ASSIGN_OR_RETURN(PlacementPlan plan, plan_placement(target.nodes, placement_request(config)));
+  log::info(str("launcher: ", target.description));
   std::fprintf(stderr, "%s", plan.table().c_str());
   for (const std::string& w : plan.warnings) log::warn(w);
   const std::string tok_path = tokenizer_path(config);
@@ -144,10 +139,12 @@ Status run(const Config& config, const std::string& dir, const std::optional<Res
   Result<std::unique_ptr<MetricsServer>> metrics_server = MetricsServer::start(config.metrics_bind);
   if (!metrics_server.ok()) return invalid_argument(metrics_server.status().message());
   log::info(str("metrics on ", (*metrics_server)->url()));
-  RLRUN_ASSIGN_OR_RETURN(RunControlPlane plane, bind_run_control_plane(config, dir));
+  const ControlAddress control = control_address(target, plan);
+  RLRUN_ASSIGN_OR_RETURN(RunControlPlane plane, bind_run_control_plane(config, dir, control.bind_endpoint));
   ControlServer& server = *plane.server;
 
-  std::vector<std::pair<ProcessSpec, WorkerSlot>> specs = worker_specs(config, dir, plane, resume ? resume->dir : "");
+  std::vector<std::pair<ProcessSpec, WorkerSlot>> specs = worker_specs(
+      config, dir, plan, plane, control.endpoint(server.port()), resume ? resume->dir : "");
   std::vector<WorkerSlot> slots;
   std::vector<std::string> rollout_names, processes;  // the orchestrator's own: process_memory_collectable
   for (const auto& [spec, slot] : specs) {
@@ -158,7 +155,7 @@ Status run(const Config& config, const std::string& dir, const std::optional<Res
   RunMetrics metrics((*metrics_server)->registry(), rollout_names, processes);
   (*metrics_server)->add_collectable(process_memory_collectable("orchestrator"));
 
-  std::unique_ptr<Launcher> launcher = make_local_launcher();
+  Launcher* launcher = target.launcher.get();
   Orchestrator orchestrator(config, server, *launcher, metrics, *task, tokenizer, slots,
                             (fs::path(dir) / "metrics.jsonl").string(), g_interrupted);
   if (resume) orchestrator.resume_from(resume->state);

@@ -1,7 +1,13 @@
 // rendezvous.cc - the control-plane key-value store: server map and worker client.
 #include "orchestrator/rendezvous.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 
 #include "common/log.h"
 
@@ -114,11 +120,41 @@ Result<std::unique_ptr<engine::Communicator>> join_group(const std::string& orch
                                                          const SecurityOptions& security) {
   RLRUN_ASSIGN_OR_RETURN(std::shared_ptr<ControlPlaneStore> store,
                          ControlPlaneStore::connect(orchestrator, str(identity, "/store-", group.name), security));
-  Result<std::unique_ptr<engine::Communicator>> comm = engine::make_gloo_communicator(store, group);
+  engine::GroupOptions options = group;
+  RLRUN_ASSIGN_OR_RETURN(options.interface_host, local_address_toward(orchestrator));
+  Result<std::unique_ptr<engine::Communicator>> comm = engine::make_gloo_communicator(store, options);
   if (!comm.ok())
     return Status(comm.status().code(), str("joining group `", group.name, "` as rank ", group.rank, " of ",
                                             group.size, ": ", comm.status().message()));
   return comm;
+}
+
+Result<std::string> local_address_toward(const std::string& endpoint) {
+  const size_t colon = endpoint.rfind(':');
+  if (endpoint.rfind("tcp://", 0) != 0 || colon == std::string::npos || colon < 6) {
+    return invalid_argument(str("orchestrator endpoint `", endpoint, "` is not tcp://HOST:PORT"));
+  }
+  const std::string host = endpoint.substr(6, colon - 6), port = endpoint.substr(colon + 1);
+  if (host == "localhost" || host.rfind("127.", 0) == 0) return std::string("127.0.0.1");
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    return unavailable(str("cannot resolve the orchestrator's host `", host, "`: ", ::gai_strerror(rc)));
+  }
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in local{};
+  socklen_t length = sizeof(local);
+  const bool ok = fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0;
+  const std::string error = ok ? "" : std::strerror(errno);
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  if (!ok) return unavailable(str("no route to the orchestrator's host `", host, "`: ", error));
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
+  return std::string(text);
 }
 
 }  // namespace rlrun::orchestrator

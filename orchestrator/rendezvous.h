@@ -77,10 +77,17 @@ engine::GroupOptions data_parallel_group(const Config& config, int rank);
 
 // Joins `group` through the orchestrator's store (a connection of its own, identity
 // "<identity>/store", secured with `security`). Blocks until every member joined or the group's
-// timeout.
+// timeout. Unless the orchestrator is on loopback, this process listens for its peers on the
+// address it reaches the orchestrator from (local_address_toward), so that members on other nodes
+// can connect.
 Result<std::unique_ptr<engine::Communicator>> join_group(const std::string& orchestrator,
                                                          const std::string& identity,
                                                          const engine::GroupOptions& group,
                                                          const SecurityOptions& security = {});
+
+// This machine's address on the route to `endpoint`'s host ("tcp://HOST:PORT"): "127.0.0.1" for
+// a loopback host; else the source address the kernel picks for it (a connected UDP socket, no
+// packet sent). Errors name the endpoint.
+Result<std::string> local_address_toward(const std::string& endpoint);
 
 }  // namespace rlrun::orchestrator

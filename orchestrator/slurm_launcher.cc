@@ -19,12 +19,15 @@ namespace rlrun::orchestrator {
 
 namespace {
 
-// Runs in the step before the worker: $0 = planned 1-based fields of Slurm's CUDA_VISIBLE_DEVICES,
-// $1 = planned indices (used when Slurm set none), then the worker's argv.
-constexpr const char* kGpuPrologue =
-    "if [ -n \"${CUDA_VISIBLE_DEVICES:-}\" ]; then "
+// Runs in the step before the worker: $0 = planned 1-based fields of Slurm's CUDA_VISIBLE_DEVICES
+// ("" = no GPU planned: leave it), $1 = planned indices (used when Slurm set none), then the
+// worker's argv. Its first line in the worker's log says which step and node the worker got.
+constexpr const char* kStepPrologue =
+    "if [ -n \"$0\" ]; then if [ -n \"${CUDA_VISIBLE_DEVICES:-}\" ]; then "
     "CUDA_VISIBLE_DEVICES=$(printf %s \"$CUDA_VISIBLE_DEVICES\" | cut -d, -f\"$0\"); "
-    "else CUDA_VISIBLE_DEVICES=$1; fi; export CUDA_VISIBLE_DEVICES; shift; exec \"$@\"";
+    "else CUDA_VISIBLE_DEVICES=$1; fi; export CUDA_VISIBLE_DEVICES; fi; "
+    "echo \"rlrun: step $SLURM_JOB_ID.$SLURM_STEP_ID on node $SLURMD_NODENAME"
+    " (CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-})\"; shift; exec \"$@\"";
 
 std::string join_ints(const std::vector<int>& v, int offset) {
   std::string s;
@@ -50,9 +53,7 @@ std::vector<std::string> srun_command(const std::string& job_id, const ProcessSp
                                   str("--cpus-per-task=", std::max(1, spec.cpus)),
                                   "--kill-on-bad-exit=1",
                                   "--job-name=" + step_name};
-  if (!spec.gpus.empty()) {
-    cmd.insert(cmd.end(), {"/bin/sh", "-c", kGpuPrologue, join_ints(spec.gpus, 1), join_ints(spec.gpus, 0)});
-  }
+  cmd.insert(cmd.end(), {"/bin/sh", "-c", kStepPrologue, join_ints(spec.gpus, 1), join_ints(spec.gpus, 0)});
   cmd.insert(cmd.end(), spec.argv.begin(), spec.argv.end());
   return cmd;
 }

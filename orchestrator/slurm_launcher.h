@@ -12,6 +12,8 @@
 // device i is the i-th entry of that list (Slurm's indices may be remapped by cgroups or name GPUs
 // other jobs do not hold), so a tiny /bin/sh prologue in the step narrows CUDA_VISIBLE_DEVICES to
 // the planned entries before exec. A job without GPU GRES gets the planned indices as they are.
+// The prologue also writes "rlrun: step JOB.STEP on node NODE (CUDA_VISIBLE_DEVICES=...)" as the
+// first line of the worker's log: where Slurm really put it.
 // Output: srun forwards the task's stdout/stderr to its own, which goes to spec.log_path on the
 // orchestrator's node (no shared file system needed); srun's own errors land there too.
 // Exits: srun returns the task's exit code, or 128+N when a signal N ended it (srun(1)); poll_exits
@@ -40,7 +42,7 @@ std::unique_ptr<Launcher> make_slurm_launcher(const SlurmAllocation& allocation)
 
 // The full command line that starts `spec` as step `step_name` of job `job_id` (pure, tested):
 //   srun --jobid=J --nodes=1 --ntasks=1 --nodelist=NODE --exact --overlap --cpus-per-task=C
-//        --kill-on-bad-exit=1 --job-name=STEP_NAME [/bin/sh -c PROLOGUE ...] ARGV...
+//        --kill-on-bad-exit=1 --job-name=STEP_NAME /bin/sh -c PROLOGUE FIELDS INDICES ARGV...
 std::vector<std::string> srun_command(const std::string& job_id, const ProcessSpec& spec,
                                       const std::string& step_name);
 

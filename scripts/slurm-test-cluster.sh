@@ -89,6 +89,8 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
+# start batch jobs at once (the default may defer them ~3 s): tests wait for each one
+SchedulerParameters=batch_sched_delay=0
 MailProg=/bin/true
 ReturnToService=2
 InactiveLimit=0

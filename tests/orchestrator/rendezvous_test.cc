@@ -44,6 +44,25 @@ class StoreServer {
   std::thread thread_;
 };
 
+// Group members listen where their peers can reach them: loopback with a loopback orchestrator,
+// else the address this machine reaches the orchestrator's host from.
+TEST(Rendezvous, MembersListenOnTheAddressThatReachesTheOrchestrator) {
+  auto address = [](const std::string& endpoint) {
+    auto a = local_address_toward(endpoint);
+    return a.ok() ? *a : a.status().to_string();
+  };
+  EXPECT_EQ(address("tcp://127.0.0.1:5555"), "127.0.0.1");
+  EXPECT_EQ(address("tcp://localhost:5555"), "127.0.0.1");
+  // A numeric address of this machine's own (the route to it starts and ends here).
+  const std::string self = address("tcp://192.0.2.1:9");  // TEST-NET-1: only the route is looked up
+  if (self.find('.') != std::string::npos && self.find(' ') == std::string::npos) {
+    EXPECT_EQ(address(str("tcp://", self, ":9")), self);
+  }
+  auto bad = local_address_toward("ipc:///tmp/x");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("ipc:///tmp/x"), std::string::npos);
+}
+
 TEST(Rendezvous, SetThenGetAndWaitingGet) {
   StoreServer server;
   auto a = ControlPlaneStore::connect(server.endpoint(), "a");

@@ -1,5 +1,5 @@
 // The Slurm launcher's pure parts: the srun command line, step lookup, exit decoding, and the
-// checks start() makes before anything runs. tests/orchestrator/slurm_cluster_test.sh runs it
+// checks start() makes before anything runs. slurm_e2e_test.cc runs it
 // against a real Slurm.
 #include <signal.h>
 #include <sys/wait.h>
@@ -23,13 +23,33 @@ ProcessSpec spec(const std::string& node, std::vector<int> gpus) {
   return s;
 }
 
+// Runs the step prologue of `cmd` for real (without srun), with Slurm's CUDA_VISIBLE_DEVICES
+// `slurm_cvd` ("" = unset), in place of the worker a command that prints the devices it sees and
+// its first argument, after the prologue's own line.
+std::string run_prologue(const std::vector<std::string>& cmd, const std::string& slurm_cvd) {
+  std::vector<std::string> argv = {"/usr/bin/env", "-u", "CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID=77", "SLURM_STEP_ID=3",
+                                   "SLURMD_NODENAME=node2"};
+  if (!slurm_cvd.empty()) argv.push_back("CUDA_VISIBLE_DEVICES=" + slurm_cvd);
+  argv.insert(argv.end(), cmd.begin() + 10, cmd.begin() + 15);
+  argv.insert(argv.end(), {"/bin/sh", "-c", "echo \"$CUDA_VISIBLE_DEVICES|$1\"", "x", "arg"});
+  auto out = run_and_capture(argv);
+  return out.ok() ? *out : out.status().to_string();
+}
+
 TEST(SrunCommand, CpuStep) {
   const std::vector<std::string> expected = {
       "srun", "--jobid=77", "--nodes=1", "--ntasks=1", "--nodelist=node2", "--exact", "--overlap",
-      "--cpus-per-task=4", "--kill-on-bad-exit=1", "--job-name=rlrun-trainer-0",
-      "/opt/rlrun", "trainer", "--rank", "0"};
-  EXPECT_EQ(srun_command("77", spec("node2", {}), slurm_step_name("trainer-0", 1)), expected);
+      "--cpus-per-task=4", "--kill-on-bad-exit=1", "--job-name=rlrun-trainer-0"};
+  auto cmd = srun_command("77", spec("node2", {}), slurm_step_name("trainer-0", 1));
+  ASSERT_EQ(cmd.size(), 10u + 5u + 4u);
+  EXPECT_EQ(std::vector<std::string>(cmd.begin(), cmd.begin() + 10), expected);
+  EXPECT_EQ(cmd[10], "/bin/sh");
+  EXPECT_EQ(cmd[13], "");  // no GPU planned: Slurm's CUDA_VISIBLE_DEVICES is left alone
+  EXPECT_EQ(cmd[15], "/opt/rlrun");
   EXPECT_EQ(slurm_step_name("trainer-0", 3), "rlrun-trainer-0.r3");
+  // The prologue names the step and node in the worker's log, then execs it with its arguments.
+  EXPECT_EQ(run_prologue(cmd, ""), "rlrun: step 77.3 on node node2 (CUDA_VISIBLE_DEVICES=)\n|arg\n");
+  EXPECT_EQ(run_prologue(cmd, "0,1"), "rlrun: step 77.3 on node node2 (CUDA_VISIBLE_DEVICES=0,1)\n0,1|arg\n");
 }
 
 TEST(SrunCommand, GpuStepNarrowsCudaVisibleDevices) {
@@ -40,23 +60,12 @@ TEST(SrunCommand, GpuStepNarrowsCudaVisibleDevices) {
   EXPECT_EQ(cmd[13], "2,4");  // 1-based fields of Slurm's CUDA_VISIBLE_DEVICES
   EXPECT_EQ(cmd[14], "1,3");  // used as is when Slurm set none
   EXPECT_EQ(cmd[15], "/opt/rlrun");
-  // Run the prologue for real (without srun): it must pick the planned entries of whatever list
-  // Slurm exported, fall back to the planned indices, and exec the worker with its arguments.
-  auto run_prologue = [&](const std::string& slurm_cvd) {
-    std::vector<std::string> argv = {"/usr/bin/env"};
-    if (slurm_cvd.empty()) {
-      argv.insert(argv.end(), {"-u", "CUDA_VISIBLE_DEVICES"});
-    } else {
-      argv.push_back("CUDA_VISIBLE_DEVICES=" + slurm_cvd);
-    }
-    argv.insert(argv.end(), cmd.begin() + 10, cmd.begin() + 15);
-    argv.insert(argv.end(), {"/bin/sh", "-c", "echo \"$CUDA_VISIBLE_DEVICES|$1\"", "x", "arg"});
-    auto out = run_and_capture(argv);
-    return out.ok() ? *out : out.status().to_string();
-  };
-  EXPECT_EQ(run_prologue("4,5,6,7"), "5,7|arg\n");
-  EXPECT_EQ(run_prologue("0,1,2,3"), "1,3|arg\n");
-  EXPECT_EQ(run_prologue(""), "1,3|arg\n");
+  // It must pick the planned entries of whatever list Slurm exported, or fall back to the
+  // planned indices.
+  const std::string line = "rlrun: step 77.3 on node node2 (CUDA_VISIBLE_DEVICES=";
+  EXPECT_EQ(run_prologue(cmd, "4,5,6,7"), line + "5,7)\n5,7|arg\n");
+  EXPECT_EQ(run_prologue(cmd, "0,1,2,3"), line + "1,3)\n1,3|arg\n");
+  EXPECT_EQ(run_prologue(cmd, ""), line + "1,3)\n1,3|arg\n");
 }
 
 TEST(SrunCommand, StepLookup) {

@@ -1,6 +1,6 @@
-// The Slurm launcher against a real Slurm: run by tests/orchestrator/slurm_cluster_test.sh inside
-// `salloc -N2` and `sbatch --wait` on scripts/slurm-test-cluster.sh's two fake nodes (which have
-// fake GPUs). Skipped unless RLRUN_SLURM_LIVE_TEST=1, so a plain ctest run does not touch a cluster.
+// The Slurm launcher's steps, checked from inside an allocation: slurm_e2e_test.cc runs this
+// binary inside `salloc -N2` and `sbatch --wait` on the test cluster's two fake nodes (which have
+// fake GPUs). Not a ctest test of its own: outside an allocation it has nothing to check.
 // RLRUN_SLURM_TEST_GPUS says how many GPUs per node the allocation was asked for.
 #include <signal.h>
 #include <sys/wait.h>
@@ -31,6 +31,16 @@ std::string read_file(const fs::path& p) {
   return s.str();
 }
 
+// The first complete line of `text` that contains `part` ("" when none yet).
+std::string line_with(const std::string& text, const std::string& part) {
+  const size_t at = text.find(part);
+  if (at == std::string::npos) return "";
+  const size_t end = text.find('\n', at);
+  if (end == std::string::npos) return "";
+  const size_t begin = text.rfind('\n', at);
+  return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1));
+}
+
 // The value of `key=` in a "node=... step=... cvd=..." line.
 std::string field(const std::string& line, const std::string& key) {
   const size_t at = line.find(key + "=");
@@ -42,8 +52,9 @@ std::string field(const std::string& line, const std::string& key) {
 class SlurmLive : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* enabled = std::getenv("RLRUN_SLURM_LIVE_TEST");
-    if (enabled == nullptr || std::string(enabled) != "1") GTEST_SKIP() << "run by slurm_cluster_test.sh only";
+    if (std::getenv("SLURM_JOB_ID") == nullptr) {
+      GTEST_SKIP() << "not inside a Slurm allocation: slurm_e2e_test.cc runs this binary inside salloc and sbatch";
+    }
     auto a = read_slurm_allocation(slurm_environment(), *make_scontrol_queries());
     ASSERT_TRUE(a.ok()) << a.status().to_string();
     allocation_ = *a;
@@ -81,13 +92,16 @@ class SlurmLive : public ::testing::Test {
     for (const auto& [name, a] : expected_) {
       std::string text;
       const fs::path log = dir_ / (name + ".log");
-      for (int i = 0; i < 600 && text.find('\n') == std::string::npos; ++i) {
+      // (the step prologue's line, then the process's own)
+      for (int i = 0; i < 600 && (line_with(text, "var=").empty() || line_with(text, "rlrun: step").empty()); ++i) {
         std::this_thread::sleep_for(50ms);
         text = read_file(log);
       }
+      EXPECT_NE(text.find("rlrun: step " + allocation_.job_id + "."), std::string::npos) << name << ": " << text;
+      EXPECT_NE(text.find("on node " + plan.nodes[a.node].name + " "), std::string::npos) << name << ": " << text;
       const double latency = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_[name]).count();
       std::printf("[slurm-live] %-22s %s  (first output %.2f s after start)\n", name.c_str(),
-                  text.substr(0, text.find('\n')).c_str(), latency);
+                  line_with(text, "var=").c_str(), latency);
       EXPECT_EQ(field(text, "node"), plan.nodes[a.node].name) << name << ": " << text;
       std::string devices;
       for (size_t i = 0; i < a.devices.size(); ++i) {
