@@ -51,8 +51,9 @@ using Frames = std::vector<zmq::message_t>;
 
 // ---------------------------------------------------------------- constants and limits
 inline constexpr uint32_t kWireMagic = 0x4E524C52;  // "RLRN" as bytes in memory
-inline constexpr uint16_t kProtocolVersion = 4;  // 2: rollout stats in Heartbeat, per-token weight versions;
-                                                 // 3: SaveCheckpoint / CheckpointSaved; 4: TrainBatch.supervised
+// 2: rollout stats in Heartbeat, per-token weight versions; 3: SaveCheckpoint / CheckpointSaved;
+// 4: TrainBatch.supervised; 5: WeightSyncBegin.group_epoch
+inline constexpr uint16_t kProtocolVersion = 5;
 inline constexpr size_t kHeaderPrefixBytes = 24;
 
 // Every limit of the wire format, in one place. The control plane also sets ZMQ_MAXMSGSIZE to
@@ -308,8 +309,10 @@ struct TensorMeta {
   bool operator==(const TensorMeta&) const = default;
 };
 
-// trainer rank 0 (via orchestrator) -> rollout: a weight sync starts. The tensor list is sent
-// once; later syncs set metadata_cached and leave tensors empty.
+// orchestrator -> trainer rank 0 and every rollout worker: a weight sync starts. The tensor list
+// is sent once; later syncs set metadata_cached and leave tensors empty. The sync runs over the
+// group "weights-<group_epoch>": a member whose group has another epoch (a replacement worker, or
+// every member after one died) first leaves its group and joins that one.
 struct WeightSyncBegin {
   static constexpr MessageKind kKind = MessageKind::kWeightSyncBegin;
   uint64_t version = 0;
@@ -317,11 +320,12 @@ struct WeightSyncBegin {
   uint64_t bucket_bytes = 0;
   bool metadata_cached = false;
   std::vector<TensorMeta> tensors;
+  uint32_t group_epoch = 0;
 
   template <class V, class M> static void fields(V& v, M& m) {
     v.field("version", m.version); v.field("total_bytes", m.total_bytes);
     v.field("bucket_bytes", m.bucket_bytes); v.field("metadata_cached", m.metadata_cached);
-    v.field("tensors", m.tensors);
+    v.field("tensors", m.tensors); v.field("group_epoch", m.group_epoch);
   }
   bool operator==(const WeightSyncBegin&) const = default;
 };

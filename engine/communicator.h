@@ -60,7 +60,10 @@ struct GroupOptions {
   int rank = 0;
   int size = 1;
   std::string interface_host = "127.0.0.1";  // address this rank listens on for its peers
-  std::chrono::milliseconds timeout{30000};  // rendezvous and every collective
+  std::chrono::milliseconds timeout{30000};  // rendezvous, and every collective unless collective_timeout
+  // Every collective once the group is connected (0: `timeout`). A short one makes a collective
+  // with a dead or stopped member fail on every survivor within it instead of hanging.
+  std::chrono::milliseconds collective_timeout{0};
 };
 
 // A Gloo communicator over TCP for host (CPU) buffers.

@@ -36,7 +36,34 @@ rollout::SchedulerOptions scheduler_options(const Config& c, const engine::Model
   return o;
 }
 
-// weight_group_epoch < 0: no weight-sync group (a WeightSyncBegin is answered ok = false).
+// RLRUN_TEST_FAULT (test-only, read here and nowhere else): "<worker>:weight_sync:<version>" kills
+// that worker inside the weight sync of <version>, in its first incarnation only (its
+// replacement receives the same version and must live); "<worker>:after_register" kills every
+// incarnation right after it registers (a worker that keeps dying). Other workers ignore it.
+Result<rollout::TestFault> test_fault(const char* spec, int32_t index, int incarnation) {
+  rollout::TestFault fault;
+  if (spec == nullptr || *spec == '\0') return fault;
+  const std::string text = spec, me = str("rollout-", index, ":");
+  const std::string usage = str("RLRUN_TEST_FAULT `", text, "`: expected rollout-I:weight_sync:VERSION or "
+                                "rollout-I:after_register (test-only fault injection)");
+  if (text.rfind("rollout-", 0) != 0 || text.find(':') == std::string::npos) return invalid_argument(usage);
+  if (text.rfind(me, 0) != 0) return fault;  // aimed at another worker
+  const std::string point = text.substr(me.size());
+  if (point == "after_register") {
+    fault.point = rollout::TestFault::Point::kAfterRegister;
+  } else if (point.rfind("weight_sync:", 0) == 0) {
+    char* end = nullptr;
+    const std::string version = point.substr(12);
+    fault.version = std::strtoull(version.c_str(), &end, 10);
+    if (version.empty() || *end != '\0') return invalid_argument(usage);
+    if (incarnation == 0) fault.point = rollout::TestFault::Point::kWeightSync;
+  } else {
+    return invalid_argument(usage);
+  }
+  return fault;
+}
+
+// weight_group_epoch < 0: no weight-sync group yet; the first WeightSyncBegin names the one to join.
 int serve(const Config& config, rollout::WorkerOptions options, int weight_group_epoch) {
   if (config.backend != Backend::kCpu) {
     log::error("rollout: only backend cpu is implemented for rollout workers so far");
@@ -62,14 +89,23 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
   options.heartbeat_timeout_seconds = config.heartbeat_timeout_seconds;
   options.max_weight_bucket_bytes = config.weight_broadcast_bucket_mb << 20;
   // The weight-sync group (trainer rank 0 + every rollout worker), formed through the
-  // orchestrator's rendezvous store before registering: registered means ready.
+  // orchestrator's rendezvous store: the run's first workers join epoch 0 before registering; a
+  // replacement (epoch -1), and every member after a member died, joins the epoch a
+  // WeightSyncBegin names.
+  options.join_weight_group = [&config, endpoint = options.orchestrator, index = options.index,
+                                security = options.control_security](uint32_t epoch) {
+    return join_group(endpoint, str("rollout-", index), weight_sync_group(config, index + 1, static_cast<int>(epoch)),
+                      security);
+  };
   std::unique_ptr<engine::Communicator> weight_comm;
   if (weight_group_epoch >= 0) {
-    Result<std::unique_ptr<engine::Communicator>> joined =
-        join_group(options.orchestrator, str("rollout-", options.index),
-                   weight_sync_group(config, options.index + 1, weight_group_epoch), options.control_security);
-    if (!joined.ok()) return log::error(str("rollout ", options.index, ": ", joined.status().message())), kExitFailed;
-    weight_comm = std::move(*joined);
+    Result<std::unique_ptr<engine::Communicator>> joined = options.join_weight_group(weight_group_epoch);
+    if (joined.ok()) {
+      weight_comm = std::move(*joined);
+      options.weight_group_epoch = weight_group_epoch;
+    } else {  // a member died while the group formed: the orchestrator re-forms it at the first sync
+      log::warn(str("rollout ", options.index, ": ", joined.status().message(), "; joining at the first sync"));
+    }
   }
   rollout::Worker worker(**scheduler, weight_comm.get(), options);
   const Status s = worker.run();
@@ -84,7 +120,7 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
 int cmd_rollout(const Args& args) {
   static constexpr FlagSpec kFlags[] = {
       {"--orchestrator", true}, {"--index", true}, {"--config", true}, {"--host", true},
-      {"--weight-group-epoch", true}, {kControlKeysFlag, true}};
+      {"--weight-group-epoch", true}, {kControlKeysFlag, true}, {"--incarnation", true}};
   Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
   if (!parsed.ok()) return report_usage_error("rollout", parsed.status());
   std::string path = parsed->config_path;
@@ -108,6 +144,11 @@ int cmd_rollout(const Args& args) {
   Result<SecurityOptions> security = worker_control_security(parsed->value(kControlKeysFlag));
   if (!security.ok()) return report_usage_error("rollout", security.status());
   options.control_security = std::move(*security);
+  // --incarnation N: the Nth replacement of this worker (0: started with the run).
+  const int incarnation = std::atoi(parsed->value("--incarnation", "0").c_str());
+  Result<rollout::TestFault> fault = test_fault(std::getenv("RLRUN_TEST_FAULT"), *index, incarnation);
+  if (!fault.ok()) return report_usage_error("rollout", fault.status());
+  options.test_fault = *fault;
   const std::string epoch = parsed->value("--weight-group-epoch", "-1");
   return serve(*config, options, epoch == "-1" ? -1 : std::atoi(epoch.c_str()));
 }

@@ -42,7 +42,9 @@ bool RendezvousService::handle(ControlServer& server, const Incoming& in) {
   }
   if (const StoreGet* get = in.message.get<StoreGet>()) {
     auto found = values_.find(get->key);
-    if (found != values_.end()) {
+    if (abandoned(get->key)) {
+      reply(server, in.peer, in.message.correlation_id, StoreValue{get->key, false, {}});
+    } else if (found != values_.end()) {
       reply(server, in.peer, in.message.correlation_id, StoreValue{get->key, true, found->second});
     } else {
       waiters_.push_back({in.peer, in.message.correlation_id, get->key,
@@ -60,6 +62,21 @@ void RendezvousService::expire(ControlServer& server) {
   for (auto it = expired; it != waiters_.end(); ++it)
     reply(server, it->peer, it->correlation_id, StoreValue{it->key, false, {}});
   waiters_.erase(expired, waiters_.end());
+}
+
+bool RendezvousService::abandoned(const std::string& key) const {
+  for (const std::string& prefix : abandoned_)
+    if (key.starts_with(prefix)) return true;
+  return false;
+}
+
+void RendezvousService::abandon(ControlServer& server, const std::string& prefix) {
+  abandoned_.push_back(prefix);
+  auto dropped = std::stable_partition(waiters_.begin(), waiters_.end(),
+                                       [&](const Waiter& w) { return !w.key.starts_with(prefix); });
+  for (auto it = dropped; it != waiters_.end(); ++it)
+    reply(server, it->peer, it->correlation_id, StoreValue{it->key, false, {}});
+  waiters_.erase(dropped, waiters_.end());
 }
 
 Result<std::shared_ptr<ControlPlaneStore>> ControlPlaneStore::connect(const std::string& endpoint,
@@ -101,9 +118,13 @@ engine::GroupOptions weight_sync_group(const Config& config, int rank, int epoch
   g.name = str("weights-", epoch);
   g.rank = rank;
   g.size = static_cast<int>(config.inference_num_workers) + 1;
-  g.timeout = kGroupJoinTimeout;
+  const auto heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(config.heartbeat_timeout_seconds * 1000));
+  g.timeout = epoch == 0 ? kGroupJoinTimeout : heartbeat_timeout;
+  g.collective_timeout = heartbeat_timeout;
   return g;
 }
+
+std::string weight_group_key_prefix(int epoch) { return str("weights-", epoch, "/"); }
 
 engine::GroupOptions data_parallel_group(const Config& config, int rank) {
   engine::GroupOptions g;

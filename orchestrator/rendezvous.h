@@ -33,6 +33,10 @@ class RendezvousService {
   bool handle(ControlServer& server, const Incoming& in);
   // Answers every StoreGet whose timeout has passed with StoreValue{found = false}.
   void expire(ControlServer& server);
+  // A member of the group whose keys start with `prefix` died: its waiting StoreGets, and every
+  // later one, are answered found = false at once, so the other members' join fails now instead
+  // of at its timeout.
+  void abandon(ControlServer& server, const std::string& prefix);
 
   size_t keys() const { return values_.size(); }
   size_t waiting() const { return waiters_.size(); }
@@ -44,8 +48,11 @@ class RendezvousService {
     std::string key;
     std::chrono::steady_clock::time_point deadline;
   };
+  bool abandoned(const std::string& key) const;
+
   std::map<std::string, std::vector<uint8_t>> values_;
   std::vector<Waiter> waiters_;
+  std::vector<std::string> abandoned_;  // key prefixes
 };
 
 class ControlPlaneStore : public engine::RendezvousStore {
@@ -70,8 +77,14 @@ class ControlPlaneStore : public engine::RendezvousStore {
 // at different speeds on a loaded machine.
 inline constexpr std::chrono::milliseconds kGroupJoinTimeout{180000};
 
-// The weight-sync group of a run: trainer rank 0 (rank 0) and every rollout worker (rank i + 1).
+// The weight-sync group of a run, "weights-<epoch>": trainer rank 0 (rank 0) and every rollout
+// worker (rank i + 1). Epoch 0 forms while the processes start (kGroupJoinTimeout); a later epoch
+// re-forms the group after a member died, among running processes, within
+// heartbeat_timeout_seconds, which also bounds every collective: a sync with a dead or stopped
+// member fails on the others within it.
 engine::GroupOptions weight_sync_group(const Config& config, int rank, int epoch = 0);
+// The prefix of that group's keys in the rendezvous store (RendezvousService::abandon).
+std::string weight_group_key_prefix(int epoch);
 // The trainer ranks' data-parallel group.
 engine::GroupOptions data_parallel_group(const Config& config, int rank);
 

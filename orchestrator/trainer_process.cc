@@ -38,7 +38,8 @@ struct TrainerRank {
   std::unique_ptr<engine::Model> model;
   std::unique_ptr<trainer::ModelAdapter> adapter;
   std::unique_ptr<engine::Communicator> dp;       // null with one rank
-  std::unique_ptr<engine::Communicator> weights;  // rank 0 only
+  std::unique_ptr<engine::Communicator> weights;  // rank 0 only; null while not in a group
+  int64_t weights_epoch = -1;                     // the epoch of `weights`
   PeakMemoryTracker memory;
   std::unique_ptr<trainer::Trainer> trainer;
 };
@@ -63,8 +64,16 @@ Status build_rank(const Config& config, const TrainerProcessOptions& options, Tr
                                           options.control_security));
   }
   if (options.rank == 0) {
-    RLRUN_ASSIGN_OR_RETURN(r.weights, join_group(options.orchestrator, identity, weight_sync_group(config, 0),
-                                               options.control_security));
+    // Not fatal: a rollout worker that died while the group formed leaves it incomplete; the
+    // orchestrator's first WeightSyncBegin then names a new epoch and the group re-forms.
+    Result<std::unique_ptr<engine::Communicator>> weights =
+        join_group(options.orchestrator, identity, weight_sync_group(config, 0), options.control_security);
+    if (weights.ok()) {
+      r.weights = std::move(*weights);
+      r.weights_epoch = 0;
+    } else {
+      log::warn(str(identity, ": ", weights.status().message(), "; joining the weight group at the first sync"));
+    }
   }
   RLRUN_ASSIGN_OR_RETURN(trainer::LrScheduleKind kind, trainer::parse_lr_schedule_kind(enum_name(config.lr_scheduler)));
   const trainer::LrScheduleConfig schedule{kind, config.warmup_steps, config.min_lr_ratio};
@@ -133,7 +142,7 @@ class TrainerLoop {
     if (const TrainBatch* batch = m.get<TrainBatch>()) {
       train(*batch, m.correlation_id);
     } else if (const WeightSyncBegin* begin = m.get<WeightSyncBegin>()) {
-      send_weights(begin->version, m.correlation_id);
+      send_weights(*begin, m.correlation_id);
     } else if (const SaveCheckpoint* save = m.get<SaveCheckpoint>()) {
       save_checkpoint(*save, m.correlation_id);
     } else if (const Shutdown* s = m.get<Shutdown>()) {
@@ -166,15 +175,26 @@ class TrainerLoop {
     send(trainer::train_result(batch, *report, version_), correlation_id);
   }
 
-  void send_weights(uint64_t version, uint64_t correlation_id) {
+  void send_weights(const WeightSyncBegin& begin, uint64_t correlation_id) {
+    const uint64_t version = begin.version;
     WeightSyncEnd end{version, true, ""};
     if (options_.rank == 0) {
       ScopedSpan span("weight_send", "trainer");
-      Result<trainer::WeightSendReport> sent = rank_.trainer->send_weights(version);
-      if (!sent.ok()) {
+      Status s = join_weight_group(begin.group_epoch);
+      if (s.ok()) {
+        Result<trainer::WeightSendReport> sent = rank_.trainer->send_weights(version);
+        s = sent.status();
+      }
+      if (!s.ok()) {
         end.ok = false;
-        end.error = str("trainer 0: weight send of version ", version, ": ", sent.status().message());
+        end.error = str("trainer 0: weight send of version ", version, ": ", s.message());
         log::error(end.error);
+        // A failed collective leaves the group out of step, and the next sync names a new epoch:
+        // leave it now, which closes its sockets, so the members still waiting for this root's
+        // bytes fail at once instead of at the group's timeout.
+        rank_.trainer->set_weight_comm(nullptr);
+        rank_.weights.reset();
+        rank_.weights_epoch = -1;
       }
     }
     send(end, correlation_id);
@@ -203,6 +223,23 @@ class TrainerLoop {
       log::error(reply.error);
     }
     send(reply, correlation_id);
+  }
+
+  // Leaves the current weight group for "weights-<epoch>" unless already in it. After any failed
+  // sync the orchestrator names a new epoch (a failed collective leaves a group out of step).
+  Status join_weight_group(uint32_t epoch) {
+    if (rank_.weights != nullptr && rank_.weights_epoch == epoch) return Status();
+    rank_.trainer->set_weight_comm(nullptr);
+    rank_.weights.reset();
+    rank_.weights_epoch = -1;
+    const std::string identity = str("trainer-", options_.rank);
+    RLRUN_ASSIGN_OR_RETURN(rank_.weights, join_group(options_.orchestrator, identity,
+                                                     weight_sync_group(config_, 0, static_cast<int>(epoch)),
+                                                     options_.control_security));
+    rank_.weights_epoch = epoch;
+    rank_.trainer->set_weight_comm(rank_.weights.get());
+    log::info(str(identity, ": joined weight group epoch ", epoch));
+    return Status();
   }
 
   void send_heartbeat() {

@@ -1,5 +1,6 @@
 #include "rollout/worker.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,8 +65,10 @@ GenerateResult to_generate_result(SampleOutput output) {
 
 Worker::Worker(Scheduler& scheduler, engine::Communicator* weight_comm, WorkerOptions options)
     : scheduler_(scheduler), weight_comm_(weight_comm), options_(std::move(options)) {
-  if (weight_comm_ != nullptr)
+  if (weight_comm_ != nullptr) {
     updater_ = std::make_unique<WeightUpdater>(scheduler_.model(), *weight_comm_, options_.max_weight_bucket_bytes);
+    weight_group_epoch_ = options_.weight_group_epoch;
+  }
 }
 
 Worker::~Worker() = default;
@@ -145,13 +148,40 @@ bool Worker::handle(const Message& message) {
   return true;
 }
 
+Status Worker::join_weight_group(uint32_t epoch) {
+  if (updater_ != nullptr && weight_group_epoch_ == epoch) return Status();
+  if (!options_.join_weight_group) {
+    if (updater_ == nullptr) return unavailable(str("rollout ", options_.index, " has no weight-sync group"));
+    return invalid_argument(str("rollout ", options_.index, " is in weight group epoch ", weight_group_epoch_,
+                                   ", the sync names epoch ", epoch, ", and it cannot join another"));
+  }
+  updater_.reset();  // before the communicator it refers to
+  joined_comm_.reset();
+  weight_comm_ = nullptr;
+  weight_group_epoch_ = -1;
+  RLRUN_ASSIGN_OR_RETURN(joined_comm_, options_.join_weight_group(epoch));
+  weight_comm_ = joined_comm_.get();
+  updater_ = std::make_unique<WeightUpdater>(scheduler_.model(), *weight_comm_, options_.max_weight_bucket_bytes);
+  weight_group_epoch_ = epoch;
+  log::info(str("rollout ", options_.index, ": joined weight group epoch ", epoch));
+  return Status();
+}
+
 void Worker::run_weight_sync(const WeightSyncBegin& begin) {
   WeightSyncEnd end;
   end.version = begin.version;
-  if (updater_ == nullptr) {
+  const Status joined = join_weight_group(begin.group_epoch);
+  if (!joined.ok()) {
     end.ok = false;
-    end.error = str("rollout ", options_.index, " has no weight-sync group");
+    end.error = joined.message();
+    log::error(str("rollout ", options_.index, ": weight sync of version ", begin.version, ": ", end.error));
   } else {
+    if (options_.test_fault.point == TestFault::Point::kWeightSync && options_.test_fault.version == begin.version) {
+      // The trainer is broadcasting to this group now: dying here breaks a sync in progress.
+      log::warn(str("rollout ", options_.index, ": RLRUN_TEST_FAULT: SIGKILL inside the weight sync of version ",
+                    begin.version));
+      ::raise(SIGKILL);
+    }
     const auto start = Clock::now();
     Result<engine::WeightReceiveReport> report = updater_->receive();
     last_weight_sync_seconds_ = seconds_between(start, Clock::now());
@@ -165,10 +195,10 @@ void Worker::run_weight_sync(const WeightSyncBegin& begin) {
                       report->version, "; using the sender's"));
       end.version = report->version;
       scheduler_.set_weight_version(report->version);
-      last_heard_ = Clock::now();  // the sync it ordered just completed: do not count its length as silence
       ++summary_.weight_syncs;
     }
   }
+  last_heard_ = Clock::now();  // the orchestrator ordered the sync: its length (or timeout) is not silence
   send(end);
 }
 
@@ -220,6 +250,10 @@ void Worker::note_malformed() {
 
 Status Worker::run() {
   RLRUN_RETURN_IF_ERROR(register_with_orchestrator());
+  if (options_.test_fault.point == TestFault::Point::kAfterRegister) {
+    log::warn(str("rollout ", options_.index, ": RLRUN_TEST_FAULT: SIGKILL after registering"));
+    ::raise(SIGKILL);
+  }
   last_heard_ = last_heartbeat_ = last_turn_ = Clock::now();
   send_heartbeat();
   const auto interval = to_ms(options_.heartbeat_interval_seconds);

@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -34,6 +35,15 @@
 
 namespace rlrun::rollout {
 
+// Test-only fault injection for the fault-tolerance tests (tests/orchestrator/fault_test.cc):
+// `rlrun rollout` reads it from RLRUN_TEST_FAULT. The worker kills itself with SIGKILL at the
+// chosen point, so a test hits a narrow window (inside a weight sync) deterministically.
+struct TestFault {
+  enum class Point { kNone, kWeightSync, kAfterRegister };
+  Point point = Point::kNone;
+  uint64_t version = 0;  // kWeightSync: dies inside the sync of this weight version
+};
+
 struct WorkerOptions {
   std::string orchestrator;            // tcp://HOST:PORT of the orchestrator's ControlServer
   int32_t index = 0;                   // rollout worker index (Register.rank)
@@ -45,6 +55,12 @@ struct WorkerOptions {
   int max_messages_per_turn = 256;          // control messages drained between two steps
   int64_t max_weight_bucket_bytes = int64_t{1} << 32;
   SecurityOptions control_security;         // of the connection to the orchestrator
+  // Joins the weight-sync group "weights-<epoch>" as this worker's rank. Called when a
+  // WeightSyncBegin names an epoch other than the current group's (the group was re-formed after
+  // a member died); empty: the worker keeps the group it was given and refuses other epochs.
+  std::function<Result<std::unique_ptr<engine::Communicator>>(uint32_t epoch)> join_weight_group;
+  int64_t weight_group_epoch = 0;  // the epoch of the weight_comm given to the Worker
+  TestFault test_fault;
 };
 
 // What the worker did, for tests and the final log line.
@@ -59,8 +75,9 @@ struct WorkerSummary {
 
 class Worker {
  public:
-  // weight_comm: the weight-sync group (this worker a receiver), or nullptr when there is none
-  // (a WeightSyncBegin is then answered with WeightSyncEnd{ok = false}).
+  // weight_comm: the weight-sync group (this worker a receiver) of epoch
+  // options.weight_group_epoch, or nullptr when there is none yet (a WeightSyncBegin then joins
+  // the group it names through options.join_weight_group, or is answered WeightSyncEnd{ok = false}).
   Worker(Scheduler& scheduler, engine::Communicator* weight_comm, WorkerOptions options);
   ~Worker();
 
@@ -76,6 +93,8 @@ class Worker {
   bool handle(const Message& message);
   void handle_generate(const GenerateRequest& request, uint64_t correlation_id);
   void run_weight_sync(const WeightSyncBegin& begin);
+  // Makes "weights-<epoch>" the current group (joining it unless already there).
+  Status join_weight_group(uint32_t epoch);
   void send_finished();
   void send_heartbeat();
   void send_error(StatusCode code, MessageKind request_kind, const std::string& message, uint64_t correlation_id);
@@ -84,6 +103,8 @@ class Worker {
 
   Scheduler& scheduler_;
   engine::Communicator* weight_comm_;
+  std::unique_ptr<engine::Communicator> joined_comm_;  // a group joined after construction
+  int64_t weight_group_epoch_ = -1;                    // of weight_comm_; -1: none
   std::unique_ptr<WeightUpdater> updater_;
   WorkerOptions options_;
   std::unique_ptr<ControlClient> client_;

@@ -101,12 +101,17 @@ Trainer::Trainer(const TrainerOptions& options, TrainableModel& model, engine::C
                  engine::Communicator* weight_comm, PeakMemoryTracker* memory, std::unique_ptr<Optimizer> optimizer)
     : options_(options), model_(model), trainer_comm_(trainer_comm), weight_comm_(weight_comm), memory_(memory),
       optimizer_(std::move(optimizer)) {
-  if (weight_comm_ != nullptr) {
-    engine::FlatLayout layout{model_.param_specs(), model_.flat_size(), "f32"};
-    sender_ = std::make_unique<WeightSender>(model_.backend(), std::move(layout), *weight_comm_,
-                                             options_.weight_broadcast_bucket_mb << 20,
-                                             options_.weight_broadcast_cpu_staging);
-  }
+  set_weight_comm(weight_comm);
+}
+
+void Trainer::set_weight_comm(engine::Communicator* comm) {
+  weight_comm_ = comm;
+  sender_.reset();
+  if (weight_comm_ == nullptr) return;
+  engine::FlatLayout layout{model_.param_specs(), model_.flat_size(), "f32"};
+  sender_ = std::make_unique<WeightSender>(model_.backend(), std::move(layout), *weight_comm_,
+                                           options_.weight_broadcast_bucket_mb << 20,
+                                           options_.weight_broadcast_cpu_staging);
 }
 
 int Trainer::rank() const { return comm_rank(trainer_comm_); }

@@ -108,6 +108,10 @@ class Trainer {
   // weight_broadcast_free_grad_buffers the gradient buffer is freed for the whole send and
   // restored (zeroed) after it. Other ranks: no-op.
   Result<WeightSendReport> send_weights(uint64_t version);
+  // Trainer rank 0: the weight-sync group was re-formed (a rollout worker was replaced). comm (or
+  // null: no group for now) must outlive the Trainer or the next call; the next send carries the
+  // layout metadata again.
+  void set_weight_comm(engine::Communicator* comm);
 
   // Collective: checkpoint.h. keep_last = checkpoint_keep_last; exporter writes the HF model.
   Result<std::string> save_checkpoint(const std::string& root, int64_t step, const CheckpointExtras& extras,

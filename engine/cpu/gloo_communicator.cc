@@ -185,6 +185,7 @@ Result<std::unique_ptr<Communicator>> make_gloo_communicator(std::shared_ptr<Ren
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
     context->setTimeout(options.timeout);
     context->connectFullMesh(prefixed, device);
+    if (options.collective_timeout.count() > 0) context->setTimeout(options.collective_timeout);  // read per op
     return std::unique_ptr<Communicator>(new GlooCommunicator(std::move(context), options.name));
   } catch (const std::exception& e) {
     return unavailable(str("group `", options.name, "` rank ", options.rank, "/", options.size,

@@ -69,6 +69,7 @@ inline std::vector<Message> sample_messages() {
   WeightSyncBegin begin{43, 4096, 1024, false, {}};
   begin.tensors.push_back({"model.embed_tokens.weight", DType::kBF16, {16, 64}, 0});
   begin.tensors.push_back({"model.norm.weight", DType::kF32, {64}, 2048});
+  begin.group_epoch = 2;
   out.push_back({9, begin});
   std::vector<uint8_t> bytes(1024);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 #include <thread>
 
 namespace rlrun::orchestrator {
@@ -27,8 +28,16 @@ class StoreServer {
           EXPECT_TRUE(service_.handle(*server_, *in)) << message_kind_name(in->message.kind());
         }
         service_.expire(*server_);
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (const std::string& prefix : to_abandon_) service_.abandon(*server_, prefix);
+        to_abandon_.clear();
       }
     });
+  }
+  // RendezvousService::abandon, on the server's thread.
+  void abandon(const std::string& prefix) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    to_abandon_.push_back(prefix);
   }
   ~StoreServer() {
     stop_ = true;
@@ -41,6 +50,8 @@ class StoreServer {
   RendezvousService service_;
   std::string endpoint_;
   std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::vector<std::string> to_abandon_;
   std::thread thread_;
 };
 
@@ -128,6 +139,54 @@ TEST(Rendezvous, TwoGlooGroupsFormThroughTheControlPlane) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(done.load(), 5);
+}
+
+// A member died before joining a re-formed weight group: abandoning the group's keys makes the
+// others' join fail at once, not at the join timeout.
+TEST(Rendezvous, AbandonedWeightGroupFailsTheJoinAtOnce) {
+  StoreServer server;
+  Config config;
+  config.inference_num_workers = 1;
+  config.heartbeat_timeout_seconds = 60;  // the re-formed group's join timeout: far beyond the check below
+  const auto start = std::chrono::steady_clock::now();
+  std::thread trainer([&] {
+    auto weights = join_group(server.endpoint(), "trainer-0", weight_sync_group(config, 0, 1));
+    EXPECT_FALSE(weights.ok());
+  });
+  std::this_thread::sleep_for(300ms);
+  server.abandon(weight_group_key_prefix(1));
+  trainer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  // Later joins of that epoch fail at once too; another epoch is untouched.
+  auto late = join_group(server.endpoint(), "rollout-0", weight_sync_group(config, 1, 1));
+  EXPECT_FALSE(late.ok());
+  std::vector<std::thread> members;
+  for (int r = 0; r < 2; ++r)
+    members.emplace_back([&, r] { EXPECT_TRUE(join_group(server.endpoint(), str("m", r), weight_sync_group(config, r, 2)).ok()); });
+  for (auto& t : members) t.join();
+}
+
+// A member that stops taking part (a stopped process) fails the others' collective within
+// heartbeat_timeout_seconds, not the join timeout.
+TEST(Rendezvous, WeightGroupCollectiveFailsWithinTheHeartbeatTimeout) {
+  StoreServer server;
+  Config config;
+  config.inference_num_workers = 1;
+  config.heartbeat_timeout_seconds = 1;
+  std::unique_ptr<engine::Communicator> silent;
+  std::thread trainer([&] {
+    auto weights = join_group(server.endpoint(), "trainer-0", weight_sync_group(config, 0, 0));
+    ASSERT_TRUE(weights.ok()) << weights.status().message();
+    silent = std::move(*weights);  // joined, but never broadcasts
+  });
+  auto receiver = join_group(server.endpoint(), "rollout-0", weight_sync_group(config, 1, 0));
+  trainer.join();
+  ASSERT_TRUE(receiver.ok()) << receiver.status().message();
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int32_t> v = {0};
+  const Status s = (*receiver)->broadcast(v.data(), 1, engine::CommDType::kI32, 0);
+  EXPECT_FALSE(s.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
 }
 
 }  // namespace

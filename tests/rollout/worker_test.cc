@@ -255,6 +255,68 @@ TEST(Worker, LoadsNewWeightsWhenTheOrchestratorSaysSo) {
   EXPECT_TRUE(status.ok()) << status.to_string();
 }
 
+// A replacement worker (no group yet) joins the group its first WeightSyncBegin names through
+// join_weight_group, then receives; a group it cannot join is an error in WeightSyncEnd, and the
+// worker keeps serving.
+TEST(Worker, JoinsTheWeightGroupASyncNames) {
+  FakeOrchestrator orch;
+  auto store = engine::make_in_process_store();
+  auto group = [&](int rank, uint32_t epoch) -> Result<std::unique_ptr<engine::Communicator>> {
+    if (epoch == 9) return unavailable("group weights-9 cannot form");
+    engine::GroupOptions g;
+    g.name = "weights-" + std::to_string(epoch);
+    g.rank = rank;
+    g.size = 2;
+    g.timeout = 20000ms;
+    return engine::make_gloo_communicator(store, g);
+  };
+  std::thread sender([&] {
+    auto comm = group(0, 4);
+    ASSERT_TRUE(comm.ok()) << comm.status().message();
+    auto backend = testing::cpu_backend();
+    auto trainer_model = testing::tiny_model(*backend, /*seed=*/2);
+    trainer::WeightSender ws(*backend, engine::flat_layout_of(trainer_model->weights()), **comm, 1024);
+    EXPECT_TRUE(ws.send(trainer_model->weights().master_flat(), 7).ok());
+  });
+  std::vector<uint32_t> joined;
+  Status status;
+  std::thread worker([&] {
+    auto backend = testing::cpu_backend();
+    auto model = testing::tiny_model(*backend);
+    auto scheduler = testing::make_scheduler(*model, testing::small_options());
+    WorkerOptions o;
+    o.orchestrator = orch.server->endpoint();
+    o.index = 3;
+    o.host = "test-host";
+    o.heartbeat_interval_seconds = 0.05;
+    o.join_weight_group = [&](uint32_t epoch) {
+      joined.push_back(epoch);
+      return group(1, epoch);
+    };
+    Worker w(*scheduler, nullptr, o);
+    status = w.run();
+  });
+  orch.accept_registration();
+  WeightSyncBegin begin{7, 0, 1024, false, {}};
+  begin.group_epoch = 4;
+  orch.send(begin);
+  const auto end = orch.expect<WeightSyncEnd>();
+  EXPECT_TRUE(end.ok) << end.error;
+  EXPECT_EQ(end.version, 7u);
+  sender.join();
+  begin.group_epoch = 9;
+  orch.send(begin);
+  const auto failed = orch.expect<WeightSyncEnd>();
+  EXPECT_FALSE(failed.ok);
+  EXPECT_NE(failed.error.find("weights-9"), std::string::npos) << failed.error;
+  orch.send(request(1, {1, 2, 3}, 1, 5));
+  EXPECT_EQ(orch.expect<GenerateResult>().weight_versions.to_vector(), std::vector<int64_t>(5, 7));
+  orch.send(Shutdown{"done"});
+  worker.join();
+  EXPECT_TRUE(status.ok()) << status.to_string();
+  EXPECT_EQ(joined, (std::vector<uint32_t>{4, 9}));
+}
+
 TEST(Worker, ExitsWhenTheOrchestratorGoesSilent) {
   FakeOrchestrator orch;
   WorkerThread w(orch.server->endpoint(), 0.05, 0.4);
