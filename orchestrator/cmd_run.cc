@@ -149,6 +149,7 @@ Status run(const Config& config, const std::string& dir, const std::optional<Res
   std::vector<std::string> rollout_names, processes;  // the orchestrator's own: process_memory_collectable
   for (const auto& [spec, slot] : specs) {
     slots.push_back(slot);
+    slots.back().spec = spec;  // a replacement starts the same way
     processes.push_back(slot.name);
     if (slot.role == Role::kRollout) rollout_names.push_back(slot.name);
   }

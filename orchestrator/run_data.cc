@@ -30,7 +30,7 @@ int Orchestrator::free_rollout_worker() const {
   int best = -1, best_free = 0;
   for (size_t i = 0; i < workers_.size(); ++i) {
     const WorkerSlot& w = workers_[i];
-    if (w.role != Role::kRollout) continue;
+    if (w.role != Role::kRollout || w.state != WorkerState::kReady) continue;
     const int free = static_cast<int>(config_.max_concurrent_prompts_per_server) - w.lanes_used;
     if (free > best_free) best = static_cast<int>(i), best_free = free;
   }
@@ -54,6 +54,24 @@ void Orchestrator::send_request(uint64_t group_id, uint32_t first, uint32_t coun
   if (!s.ok()) log::warn(str("dispatch to ", w.name, ": ", s.message()));  // results never come: counted in flight
   requests_[req.request_id] = Request{group_id, first, count, 0, worker, g.dispatch_version, false, false};
   ++w.lanes_used;
+  if (w.failure_record >= 0) {  // a replacement: when it took work (bench/fault_recovery.sh reads it)
+    double& first_request = outcome_.worker_failures[w.failure_record].replacement_first_request_at;
+    if (first_request == 0)
+      first_request = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
+}
+
+Status Orchestrator::send_eval_request(uint64_t problem, int worker) {
+  GenerateRequest req;
+  req.request_id = next_request_++;
+  req.prompt_ids = tokenizer_.encode(task_.eval_set()[problem].prompt);
+  req.temperature = 0.0f;  // greedy
+  req.max_tokens = static_cast<uint32_t>(config_.max_tokens);
+  req.stop_token_ids = stop_ids_;
+  req.min_weight_version = static_cast<uint64_t>(trainer_step_);
+  requests_[req.request_id] = Request{problem, 0, 1, 0, worker, static_cast<uint64_t>(trainer_step_), true, false};
+  ++workers_[worker].lanes_used;
+  return server_.send(workers_[worker].name, req);  // not delivered: the request times out on that worker
 }
 
 bool Orchestrator::start_group() {
@@ -332,9 +350,11 @@ Status Orchestrator::run_step() {
 Status Orchestrator::train(const BatchBuild& build, const std::string& what, bool allow_dispatch) {
   train_results_.clear();
   train_error_.clear();
+  const auto started = Clock::now();
   for (const TrainBatch& b : build.per_rank) RLRUN_RETURN_IF_ERROR(server_.send(str("trainer-", b.rank), b));
   while (train_results_.size() < build.per_rank.size()) {
     if (!train_error_.empty()) return internal_error(str(what, " failed: ", train_error_));
+    RLRUN_RETURN_IF_ERROR(check_train_timeout(what, started));
     RLRUN_RETURN_IF_ERROR(tick(kTick, allow_dispatch));
   }
   return Status();
@@ -345,27 +365,23 @@ Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
   if (problems.empty() || config_.task.eval_size == 0) return std::optional<double>();
   ScopedSpan span("eval", "orchestrator");
   eval_rewards_.clear();
-  std::vector<int> rollouts;
+  std::vector<int> rollouts;  // ready ones; the problems of a dead worker are dispatched again
   for (size_t i = 0; i < workers_.size(); ++i)
-    if (workers_[i].role == Role::kRollout) rollouts.push_back(static_cast<int>(i));
+    if (workers_[i].role == Role::kRollout && workers_[i].state == WorkerState::kReady)
+      rollouts.push_back(static_cast<int>(i));
   size_t sent = 0;
   for (size_t p = 0; p < problems.size(); ++p) {
-    std::vector<int32_t> ids = tokenizer_.encode(problems[p].prompt);
-    if (ids.empty() || static_cast<int64_t>(ids.size()) + config_.max_tokens > config_.max_model_len) {
+    const size_t n = tokenizer_.encode(problems[p].prompt).size();
+    if (n == 0 || static_cast<int64_t>(n) + config_.max_tokens > config_.max_model_len) {
       eval_rewards_[p] = 0.0;  // cannot be asked: counts as wrong
       continue;
     }
-    GenerateRequest req;
-    req.request_id = next_request_++;
-    req.prompt_ids = std::move(ids);
-    req.temperature = 0.0f;  // greedy
-    req.max_tokens = static_cast<uint32_t>(config_.max_tokens);
-    req.stop_token_ids = stop_ids_;
-    req.min_weight_version = static_cast<uint64_t>(trainer_step_);
+    if (rollouts.empty()) {
+      requeued_eval_.push_back(p);
+      continue;
+    }
     const int w = rollouts[sent++ % rollouts.size()];
-    RLRUN_RETURN_IF_ERROR(server_.send(workers_[w].name, req));
-    requests_[req.request_id] = Request{p, 0, 1, 0, w, static_cast<uint64_t>(trainer_step_), true, false};
-    ++workers_[w].lanes_used;
+    if (Status s = send_eval_request(p, w); !s.ok()) log::warn(str("evaluation request to ", workers_[w].name, ": ", s.message()));
   }
   while (eval_rewards_.size() < problems.size()) RLRUN_RETURN_IF_ERROR(tick(kTick, false));
   double correct = 0;

@@ -26,7 +26,6 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 // Workers build models and join groups before registering: generous on a loaded machine.
 constexpr std::chrono::seconds kRegistrationTimeout{300};
-constexpr milliseconds kTick{20};
 
 std::string json_number(double v) { return std::isfinite(v) ? str(v) : "null"; }
 
@@ -52,24 +51,14 @@ WorkerSlot* Orchestrator::worker_by_name(const std::string& name) {
   return nullptr;
 }
 
-Status Orchestrator::check_exits() {
-  for (const ProcessExit& e : launcher_.poll_exits()) {
-    if (accepting_exits_) continue;
-    const WorkerSlot* w = worker_by_name(e.name);
-    const std::string log_path = w ? w->log_path : "";
-    worker_died_ = true;
-    return unavailable(str("worker ", e.name, " ", e.describe(), " unexpectedly; see its log: ", log_path));
-  }
-  return Status();
-}
-
 Status Orchestrator::blame_dead_worker(const Status& failure) {
   if (worker_died_) return failure;  // it names the dead worker already
   // A collective fails on the survivors as soon as one member dies, often before the launcher
-  // sees the death: give it a moment, then name the dead worker as the cause.
+  // sees the death: give it a moment, then name the dead worker as the cause (a trainer; a
+  // rollout worker's death does not stop the run, supervise() restarts it).
   const auto deadline = Clock::now() + std::chrono::seconds(2);
   while (Clock::now() < deadline) {
-    if (Status dead = check_exits(); !dead.ok()) {
+    if (Status dead = supervise(); !dead.ok()) {
       log::warn(str("a worker died, and with it: ", failure.message()));
       return dead;
     }
@@ -98,6 +87,8 @@ Status Orchestrator::handle_register(const Incoming& in, const Register& reg) {
                                             "not a worker of this run"}, in.message.correlation_id);
   }
   w->registered = true;
+  w->last_heard = Clock::now();
+  if (w->state == WorkerState::kStarting) w->state = WorkerState::kNeedsWeights;
   RegisterAck ack;
   ack.assigned_id = static_cast<uint32_t>(w - workers_.data());
   log::info(str(w->name, " registered (pid ", reg.pid, " on ", reg.host, ")"));
@@ -108,6 +99,9 @@ Status Orchestrator::handle(const Incoming& in) {
   if (rendezvous_.handle(server_, in)) return Status();
   const Message& m = in.message;
   if (const auto* reg = m.get<Register>()) return handle_register(in, *reg);
+  WorkerSlot* from = worker_by_name(in.peer);
+  if (from != nullptr && from->state == WorkerState::kDead) return Status();  // sent before it died
+  if (from != nullptr) from->last_heard = Clock::now();
   if (const auto* hb = m.get<Heartbeat>()) {
     handle_heartbeat(in, *hb);
   } else if (const auto* result = m.get<GenerateResult>()) {
@@ -127,7 +121,7 @@ Status Orchestrator::handle(const Incoming& in) {
       phase_best = std::max(phase_best, static_cast<int64_t>(it->second));
     }
   } else if (const auto* end = m.get<WeightSyncEnd>()) {
-    sync_ends_[in.peer] = *end;
+    on_sync_end(in.peer, *end);
   } else if (const auto* saved = m.get<CheckpointSaved>()) {
     if (const WorkerSlot* w = worker_by_name(in.peer); w != nullptr && w->role == Role::kTrainer)
       checkpoints_saved_[w->rank] = *saved;
@@ -152,12 +146,19 @@ Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
     return unavailable("interrupted (SIGINT/SIGTERM)");
   }
   Result<Incoming> in = server_.poll(wait);
-  for (int n = 0; in.ok() && n < 1000; ++n) {
+  inbox_backlogged_ = false;
+  for (int n = 1; in.ok(); ++n) {
     RLRUN_RETURN_IF_ERROR(handle(*in));
+    if (n == 1000) {  // the rest next turn (not polled: a polled message must be handled)
+      inbox_backlogged_ = true;
+      break;
+    }
     in = server_.poll(milliseconds(0));
   }
   rendezvous_.expire(server_);
-  RLRUN_RETURN_IF_ERROR(check_exits());
+  RLRUN_RETURN_IF_ERROR(supervise());
+  RLRUN_RETURN_IF_ERROR(advance_sync());
+  dispatch_requeued();  // already admitted work first, also while dispatch is held
   if (allow_dispatch) {
     cancel_off_policy();
     dispatch();
@@ -197,30 +198,6 @@ Status Orchestrator::wait_for_registration() {
     }
     RLRUN_RETURN_IF_ERROR(tick(milliseconds(50), false));
   }
-}
-
-Status Orchestrator::weight_sync(uint64_t version) {
-  ScopedSpan span("weight_sync", "orchestrator");
-  span.arg("version", static_cast<int64_t>(version));
-  const auto start = Clock::now();
-  sync_ends_.clear();
-  WeightSyncBegin begin;
-  begin.version = version;
-  begin.bucket_bytes = static_cast<uint64_t>(config_.weight_broadcast_bucket_mb) << 20;
-  begin.metadata_cached = true;  // the layout travels over the weight group itself
-  std::vector<std::string> members;
-  for (const WorkerSlot& w : workers_) {
-    if (w.role == Role::kRollout || (w.role == Role::kTrainer && w.rank == 0)) members.push_back(w.name);
-  }
-  for (const std::string& name : members) RLRUN_RETURN_IF_ERROR(server_.send(name, begin));
-  while (sync_ends_.size() < members.size()) RLRUN_RETURN_IF_ERROR(tick(kTick, looping_));
-  for (const auto& [name, end] : sync_ends_) {
-    if (!end.ok) return internal_error(str("weight sync of version ", version, " failed on ", name, ": ", end.error));
-  }
-  last_sync_seconds_ = seconds_since(start);
-  metrics_.weight_sync_seconds->Increment(last_sync_seconds_);
-  metrics_.weight_sync_bytes->Increment(static_cast<double>(weight_bytes_));
-  return Status();
 }
 
 Status Orchestrator::run() {

@@ -15,6 +15,14 @@
 // and the loop waits for CheckpointSaved from each. A SIGINT/SIGTERM does not cut a step in its
 // train or weight sync: the step completes, then (checkpoint_every > 0) the last completed step
 // is saved and run() returns "interrupted".
+//
+// Rollout worker failures (run_supervise.cc): a worker that exits, goes silent for
+// heartbeat_timeout_seconds, or leaves a request unanswered for rollout_request_timeout_seconds is
+// killed; its requests go back to be dispatched to the others (same groups, same sample ids), and
+// a replacement starts after worker_restart_backoff_seconds (doubling), at most
+// max_worker_restarts times per worker. A death breaks the weight group "weights-<epoch>", so the
+// next sync round (run_sync.cc) names a new epoch: trainer rank 0, the survivors and the
+// replacement join it, the replacement receives the current weights, and only then takes requests.
 #pragma once
 
 #include <atomic>
@@ -24,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,7 +66,25 @@ struct RunOutcome {
   // Trainer processes: the backend's peak bytes per phase ("forward_backward", "optimizer"),
   // from TrainResult: what `rlrun plan --compare` sets beside the plan.
   std::map<std::string, std::map<std::string, int64_t>> phase_peak_bytes;
+  // One per rollout worker failure; times are Unix seconds (0: did not happen).
+  struct WorkerFailure {
+    std::string worker, reason;
+    double detected_at = 0;
+    double replacement_started_at = 0;
+    double replacement_ready_at = 0;       // it had the current weights
+    double replacement_first_request_at = 0;
+  };
+  std::vector<WorkerFailure> worker_failures;
+  int64_t worker_restarts = 0;
   std::string exit = "ok";
+};
+
+// A worker's life as the orchestrator sees it. Only kReady rollout workers get requests.
+enum class WorkerState : uint8_t {
+  kStarting,      // launched, not registered yet
+  kNeedsWeights,  // registered; has not finished a weight sync yet
+  kReady,
+  kDead,          // exited or killed; a replacement starts at restart_at
 };
 
 struct WorkerSlot {
@@ -68,6 +95,12 @@ struct WorkerSlot {
   bool registered = false;
   int lanes_used = 0;    // rollout: requests in flight
   double idle_seconds = 0;
+  ProcessSpec spec{};    // how it was started: a replacement starts the same way
+  WorkerState state = WorkerState::kStarting;
+  int restarts = 0;
+  bool awaiting_exit = false;  // killed by the orchestrator: its exit is not a new failure
+  std::chrono::steady_clock::time_point last_heard{}, started_at{}, restart_at{};
+  int failure_record = -1;     // index of its last failure in RunOutcome::worker_failures
 };
 
 class Orchestrator {
@@ -114,6 +147,17 @@ class Orchestrator {
     uint64_t dispatch_version = 0;
     bool eval = false;
     bool cancel_sent = false;
+    Clock::time_point sent_at = Clock::now();
+  };
+  // One weight sync over the group "weights-<epoch>": trainer rank 0 and every rollout worker.
+  struct SyncRound {
+    uint64_t version = 0;
+    uint32_t epoch = 0;
+    std::set<std::string> waiting;    // members whose WeightSyncEnd has not come
+    std::vector<std::string> errors;  // "member: error"
+    bool saw_death = false;           // a member died: the round fails, a later one retries
+    Clock::time_point start, sender_answered_at;
+    bool failed() const { return saw_death || !errors.empty(); }
   };
 
   // ---- run_loop.cc: lifecycle and messages
@@ -121,12 +165,10 @@ class Orchestrator {
   Status handle(const Incoming& in);
   Status handle_register(const Incoming& in, const Register& reg);
   void handle_heartbeat(const Incoming& in, const Heartbeat& hb);
-  Status check_exits();
   // `failure`, or the death of a worker that caused it (a step failing on the ranks that outlived
   // another) when one shows within a short grace.
   Status blame_dead_worker(const Status& failure);
   Status wait_for_registration();
-  Status weight_sync(uint64_t version);
   Status run_step();
   Status format_warm_start();  // warm_start.cc
   // Sends build's batches to the trainer ranks and ticks until every rank answers; `what` names
@@ -146,10 +188,31 @@ class Orchestrator {
   Status checkpoint_if_due();         // after a step
   Status checkpoint_on_interrupt();   // the last completed step, unless it was just saved
 
+  // ---- run_sync.cc: weight sync rounds
+  // Blocks (ticking) until every rollout worker holds `version`, re-forming the group as needed.
+  Status weight_sync(uint64_t version);
+  Status advance_sync();  // in tick: finishes, times out or starts a round
+  void start_round(uint64_t version);
+  void on_sync_end(const std::string& peer, const WeightSyncEnd& end);
+  Status finish_round();
+  bool group_complete() const;  // every rollout worker registered and alive
+
+  // ---- run_supervise.cc: rollout worker failures, restarts, timeouts
+  Status supervise();  // in tick
+  // Kills (unless it exited) and schedules the restart of workers_[index], or fails the run when
+  // its restarts are used up. `why`: "killed by signal 9 (SIGKILL)", "silent for 12 s", ...
+  Status fail_worker(int index, const std::string& why, bool exited);
+  void requeue_requests_of(int index);
+  Status restart_worker(int index);
+  void dispatch_requeued();
+  // The train step in flight (`what`) has run longer than train_step_timeout_seconds: the run stops.
+  Status check_train_timeout(const std::string& what, Clock::time_point started) const;
+
   // ---- run_data.cc: the sample path
   void dispatch();
   bool start_group();
   void send_request(uint64_t group_id, uint32_t first, uint32_t count, int worker);
+  Status send_eval_request(uint64_t problem, int worker);
   void cancel_off_policy();
   void on_result(const GenerateResult& result);
   void finish_group(Group& group);
@@ -166,7 +229,7 @@ class Orchestrator {
   static std::string batch_identity_json(const std::vector<Group>& batch);
   Result<std::optional<double>> evaluate(const char* when);
   int64_t outstanding_groups() const;
-  int free_rollout_worker() const;  // index of the rollout worker with most free lanes, or -1
+  int free_rollout_worker() const;  // index of the ready rollout worker with most free lanes, or -1
   uint64_t sample_id(uint64_t group, uint32_t index) const { return group * group_size_ + index; }
 
   const Config& config_;
@@ -185,6 +248,8 @@ class Orchestrator {
   uint32_t group_size_;
   std::vector<int32_t> stop_ids_;
   bool accepting_exits_ = false;  // after shutdown_workers: exits are expected
+  // This turn left messages unread: a heartbeat may be among them, so silence is not judged.
+  bool inbox_backlogged_ = false;
 
   std::map<uint64_t, Group> groups_;  // in flight (not all samples back)
   std::deque<Group> ready_;           // scored, waiting for a batch
@@ -204,13 +269,23 @@ class Orchestrator {
   int64_t last_checkpoint_step_ = 0;
   bool committing_ = false;         // in a step's train + sync or a save: an interrupt waits
   bool stopped_by_interrupt_ = false;
-  bool worker_died_ = false;        // check_exits() reported a death
+  bool worker_died_ = false;        // supervise() reported a trainer's death
   std::map<int, CheckpointSaved> checkpoints_saved_;  // by rank
 
   // Per-step waits.
   std::map<int, TrainResult> train_results_;  // by rank
   std::string train_error_;
-  std::map<std::string, WeightSyncEnd> sync_ends_;  // by worker name
+  // Weight sync rounds (run_sync.cc).
+  std::optional<SyncRound> round_;
+  std::optional<uint64_t> sync_target_;  // the version weight_sync() waits for
+  uint64_t synced_version_ = 0;          // the version every ready worker holds
+  bool weights_started_ = false;         // the first weight_sync() was called
+  uint32_t weight_epoch_ = 0;            // of the weight group's last formation
+  bool group_broken_ = false;            // a member died or a round failed: the next round re-forms
+
+  // Work of dead workers, dispatched again before new groups (run_supervise.cc).
+  std::deque<std::pair<uint64_t, uint32_t>> requeued_;  // (group, sample index)
+  std::deque<uint64_t> requeued_eval_;                   // eval problem indices
   std::map<uint64_t, double> eval_rewards_;         // eval problem index -> reward
 
   RunOutcome outcome_;

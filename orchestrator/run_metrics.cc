@@ -23,6 +23,8 @@ RunMetrics::RunMetrics(prometheus::Registry& r, const std::vector<std::string>& 
                           .Add({}, prometheus::Histogram::BucketBoundaries{0, 1, 2, 3, 4, 8, 16});
   discarded = &counter_family(r, "samples_discarded_total", "samples dropped, by reason");
   cancelled = &counter_family(r, "samples_cancelled_total", "in-flight samples cancelled").Add({});
+  worker_restarts = &counter_family(r, "worker_restarts_total", "rollout worker restarts after a failure, by worker");
+  for (const std::string& w : rollout_workers) worker_restarts->Add({{"worker", w}});  // 0 from the start
   tokens_generated = &counter_family(r, "tokens_generated_total", "completion tokens generated").Add({});
   tokens_trained = &counter_family(r, "tokens_trained_total", "tokens in trainer batches").Add({});
   eval_accuracy = &gauge_family(r, "eval_accuracy", "held-out exact-match accuracy (greedy) of the last evaluation").Add({});
@@ -73,5 +75,7 @@ void RunMetrics::observe_rollout(const std::string& worker, const Heartbeat& hb)
 }
 
 void RunMetrics::count_discard(const std::string& reason, double n) { discarded->Add({{"reason", reason}}).Increment(n); }
+
+void RunMetrics::count_worker_restart(const std::string& worker) { worker_restarts->Add({{"worker", worker}}).Increment(); }
 
 }  // namespace rlrun::orchestrator

@@ -58,7 +58,10 @@ struct RunMetrics {
   };
   std::map<std::string, RolloutGauges> rollout;  // by worker name
 
+  prometheus::Family<prometheus::Counter>* worker_restarts;  // {worker}: rlrun_worker_restarts_total
+
   void count_discard(const std::string& reason, double n = 1);
+  void count_worker_restart(const std::string& worker);
   void observe_rollout(const std::string& worker, const Heartbeat& hb);
 };
 

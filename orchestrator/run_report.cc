@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "common/atomic_file.h"
 #include "common/timeline.h"
@@ -57,6 +58,25 @@ static std::string processes_json(const RunOutcome& o) {
   return out;
 }
 
+// "worker_failures": one entry per rollout worker failure, times in Unix seconds (null: did not
+// happen): when it was detected, when its replacement started, had the weights, took a request.
+static std::string failures_json(const RunOutcome& o) {
+  auto at = [](double t) {
+    if (t <= 0) return std::string("null");
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", t);  // milliseconds; str() would round to 6 digits
+    return std::string(buf);
+  };
+  std::string out;
+  for (const RunOutcome::WorkerFailure& f : o.worker_failures) {
+    out += str(out.empty() ? "\n    " : ",\n    ", "{\"worker\": ", quoted(f.worker), ", \"reason\": ", quoted(f.reason),
+               ", \"detected_at\": ", at(f.detected_at), ", \"replacement_started_at\": ", at(f.replacement_started_at),
+               ", \"replacement_ready_at\": ", at(f.replacement_ready_at),
+               ", \"replacement_first_request_at\": ", at(f.replacement_first_request_at), "}");
+  }
+  return out.empty() ? "[]" : str("[", out, "\n  ]");
+}
+
 std::string summary_json(const RunOutcome& o, double wall_seconds) {
   const SampleLedger::Summary& s = o.samples;
   std::string discarded;
@@ -67,7 +87,7 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
   return str("{\n  \"steps_completed\": ", o.steps_completed, ",\n  \"wall_seconds\": ", number(wall_seconds),
              ",\n  \"samples\": {\"generated\": ", s.generated, ", \"trained\": ", s.trained, ", \"discarded\": {",
              discarded, "}, \"cancelled\": ", s.cancelled, ", \"in_flight_at_exit\": ", s.in_flight,
-             ", \"lost\": ", s.lost, "},\n  \"reward_mean\": {\"first\": ", tenth_mean(o.step_reward_means, false),
+             ", \"lost\": ", s.lost, ", \"anomalies\": ", s.anomalies, "},\n  \"reward_mean\": {\"first\": ", tenth_mean(o.step_reward_means, false),
              ", \"last\": ", tenth_mean(o.step_reward_means, true), "},\n  \"eval\": {\"accuracy_before\": ",
              optional_number(o.accuracy_before), ", \"accuracy_after\": ", optional_number(o.accuracy_after),
              "},\n  \"trainer_idle_fraction\": ", loop > 0 ? number(o.trainer_idle_seconds / loop) : "null",
@@ -75,7 +95,8 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
              ",\n  \"tokens_per_second\": {\"generated\": ", loop > 0 ? number(o.tokens_generated / loop) : "null",
              ", \"trained\": ", loop > 0 ? number(o.tokens_trained / loop) : "null",
              "},\n  \"peak_memory_bytes\": {", memory, "},\n  \"processes\": [\n    ", processes_json(o),
-             "\n  ],\n  \"worker_restarts\": 0,\n  \"prompts_skipped\": ",
+             "\n  ],\n  \"worker_restarts\": ", o.worker_restarts, ",\n  \"worker_failures\": ", failures_json(o),
+             ",\n  \"prompts_skipped\": ",
              o.prompts_skipped, ",\n  \"exit\": ", quoted(o.exit), "\n}\n");
 }
 

@@ -112,11 +112,11 @@ TEST_F(RunEndToEnd, TinyConfigRunsEveryStepAndAccountsForEverySample) {
 
 // Starts a long tiny run in the background; returns once it has trained a step. The run's pid is
 // in dir/pid, its exit code lands in dir/code, its output in dir/out.
-void start_long_run(const fs::path& dir) {
+void start_long_run(const fs::path& dir, const std::string& sets = "") {
   fs::create_directories(dir);
   const std::string cmd = std::string("cd '") + RLRUN_SOURCE_DIR + "' && (sh -c 'echo $$ > \"" + (dir / "pid").string() +
                           "\"; exec \"" + RLRUN_BINARY + "\" configs/tiny.yaml --run-dir \"" + (dir / "run").string() +
-                          "\" --set number_of_steps=1000000 --set discard_group_zero_advantage=false' > '" +
+                          "\" --set number_of_steps=1000000 --set discard_group_zero_advantage=false" + sets + "' > '" +
                           (dir / "out").string() + "' 2>&1; echo $? > '" + (dir / "code").string() + "') &";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   for (int i = 0; i < 6000 && read_file(dir / "run" / "metrics.jsonl").empty(); ++i) ::usleep(10000);
@@ -137,8 +137,9 @@ int logged_pid(const std::string& out, const std::string& worker) {
   return at == std::string::npos ? -1 : std::atoi(out.c_str() + at + key.size());
 }
 
-TEST_F(RunEndToEnd, CrashedWorkerStopsTheRunNamingItAndItsLog) {
-  start_long_run(dir_);
+// Without restarts (tests/orchestrator/fault_test.cc has the restarts).
+TEST_F(RunEndToEnd, CrashedWorkerWithoutRestartsStopsTheRunNamingItAndItsLog) {
+  start_long_run(dir_, " --set max_worker_restarts=0");
   const int pid = logged_pid(read_file(dir_ / "out"), "rollout-0");
   ASSERT_GT(pid, 0) << read_file(dir_ / "out");
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
