@@ -37,26 +37,29 @@ rollout::SchedulerOptions scheduler_options(const Config& c, const engine::Model
 }
 
 // RLRUN_TEST_FAULT (test-only, read here and nowhere else): "<worker>:weight_sync:<version>" kills
-// that worker inside the weight sync of <version>, in its first incarnation only (its
-// replacement receives the same version and must live); "<worker>:after_register" kills every
-// incarnation right after it registers (a worker that keeps dying). Other workers ignore it.
+// that worker inside the weight sync of <version>, "<worker>:stop_after_results:<n>" stops it
+// (SIGSTOP) after its nth result, both in its first incarnation only (the replacement must live);
+// "<worker>:after_register" kills every incarnation right after it registers (a worker that
+// keeps dying). Other workers ignore it.
 Result<rollout::TestFault> test_fault(const char* spec, int32_t index, int incarnation) {
   rollout::TestFault fault;
   if (spec == nullptr || *spec == '\0') return fault;
   const std::string text = spec, me = str("rollout-", index, ":");
-  const std::string usage = str("RLRUN_TEST_FAULT `", text, "`: expected rollout-I:weight_sync:VERSION or "
-                                "rollout-I:after_register (test-only fault injection)");
+  const std::string usage = str("RLRUN_TEST_FAULT `", text, "`: expected rollout-I:weight_sync:VERSION, "
+                                "rollout-I:stop_after_results:N or rollout-I:after_register (test-only fault injection)");
   if (text.rfind("rollout-", 0) != 0 || text.find(':') == std::string::npos) return invalid_argument(usage);
   if (text.rfind(me, 0) != 0) return fault;  // aimed at another worker
   const std::string point = text.substr(me.size());
   if (point == "after_register") {
     fault.point = rollout::TestFault::Point::kAfterRegister;
-  } else if (point.rfind("weight_sync:", 0) == 0) {
+  } else if (point.rfind("weight_sync:", 0) == 0 || point.rfind("stop_after_results:", 0) == 0) {
+    const bool sync = point[0] == 'w';
+    const std::string value = point.substr(point.find(':') + 1);
     char* end = nullptr;
-    const std::string version = point.substr(12);
-    fault.version = std::strtoull(version.c_str(), &end, 10);
-    if (version.empty() || *end != '\0') return invalid_argument(usage);
-    if (incarnation == 0) fault.point = rollout::TestFault::Point::kWeightSync;
+    fault.value = std::strtoull(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0') return invalid_argument(usage);
+    if (incarnation == 0)
+      fault.point = sync ? rollout::TestFault::Point::kWeightSync : rollout::TestFault::Point::kStopAfterResults;
   } else {
     return invalid_argument(usage);
   }

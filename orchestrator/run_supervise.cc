@@ -83,6 +83,7 @@ Status Orchestrator::supervise() {
   }
   for (const auto& [id, r] : requests_) {
     if (inbox_backlogged_ || seconds_since(r.sent_at) <= config_.rollout_request_timeout_seconds) continue;
+    if (round_ && round_->waiting.count(workers_[r.worker].name)) continue;  // blocked in a sync: bounded there
     // Ends the loop: fail_worker erases from requests_.
     return fail_worker(r.worker, str("left request ", id, " unanswered for ", seconds_since(r.sent_at),
                                      " s (rollout_request_timeout_seconds = ", config_.rollout_request_timeout_seconds,

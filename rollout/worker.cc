@@ -176,7 +176,7 @@ void Worker::run_weight_sync(const WeightSyncBegin& begin) {
     end.error = joined.message();
     log::error(str("rollout ", options_.index, ": weight sync of version ", begin.version, ": ", end.error));
   } else {
-    if (options_.test_fault.point == TestFault::Point::kWeightSync && options_.test_fault.version == begin.version) {
+    if (options_.test_fault.point == TestFault::Point::kWeightSync && options_.test_fault.value == begin.version) {
       // The trainer is broadcasting to this group now: dying here breaks a sync in progress.
       log::warn(str("rollout ", options_.index, ": RLRUN_TEST_FAULT: SIGKILL inside the weight sync of version ",
                     begin.version));
@@ -208,6 +208,11 @@ void Worker::send_finished() {
     const auto it = correlation_of_.find(out.request_id);
     send(to_generate_result(std::move(out)), it == correlation_of_.end() ? 0 : it->second);
     ++summary_.results_sent;
+    if (options_.test_fault.point == TestFault::Point::kStopAfterResults &&
+        summary_.results_sent == options_.test_fault.value) {
+      log::warn(str("rollout ", options_.index, ": RLRUN_TEST_FAULT: SIGSTOP after ", summary_.results_sent, " results"));
+      ::raise(SIGSTOP);
+    }
   }
   for (const SampleOutput& out : finished)  // request_id survives the move
     if (!scheduler_.is_active(out.request_id)) correlation_of_.erase(out.request_id);  // its last sample went

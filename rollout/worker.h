@@ -37,11 +37,12 @@ namespace rlrun::rollout {
 
 // Test-only fault injection for the fault-tolerance tests (tests/orchestrator/fault_test.cc):
 // `rlrun rollout` reads it from RLRUN_TEST_FAULT. The worker kills itself with SIGKILL at the
-// chosen point, so a test hits a narrow window (inside a weight sync) deterministically.
+// chosen point, or stops itself (SIGSTOP: hung, alive), so a test hits a narrow window (inside a
+// weight sync, in the middle of a request) deterministically.
 struct TestFault {
-  enum class Point { kNone, kWeightSync, kAfterRegister };
+  enum class Point { kNone, kWeightSync, kAfterRegister, kStopAfterResults };
   Point point = Point::kNone;
-  uint64_t version = 0;  // kWeightSync: dies inside the sync of this weight version
+  uint64_t value = 0;  // kWeightSync: the weight version of the sync; kStopAfterResults: results sent
 };
 
 struct WorkerOptions {

@@ -35,9 +35,9 @@ std::string read_file(const fs::path& p) {
 
 // Fast detection and restarts, two rollout workers so that the run goes on while one is down.
 // Every weight sync needs every worker, so no run ends before its failure was handled.
-constexpr int kSteps = 40;
+constexpr int kSteps = 60;
 constexpr const char* kFaultSets =
-    " --set inference_num_workers=2 --set number_of_steps=40 --set discard_group_zero_advantage=false"
+    " --set inference_num_workers=2 --set number_of_steps=60 --set discard_group_zero_advantage=false"
     " --set heartbeat_interval_seconds=0.5 --set heartbeat_timeout_seconds=4 --set worker_restart_backoff_seconds=0.5";
 
 // One `rlrun` run in the background (from the source folder: the config's relative paths).
@@ -115,13 +115,13 @@ void expect_every_sample_accounted_for(const json& summary) {
 }
 
 // The run went on past the failure: the replacement got the weights and then work.
-void expect_one_recovery(const json& summary, const std::string& reason_part) {
+void expect_one_recovery(const json& summary, const std::string& reason_part, const std::string& worker = "rollout-1") {
   EXPECT_EQ(summary["exit"], "ok") << summary.dump(2);
   EXPECT_EQ(summary["steps_completed"], kSteps);
   EXPECT_EQ(summary["worker_restarts"], 1) << summary.dump(2);
   ASSERT_EQ(summary["worker_failures"].size(), 1u) << summary.dump(2);
   const json& f = summary["worker_failures"][0];
-  EXPECT_EQ(f["worker"], "rollout-1");
+  EXPECT_EQ(f["worker"], worker);
   EXPECT_NE(f["reason"].get<std::string>().find(reason_part), std::string::npos) << f.dump();
   ASSERT_TRUE(f["replacement_ready_at"].is_number()) << f.dump();
   EXPECT_GE(f["replacement_ready_at"].get<double>(), f["detected_at"].get<double>());
@@ -175,6 +175,21 @@ TEST_F(WorkerFaults, HungWorkerIsKilledAndReplaced) {
   EXPECT_TRUE(reason.find("silent for") != std::string::npos || reason.find("hung in the weight sync") != std::string::npos)
       << summary.dump(2);
   expect_one_recovery(summary, "");
+}
+
+// A hang with a long heartbeat timeout: the worker's oldest request passes
+// rollout_request_timeout_seconds first. One rollout worker stops itself in the middle of its
+// first request (RLRUN_TEST_FAULT), before any batch can form, so no weight sync is in flight
+// (the requests of a worker blocked in a sync do not age: the sync's own bounds apply).
+TEST_F(WorkerFaults, HungWorkerIsFoundByItsRequestTimeout) {
+  BackgroundRun run(dir_, " --set inference_num_workers=1 --set heartbeat_timeout_seconds=30"
+                          " --set rollout_request_timeout_seconds=2",
+                    "RLRUN_TEST_FAULT=rollout-0:stop_after_results:3");
+  const int code = run.wait_exit();
+  const int pid = run.pid_of("rollout-0");
+  if (pid > 0) ::kill(pid, SIGKILL);  // in case the run did not (the assertions below then fail)
+  ASSERT_EQ(code, 0) << run.output();
+  expect_one_recovery(run.summary(), "unanswered for", "rollout-0");
 }
 
 TEST_F(WorkerFaults, WorkerThatKeepsDyingUsesUpItsRestartsAndStopsTheRunNamingIt) {
