@@ -38,5 +38,15 @@ TEST(RunMetrics, RolloutHeartbeatsBecomeLabelledGaugesAndCounters) {
   EXPECT_EQ(text.find("worker=\"trainer-0\""), std::string::npos);
 }
 
+TEST(RunMetrics, WorkerRestartsAreCountedPerWorkerFromZero) {
+  prometheus::Registry registry;
+  RunMetrics metrics(registry, {"rollout-0", "rollout-1"}, {"trainer-0", "rollout-0", "rollout-1"});
+  metrics.count_worker_restart("rollout-1");
+  metrics.count_worker_restart("rollout-1");
+  const std::string text = serialize_metrics(registry);
+  EXPECT_NE(text.find("rlrun_worker_restarts_total{worker=\"rollout-0\"} 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("rlrun_worker_restarts_total{worker=\"rollout-1\"} 2"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace rlrun::orchestrator
