@@ -4,6 +4,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/timeline.h"
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "engine/model_io.h"
@@ -123,7 +124,7 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
 int cmd_rollout(const Args& args) {
   static constexpr FlagSpec kFlags[] = {
       {"--orchestrator", true}, {"--index", true}, {"--config", true}, {"--host", true},
-      {"--weight-group-epoch", true}, {kControlKeysFlag, true}, {"--incarnation", true}};
+      {"--weight-group-epoch", true}, {kControlKeysFlag, true}, {"--incarnation", true}, {"--timeline", true}};
   Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
   if (!parsed.ok()) return report_usage_error("rollout", parsed.status());
   std::string path = parsed->config_path;
@@ -152,8 +153,14 @@ int cmd_rollout(const Args& args) {
   Result<rollout::TestFault> fault = test_fault(std::getenv("RLRUN_TEST_FAULT"), *index, incarnation);
   if (!fault.ok()) return report_usage_error("rollout", fault.status());
   options.test_fault = *fault;
+  if (parsed->has("--timeline")) {
+    const Status s = global_timeline().open(parsed->value("--timeline"), str("rollout-", *index));
+    if (!s.ok()) log::warn(str("rollout ", *index, ": no timeline: ", s.message()));
+  }
   const std::string epoch = parsed->value("--weight-group-epoch", "-1");
-  return serve(*config, options, epoch == "-1" ? -1 : std::atoi(epoch.c_str()));
+  const int code = serve(*config, options, epoch == "-1" ? -1 : std::atoi(epoch.c_str()));
+  global_timeline().close();
+  return code;
 }
 
 }  // namespace rlrun::orchestrator

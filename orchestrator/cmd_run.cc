@@ -114,7 +114,7 @@ std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, co
   for (int i = 0; i < c.inference_num_workers; ++i) {
     const std::string name = str("rollout-", i);
     ProcessSpec p{name, {exe, "rollout", "--orchestrator", endpoint, "--index", str(i), "--config", config_path,
-                         "--weight-group-epoch", "0"},
+                         "--weight-group-epoch", "0", "--timeline", timeline_path(dir, name)},
                   {}, str(dir, "/logs/", name, ".log"), "", {}};
     p.argv.insert(p.argv.end(), keys.begin(), keys.end());
     place_worker(plan, c, Role::kRollout, i, p);
@@ -242,8 +242,10 @@ int cmd_run(const Args& args) {
   if (Status s = write_summary(summary, outcome, wall); !s.ok()) log::error(s.message());
   global_timeline().close();
   std::vector<std::string> timelines{own_timeline};
-  for (int r = 0; r < config.trainer_num_workers; ++r) {
-    const std::string path = timeline_path(*dir, str("trainer-", r));
+  for (int r = 0; r < config.trainer_num_workers + config.inference_num_workers; ++r) {
+    const std::string name =
+        r < config.trainer_num_workers ? str("trainer-", r) : str("rollout-", r - config.trainer_num_workers);
+    const std::string path = timeline_path(*dir, name);
     if (fs::exists(path)) timelines.push_back(path);  // absent when the run stopped before it started
   }
   if (Status s = merge_timelines(timelines, (fs::path(*dir) / "timeline.json").string()); !s.ok()) log::warn(s.message());

@@ -114,7 +114,7 @@ constexpr Command kCommands[] = {
      cmd_generate},
     {"rollout", "run one rollout worker (generation server; the orchestrator starts these)",
      "usage: rlrun rollout --orchestrator tcp://HOST:PORT --index I (--config PATH | PATH)\n"
-     "                     [--set key=value ...] [--host NAME] [--control-keys PATH]\n\n"
+     "                     [--set key=value ...] [--host NAME] [--control-keys PATH] [--timeline PATH]\n\n"
      "Runs one rollout worker: a continuous-batching generation server over a paged KV cache.\n"
      "It registers with the orchestrator's control plane, serves GenerateRequest (one\n"
      "GenerateResult per sample as it finishes: tokens, log-probs, weight version per token),\n"
@@ -132,6 +132,7 @@ constexpr Command kCommands[] = {
      "                                  before registering (without it: the group the first\n"
      "                                  WeightSyncBegin names, as a replacement worker does)\n"
      "  --incarnation N                 this is the Nth replacement of worker I (default 0)\n"
+     "  --timeline PATH                 write this process's Chrome-trace events there (generate, weight_update)\n"
      "  --control-keys PATH             the run's CURVE key file (<run_dir>/keys/control_keys, mode 0600);\n"
      "                                  without it the control plane is unsecured (control_plane_security: none)\n\n"
      "config keys used: model.*, seed, backend, cpu_threads_per_worker, max_model_len,\n"

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/memory.h"
+#include "common/timeline.h"
 
 namespace rlrun::rollout {
 
@@ -168,6 +169,8 @@ Status Worker::join_weight_group(uint32_t epoch) {
 }
 
 void Worker::run_weight_sync(const WeightSyncBegin& begin) {
+  ScopedSpan span("weight_update", "rollout");
+  span.arg("version", static_cast<int64_t>(begin.version));
   WeightSyncEnd end;
   end.version = begin.version;
   const Status joined = join_weight_group(begin.group_epoch);
@@ -284,9 +287,17 @@ Status Worker::run() {
       const std::unique_ptr<WeightSyncBegin> begin = std::move(pending_sync_);
       run_weight_sync(*begin);
     }
+    Timeline& timeline = global_timeline();
     if (scheduler_.can_step()) {
+      if (generate_start_us_ < 0 && timeline.enabled()) generate_start_us_ = timeline.now_us();
+      ++generate_steps_;
       const Status s = scheduler_.step();
       if (!s.ok()) log::error(str("rollout ", options_.index, ": engine step failed: ", s.message()));
+    } else if (generate_start_us_ >= 0) {
+      timeline.complete("generate", "rollout", generate_start_us_, timeline.now_us() - generate_start_us_,
+                        str("{\"engine_steps\":", generate_steps_, "}"));
+      generate_start_us_ = -1;
+      generate_steps_ = 0;
     }
     send_finished();
     if (Clock::now() - last_heartbeat_ >= interval) send_heartbeat();

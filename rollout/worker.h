@@ -115,6 +115,10 @@ class Worker {
   Clock::time_point last_heard_, last_heartbeat_, last_turn_;
   int64_t tokens_at_last_heartbeat_ = 0;
   double idle_seconds_ = 0;
+  // The open "generate" span of the timeline: from the turn the engine got work to the turn it
+  // ran out (one span per busy period, not per engine step). -1: none open.
+  int64_t generate_start_us_ = -1;
+  int64_t generate_steps_ = 0;
   double last_weight_sync_seconds_ = 0;
   uint64_t heartbeat_counter_ = 0;
   WorkerSummary summary_;

@@ -103,7 +103,8 @@ TEST_F(RunEndToEnd, TinyConfigRunsEveryStepAndAccountsForEverySample) {
   }
   EXPECT_TRUE(processes.count("orchestrator"));
   EXPECT_TRUE(processes.count("trainer-0"));
-  for (const char* span : {"wait_batch", "train", "weight_sync", "train_step", "weight_send"})
+  EXPECT_TRUE(processes.count("rollout-0"));
+  for (const char* span : {"wait_batch", "train", "weight_sync", "train_step", "weight_send", "generate", "weight_update"})
     EXPECT_TRUE(spans.count(span)) << span;
   EXPECT_TRUE(fs::exists(run / "config.yaml"));
   EXPECT_TRUE(fs::exists(run / "logs" / "trainer-0.log"));
