@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/orchestrator/cli_test_util.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,12 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string read_file(const fs::path& p) { return testing::read_all(p.string()); }
 
 // Runs rlrun from the source folder (the config's relative paths) and returns its exit code.
 int run_rlrun(const std::string& args, const fs::path& output) {

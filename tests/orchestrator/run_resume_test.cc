@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/orchestrator/cli_test_util.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -22,12 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string read_file(const fs::path& p) { return testing::read_all(p.string()); }
 
 // Synchronous generation (max_async_rollout 0) keeps the data order exact; zero-spread groups are
 // kept so that which prompts train does not depend on what a random model generates.
