@@ -30,11 +30,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::atomic<bool> g_interrupted{false};
-// The first SIGINT/SIGTERM stops the run cleanly (a checkpoint first, with checkpoint_every);
-// a second one ends the orchestrator at once (its workers die with it: PDEATHSIG).
+std::atomic<int> g_interrupted{0};
+// SIGINT/SIGTERM: the first stops the run cleanly (the step in training completes, then a
+// checkpoint with checkpoint_every); the second stops it at once, still writing summary.json; a
+// third ends the orchestrator on the spot (its workers die with it: PDEATHSIG).
 void on_signal(int sig) {
-  if (!g_interrupted.exchange(true)) return;
+  if (g_interrupted.fetch_add(1) < 2) return;
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
@@ -231,12 +232,12 @@ int cmd_run(const Args& args) {
   RunOutcome outcome;
   const Status status = run(config, *dir, resume, outcome);
   const bool usage = status.code() == StatusCode::kInvalidArgument;
-  if (g_interrupted.load()) {
+  if (g_interrupted.load() > 0) {
     outcome.exit = "interrupted";
   } else if (!status.ok()) {
     outcome.exit = status.message();
   }
-  if (!status.ok()) log::error(str("run ", g_interrupted.load() ? "interrupted" : "failed", ": ", status.message()));
+  if (!status.ok()) log::error(str("run ", g_interrupted.load() > 0 ? "interrupted" : "failed", ": ", status.message()));
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string summary = (fs::path(*dir) / "summary.json").string();
   if (Status s = write_summary(summary, outcome, wall); !s.ok()) log::error(s.message());

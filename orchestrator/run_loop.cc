@@ -33,7 +33,7 @@ std::string json_number(double v) { return std::isfinite(v) ? str(v) : "null"; }
 
 Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher& launcher, RunMetrics& metrics,
                            Task& task, const engine::Tokenizer& tokenizer, std::vector<WorkerSlot> workers,
-                           const std::string& metrics_jsonl, const std::atomic<bool>& interrupted)
+                           const std::string& metrics_jsonl, const std::atomic<int>& interrupted)
     : config_(config), server_(server), launcher_(launcher), metrics_(metrics), task_(task), tokenizer_(tokenizer),
       workers_(std::move(workers)), metrics_jsonl_(metrics_jsonl), interrupted_(interrupted),
       gate_(GateOptions{config.max_async_rollout, config.max_off_policy_steps, config.prompts_batch_size_for_trainer}),
@@ -141,7 +141,9 @@ Status Orchestrator::handle(const Incoming& in) {
 }
 
 Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
-  if (interrupted_.load() && !committing_) {
+  const int interrupts = interrupted_.load();
+  if (interrupts >= 2) return unavailable("interrupted twice (SIGINT/SIGTERM): stopped at once, without a checkpoint");
+  if (interrupts == 1 && !committing_) {
     stopped_by_interrupt_ = true;
     return unavailable("interrupted (SIGINT/SIGTERM)");
   }

@@ -108,7 +108,7 @@ class Orchestrator {
   // Everything passed must outlive the Orchestrator. `workers` are the launched processes.
   Orchestrator(const Config& config, ControlServer& server, Launcher& launcher, RunMetrics& metrics,
                Task& task, const engine::Tokenizer& tokenizer, std::vector<WorkerSlot> workers,
-               const std::string& metrics_jsonl, const std::atomic<bool>& interrupted);
+               const std::string& metrics_jsonl, const std::atomic<int>& interrupted);
 
   // Registration, evaluation, number_of_steps steps, evaluation. Errors name the worker at fault.
   Status run();
@@ -240,7 +240,7 @@ class Orchestrator {
   const engine::Tokenizer& tokenizer_;
   std::vector<WorkerSlot> workers_;
   std::string metrics_jsonl_;
-  const std::atomic<bool>& interrupted_;
+  const std::atomic<int>& interrupted_;
 
   RendezvousService rendezvous_;
   StalenessGate gate_;

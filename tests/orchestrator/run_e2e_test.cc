@@ -165,6 +165,28 @@ TEST_F(RunEndToEnd, InterruptWritesTheSummaryAndStopsTheWorkers) {
   EXPECT_NE(::kill(trainer, 0), 0) << "trainer-0 outlived the run";
 }
 
+// A stopped trainer holds the step in training, which the first interrupt waits for; the second
+// stops the run at once, and summary.json is still written.
+TEST_F(RunEndToEnd, SecondInterruptStopsAtOnceAndStillWritesTheSummary) {
+  start_long_run(dir_);
+  const int orchestrator = std::atoi(read_file(dir_ / "pid").c_str());
+  const int trainer = logged_pid(read_file(dir_ / "out"), "trainer-0");
+  ASSERT_GT(orchestrator, 0);
+  ASSERT_GT(trainer, 0);
+  ASSERT_EQ(::kill(trainer, SIGSTOP), 0);
+  ::usleep(500000);  // the orchestrator now waits for a step that cannot finish
+  ASSERT_EQ(::kill(orchestrator, SIGINT), 0);
+  ::usleep(300000);
+  EXPECT_TRUE(read_file(dir_ / "code").empty()) << "the first interrupt must wait for the step in training";
+  ASSERT_EQ(::kill(orchestrator, SIGINT), 0);
+  EXPECT_EQ(wait_exit(dir_), 1) << read_file(dir_ / "out");
+  const json summary = json::parse(read_file(dir_ / "run" / "summary.json"));
+  EXPECT_EQ(summary["exit"], "interrupted");
+  EXPECT_EQ(summary["samples"]["lost"], 0);
+  for (int i = 0; i < 300 && ::kill(trainer, 0) == 0; ++i) ::usleep(10000);
+  EXPECT_NE(::kill(trainer, 0), 0) << "the stopped trainer-0 outlived the run";
+}
+
 TEST_F(RunEndToEnd, BadConfigExitsTwoNamingTheKey) {
   const int code = run_rlrun("configs/tiny.yaml --set max_async_rollot=1 --run-dir '" + (dir_ / "bad").string() + "'",
                              dir_.string() + ".bad");
