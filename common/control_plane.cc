@@ -1,6 +1,8 @@
 // control_plane.cc - ROUTER server and DEALER client over the protocol.h messages.
 #include "common/control_plane.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -322,6 +324,30 @@ Result<Message> ControlClient::await_reply(uint64_t correlation_id, MessageKind 
     }
     return m;
   }
+}
+
+Result<RegisteredClient> connect_and_register(const ControlClient::Options& options, Register reg,
+                                              milliseconds timeout) {
+  RegisteredClient out;
+  RLRUN_ASSIGN_OR_RETURN(out.client, ControlClient::connect(options));
+  if (reg.host.empty()) {
+    char name[256] = {};
+    reg.host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+  }
+  reg.pid = static_cast<uint32_t>(getpid());
+  Result<Message> reply = out.client->request(reg, timeout);
+  if (!reply.ok()) {
+    if (reply.status().code() != StatusCode::kTimeout) return reply.status().with_context(options.identity);
+    return unavailable(str(options.identity, ": no RegisterAck from ", options.endpoint, " within ", timeout.count(),
+                           " ms; is the orchestrator running there, and does this process hold the run's keys "
+                           "(--control-keys)?"));
+  }
+  const RegisterAck* ack = reply->get<RegisterAck>();
+  if (ack == nullptr)
+    return protocol_error(str(options.identity, ": the orchestrator answered Register with ",
+                              message_kind_name(reply->kind())));
+  out.assigned_id = ack->assigned_id;
+  return out;
 }
 
 }  // namespace rlrun

@@ -194,4 +194,15 @@ class ControlClient {
   MalformedTally tally_;
 };
 
+// A worker's first exchange with the orchestrator (trainer ranks and rollout workers alike):
+// connects as options.identity, sends `reg` (host: this machine's name when empty; pid: this
+// process) and waits up to `timeout` for the RegisterAck. Errors name the endpoint; a timeout
+// also names the usual causes (no orchestrator there, or this process lacks the run's keys).
+struct RegisteredClient {
+  std::unique_ptr<ControlClient> client;
+  uint32_t assigned_id = 0;
+};
+Result<RegisteredClient> connect_and_register(const ControlClient::Options& options, Register reg,
+                                              std::chrono::milliseconds timeout);
+
 }  // namespace rlrun

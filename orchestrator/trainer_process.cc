@@ -100,21 +100,14 @@ class TrainerLoop {
     co.endpoint = options_.orchestrator;
     co.identity = str("trainer-", options_.rank);
     co.socket.security = options_.control_security;
-    RLRUN_ASSIGN_OR_RETURN(client_, ControlClient::connect(co));
     Register reg;
     reg.role = Role::kTrainer;
     reg.rank = options_.rank;
-    char host[256] = {};
-    reg.host = gethostname(host, sizeof(host) - 1) == 0 ? host : "localhost";
-    reg.pid = static_cast<uint32_t>(getpid());
     reg.devices = {rank_.backend->name()};
-    Result<Message> reply = client_->request(reg, to_ms(config_.heartbeat_timeout_seconds));
-    if (!reply.ok()) return unavailable(str("no RegisterAck from ", options_.orchestrator, ": ", reply.status().message(),
-                                             " (is the orchestrator running there, and does this rank hold the run's keys, "
-                                             "--control-keys?)"));
-    const RegisterAck* ack = reply->get<RegisterAck>();
-    if (ack == nullptr) return protocol_error(str("Register answered with ", message_kind_name(reply->kind())));
-    worker_id_ = ack->assigned_id;
+    RLRUN_ASSIGN_OR_RETURN(RegisteredClient registered,
+                           rlrun::connect_and_register(co, reg, to_ms(config_.heartbeat_timeout_seconds)));
+    client_ = std::move(registered.client);
+    worker_id_ = registered.assigned_id;
     return Status();
   }
 

@@ -21,12 +21,6 @@ std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
 
-std::string this_host() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
-  return name;
-}
-
 }  // namespace
 
 GenerationRequest to_generation_request(const GenerateRequest& request) {
@@ -90,24 +84,15 @@ Status Worker::register_with_orchestrator() {
   co.endpoint = options_.orchestrator;
   co.identity = str("rollout-", options_.index);
   co.socket.security = options_.control_security;
-  RLRUN_ASSIGN_OR_RETURN(client_, ControlClient::connect(co));
   Register reg;
   reg.role = Role::kRollout;
   reg.rank = options_.index;
-  reg.host = options_.host.empty() ? this_host() : options_.host;
-  reg.pid = static_cast<uint32_t>(getpid());
+  reg.host = options_.host;  // empty: this machine's name
   reg.devices = options_.devices;
-  Result<Message> reply = client_->request(reg, to_ms(options_.heartbeat_timeout_seconds));
-  if (!reply.ok()) {
-    if (reply.status().code() == StatusCode::kTimeout)
-      return unavailable(str("rollout ", options_.index, ": no RegisterAck from ", options_.orchestrator, " within ",
-                             options_.heartbeat_timeout_seconds, " s; is the orchestrator running there, and does this worker hold the run's keys (--control-keys)?"));
-    return reply.status();
-  }
-  const RegisterAck* ack = reply->get<RegisterAck>();
-  if (ack == nullptr)
-    return protocol_error(str("rollout: the orchestrator answered Register with ", message_kind_name(reply->kind())));
-  worker_id_ = ack->assigned_id;
+  RLRUN_ASSIGN_OR_RETURN(RegisteredClient registered,
+                         connect_and_register(co, reg, to_ms(options_.heartbeat_timeout_seconds)));
+  client_ = std::move(registered.client);
+  worker_id_ = registered.assigned_id;
   log::info(str("rollout ", options_.index, ": registered with ", options_.orchestrator, " as worker ", worker_id_));
   return {};
 }
