@@ -20,6 +20,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "common/memory.h"
+#include "common/thread_stack.h"
 
 namespace rlrun {
 namespace {
@@ -235,9 +236,9 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(
     server->exposer_ = std::make_unique<prometheus::Exposer>(bind, /*num_threads=*/2);
   } catch (const std::exception& e) {
     const std::string cause = bind_failure_cause(host, port);
-    if (cause.empty()) {  // the address itself is usable: the HTTP server refused it
+    if (cause.empty()) {  // the address itself is usable: the HTTP server itself failed
       const bool v6 = host.find(':') != std::string::npos;
-      return unavailable(str("metrics_bind: cannot listen on ", bind,
+      return internal_error(str("metrics_bind: cannot listen on ", bind,
                              ": the HTTP server (civetweb) failed: ", e.what(),
                              v6 ? "; this build may lack IPv6 support: use an IPv4 address such "
                                   "as 127.0.0.1 or 0.0.0.0"
@@ -257,6 +258,10 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(
                   "; use 127.0.0.1 and scrape through an SSH tunnel, or firewall the port"));
   }
   server->exposer_->RegisterCollectable(server->registry_);
+  if (!stack_padding_active()) {
+    log::warn(str("this binary does not export pthread_attr_setstacksize: /metrics threads get ",
+                  "their stacks minus ", static_tls_bytes(), " bytes of static TLS (thread_stack.h)"));
+  }
   return server;
 }
 

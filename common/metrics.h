@@ -127,8 +127,10 @@ bool is_loopback_address(const std::string& host);
 class MetricsServer {
  public:
   // Listens on `bind` ("127.0.0.1:9400"; port 0 lets the kernel choose: see port()). Serves
-  // `registry`, or a new one when null. A port in use or a bad address gives a Status that names
-  // `metrics_bind`, the address, the cause and what to do. A non-loopback address is allowed (a
+  // `registry`, or a new one when null. A port in use or a bad address gives a Status
+  // (kInvalidArgument or kUnavailable) that names `metrics_bind`, the address, the cause and what
+  // to do; an HTTP server that fails on a usable address (its threads cannot start) gives
+  // kInternal, which a caller may survive by running without /metrics. A non-loopback address is allowed (a
   // Prometheus on another node) but logged as a warning: /metrics has no authentication.
   static Result<std::unique_ptr<MetricsServer>> start(
       const std::string& bind, std::shared_ptr<prometheus::Registry> registry = nullptr);

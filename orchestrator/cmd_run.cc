@@ -17,6 +17,7 @@
 #include "orchestrator/cli_args.h"
 #include "orchestrator/commands.h"
 #include "orchestrator/memory_advice.h"
+#include "orchestrator/model_from_config.h"
 #include "orchestrator/placement.h"
 #include "orchestrator/run_control_plane.h"
 #include "orchestrator/launch_target.h"
@@ -67,13 +68,6 @@ Result<std::string> resume_run_dir(const Config& config, const std::string& flag
   if (config.run_dir == Config{}.run_dir)
     return invalid_argument("--resume needs the run folder: give --run-dir DIR (or set run_dir in the config)");
   return config.run_dir;
-}
-
-std::string tokenizer_path(const Config& config) {
-  if (!config.model.tokenizer.empty()) return config.model.tokenizer;
-  if (!config.model.checkpoint.empty() && fs::exists(fs::path(config.model.checkpoint) / "tokenizer.json"))
-    return (fs::path(config.model.checkpoint) / "tokenizer.json").string();
-  return "configs/tokenizers/tiny.json";
 }
 
 TaskSpec task_spec(const Config& c) {
@@ -134,12 +128,22 @@ Status run(const Config& config, const std::string& dir, const std::optional<Res
   log::info(str("launcher: ", target.description));
   std::fprintf(stderr, "%s", plan.table().c_str());
   for (const std::string& w : plan.warnings) log::warn(w);
-  const std::string tok_path = tokenizer_path(config);
-  RLRUN_ASSIGN_OR_RETURN(engine::Tokenizer tokenizer, engine::Tokenizer::load(tok_path));
+  RLRUN_ASSIGN_OR_RETURN(engine::Tokenizer tokenizer, tokenizer_from(config.model));
   RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<Task> task, make_task(task_spec(config)));
+  // A bad or busy metrics_bind is the user's to fix before anything starts; an HTTP server that
+  // fails on a usable address must not cost the run: it goes on without /metrics.
   Result<std::unique_ptr<MetricsServer>> metrics_server = MetricsServer::start(config.metrics_bind);
-  if (!metrics_server.ok()) return invalid_argument(metrics_server.status().message());
-  log::info(str("metrics on ", (*metrics_server)->url()));
+  std::shared_ptr<prometheus::Registry> registry;
+  if (metrics_server.ok()) {
+    registry = (*metrics_server)->shared_registry();
+    log::info(str("metrics on ", (*metrics_server)->url()));
+  } else if (metrics_server.status().code() == StatusCode::kInternal) {
+    log::error(str(metrics_server.status().message(), "; the run goes on without /metrics (metrics.jsonl and ",
+                   "summary.json are still written)"));
+    registry = std::make_shared<prometheus::Registry>();
+  } else {
+    return invalid_argument(metrics_server.status().message());
+  }
   const ControlAddress control = control_address(target, plan);
   RLRUN_ASSIGN_OR_RETURN(RunControlPlane plane, bind_run_control_plane(config, dir, control.bind_endpoint));
   ControlServer& server = *plane.server;
@@ -154,8 +158,8 @@ Status run(const Config& config, const std::string& dir, const std::optional<Res
     processes.push_back(slot.name);
     if (slot.role == Role::kRollout) rollout_names.push_back(slot.name);
   }
-  RunMetrics metrics((*metrics_server)->registry(), rollout_names, processes);
-  (*metrics_server)->add_collectable(process_memory_collectable("orchestrator"));
+  RunMetrics metrics(*registry, rollout_names, processes);
+  if (metrics_server.ok()) (*metrics_server)->add_collectable(process_memory_collectable("orchestrator"));
 
   Launcher* launcher = target.launcher.get();
   Orchestrator orchestrator(config, server, *launcher, metrics, *task, tokenizer, slots,
@@ -204,6 +208,8 @@ int cmd_run(const Args& args) {
   Result<std::string> dir = resuming ? resume_run_dir(config, parsed->value("--run-dir"))
                                      : make_run_dir(config, parsed->value("--run-dir"));
   if (!dir.ok()) return std::fprintf(stderr, "rlrun: %s\n", dir.status().message().c_str()), kExitUsage;
+  // Absolute, as every path in the effective config: workers read it from inside the run folder.
+  *dir = fs::absolute(*dir).lexically_normal().string();
   config.run_dir = *dir;
   std::optional<ResumePoint> resume;
   if (resuming) {
@@ -215,7 +221,9 @@ int cmd_run(const Args& args) {
     if (Status s = truncate_metrics_jsonl(metrics_jsonl, resume->state.steps_completed); !s.ok())
       return std::fprintf(stderr, "rlrun: %s\n", s.message().c_str()), kExitFailed;
   }
-  const Status written = write_file_atomic((fs::path(*dir) / "config.yaml").string(), render_config(config));
+  Result<std::string> effective = render_effective_config(config);
+  if (!effective.ok()) return report_config_errors("run", effective.status());
+  const Status written = write_file_atomic((fs::path(*dir) / "config.yaml").string(), *effective);
   if (!written.ok()) return std::fprintf(stderr, "rlrun: %s\n", written.message().c_str()), kExitFailed;
   log::info(str("run folder ", *dir));
   if (resume)

@@ -34,6 +34,8 @@ using nlohmann::json;
 using rlrun::testing::CliRun;
 using rlrun::testing::read_all;
 using rlrun::testing::run_shell;
+using rlrun::testing::skip_model_tests;
+using rlrun::testing::smollm2_dir;
 using rlrun::testing::TempDir;
 
 CliRun rlrun(const TempDir& dir, const std::string& args) {
@@ -199,17 +201,6 @@ TEST(GenerateCliHelp, ExplainsEveryFlag) {
 }
 
 // ---- the real model -----------------------------------------------------------------------------
-
-fs::path smollm2_dir() {
-  const char* env = std::getenv("RLRUN_MODELS_DIR");
-  const fs::path models = env != nullptr && *env ? fs::path(env) : fs::path(RLRUN_SOURCE_DIR) / "build/models";
-  return models / "smollm2-135m-instruct";
-}
-
-bool skip_model_tests() {
-  const char* skip = std::getenv("RLRUN_SKIP_MODEL_TESTS");
-  return skip != nullptr && std::string(skip) == "1";
-}
 
 // Greedy SmolLM2 answers the ChatML question, and its greedy ids for two prompts are exactly
 // transformers' greedy generate on the same folder.
