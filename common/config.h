@@ -100,8 +100,9 @@ struct Config {
 // ------------------------------------------------------------------------------ loading
 // Loads `path` over the defaults, then applies `overrides` ("key=value" from `--set`; dotted keys
 // for sections, `model.hidden_size=64`; the value is parsed as YAML), then checks every rule.
-// Relative paths inside the config (model.checkpoint, task.dataset, ...) are relative to the
-// current directory. On failure the Status (kInvalidArgument) message holds every error found,
+// Relative paths (model.checkpoint, task.dataset, run_dir, ...) written in the file are relative
+// to the file's folder, those given with --set to the working directory; both come back absolute
+// (a default stays as it is). On failure the Status (kInvalidArgument) message holds every error found,
 // one per line, e.g. "run.yaml:12: unknown key `max_async_rollot` (did you mean
 // `max_async_rollout`?)".
 Result<Config> load_config(const std::string& path, const std::vector<std::string>& overrides);
@@ -117,8 +118,15 @@ enum class RenderStyle {
 };
 
 // YAML that load_config() reads back to an equal Config: every key, top-level keys first,
-// then `model:` and `task:`.
+// then `model:` and `task:`. With model.checkpoint set, the shape keys its config.json gives are
+// written as comments (a config may not set them beside a checkpoint).
 std::string render_config(const Config& config, RenderStyle style = RenderStyle::kPlain);
+
+// render_config(config) with every path absolute (a relative default: against the working
+// directory), proven by loading it back to an equal Config: what `rlrun validate` prints and what
+// `rlrun CONFIG` writes into the run folder for its workers to read. An error
+// (kInternal) says what a worker would refuse, so validate catches it before a run.
+Result<std::string> render_effective_config(const Config& config);
 
 // configs/defaults.yaml: a header plus render_config(Config{}, kCommented).
 std::string render_defaults_yaml();

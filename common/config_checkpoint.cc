@@ -96,6 +96,12 @@ void read_hf_config(ConfigLoad& load, const nlohmann::json& json, const std::str
 
 }  // namespace
 
+bool is_checkpoint_shape_key(std::string_view model_key) {
+  for (std::string_view k : kShapeKeys)
+    if (k == model_key) return true;
+  return false;
+}
+
 void resolve_model_checkpoint(ConfigLoad& load) {
   ModelSection& m = load.config.model;
   if (m.checkpoint.empty()) return;

@@ -46,6 +46,12 @@ std::string type_phrase(const KeySpec& key) {
   return "a value";
 }
 
+// A path as written, made absolute against `base`; "" stays "" (it means "none").
+std::string absolute_path(const std::filesystem::path& base, const std::string& path) {
+  if (path.empty() || std::filesystem::path(path).is_absolute()) return path;
+  return (base / path).lexically_normal().string();
+}
+
 // Sets `key` from the YAML node `value`, or records why not.
 void apply_node(ConfigLoad& load, const KeySpec& key, const YAML::Node& value,
                 const std::string& where, const std::string& origin) {
@@ -61,6 +67,7 @@ void apply_node(ConfigLoad& load, const KeySpec& key, const YAML::Node& value,
     load.rejected.insert(dotted);
     return;
   }
+  if (key.bounds.path) *parsed = absolute_path(load.path_base, std::get<std::string>(*parsed));
   key.set(load.config, *parsed);
   load.origins[dotted] = origin;
   load.rejected.erase(dotted);  // a later layer fixed it
@@ -215,13 +222,25 @@ bool read_config_file(ConfigLoad& load, const std::string& path, std::string* te
   return true;
 }
 
+std::filesystem::path working_directory() {
+  std::error_code ec;
+  std::filesystem::path cwd = std::filesystem::current_path(ec);
+  return ec ? std::filesystem::path("/") : cwd;
+}
+
+void apply_overrides(ConfigLoad& load, const std::vector<std::string>& overrides) {
+  load.path_base = working_directory();
+  for (const std::string& o : overrides) apply_override(load, o);
+}
+
 }  // namespace
 
 Result<Config> load_config_text(std::string_view yaml, const std::string& source_name,
                                 const std::vector<std::string>& overrides) {
   ConfigLoad load;
+  load.path_base = working_directory();  // text with no file: as if it were in the working directory
   const bool file_ok = apply_yaml_text(load, yaml, source_name);
-  for (const std::string& o : overrides) apply_override(load, o);
+  apply_overrides(load, overrides);
   return finish(load, file_ok);
 }
 
@@ -229,8 +248,10 @@ Result<Config> load_config(const std::string& path, const std::vector<std::strin
   ConfigLoad load;
   std::string text;
   bool file_ok = read_config_file(load, path, &text);
+  // Paths in a config file mean relative to that file, wherever rlrun is started from.
+  load.path_base = std::filesystem::absolute(path).parent_path();
   if (file_ok) file_ok = apply_yaml_text(load, text, path);
-  for (const std::string& o : overrides) apply_override(load, o);
+  apply_overrides(load, overrides);
   return finish(load, file_ok);
 }
 

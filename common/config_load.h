@@ -2,6 +2,7 @@
 // config_rules.cc): the state of one load_config() call. Other code uses common/config.h.
 #pragma once
 
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -21,6 +22,9 @@ struct ConfigLoad {
   // cross-field rules about them would describe a value the user did not write and are skipped.
   std::set<std::string> rejected;
   std::vector<std::string> errors;  // "where: message", in the order found
+  // The folder relative paths of the layer being applied are resolved against (KeySpec path keys):
+  // the config file's folder for the file, the working directory for --set.
+  std::filesystem::path path_base;
 
   void error(std::string_view where, std::string_view message);
   // The origin of `dotted_key`, or "" for a default.

@@ -34,7 +34,8 @@ class Rules {
     if (path.empty()) return;
     std::error_code ec;
     if (!fs::is_regular_file(path, ec)) {
-      fail({key}, str("`", key, "` = `", path, "` is not an existing file"));
+      fail({key}, str("`", key, "` = `", path, "` is not an existing file (a relative path in a config ",
+                      "file is relative to that file's folder; with --set, to the working directory)"));
     }
   }
 

@@ -18,6 +18,7 @@ constexpr Bounds greater_than(double lo) { return Bounds{lo, Bounds{}.hi, true, 
 constexpr Bounds between(double lo, double hi) { return Bounds{lo, hi, false, false}; }
 constexpr Bounds open_closed(double lo, double hi) { return Bounds{lo, hi, true, false}; }
 constexpr Bounds closed_open(double lo, double hi) { return Bounds{lo, hi, false, true}; }
+constexpr Bounds a_path() { return Bounds{.path = true}; }
 
 // ---------------------------------------------------------------- member type -> ValueType
 template <class T>

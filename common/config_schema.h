@@ -28,12 +28,16 @@ enum class ValueType { kInt, kFloat, kBool, kString, kEnum };
 // as its YAML spelling).
 using ConfigValue = std::variant<int64_t, double, bool, std::string>;
 
-// Allowed numeric range; infinite ends are unbounded.
+// Allowed numeric range; infinite ends are unbounded. For a string key, `path` marks a file or
+// folder path: the loader makes it absolute, relative to the config file that wrote it (a `--set`
+// value or a default: relative to the working directory), so the effective config written into a
+// run folder means the same wherever it is read.
 struct Bounds {
   double lo = -std::numeric_limits<double>::infinity();
   double hi = std::numeric_limits<double>::infinity();
   bool lo_open = false;
   bool hi_open = false;
+  bool path = false;
 
   bool contains(double x) const;
   // "[1, 4096]", "(0, 1]", ">= 0", "> 0", "any"
@@ -53,6 +57,9 @@ struct KeySpec {
 
   std::string dotted_name() const;  // "model.hidden_size", "seq_len"
 };
+
+// True for the `model:` keys that model.checkpoint's config.json gives (hidden_size, ...).
+bool is_checkpoint_shape_key(std::string_view model_key);
 
 // Every key, in config_keys.def order.
 std::span<const KeySpec> config_keys();

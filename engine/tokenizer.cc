@@ -2,6 +2,8 @@
 // pre-tokenize -> BPE with a word cache) and decoding.
 #include "engine/tokenizer.h"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -85,7 +87,7 @@ void encode_word_cached(const TokenizerImpl& impl, std::string_view word, std::v
 
 Result<Tokenizer> Tokenizer::load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(str(path, ": cannot open the tokenizer file (run scripts/setup.sh --test for test models)"));
+  if (!in) return not_found(str(path, ": cannot open the tokenizer file: ", std::strerror(errno)));
   std::ostringstream buffer;
   buffer << in.rdbuf();
   if (in.bad()) return io_error(str(path, ": read failed"));

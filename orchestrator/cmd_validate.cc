@@ -23,7 +23,9 @@ int cmd_validate(const Args& args) {
   }
   Result<Config> config = load_config(parsed->config_path, parsed->overrides);
   if (!config.ok()) return report_config_errors("validate", config.status());
-  std::fputs(render_config(*config).c_str(), stdout);
+  Result<std::string> effective = render_effective_config(*config);
+  if (!effective.ok()) return report_config_errors("validate", effective.status());
+  std::fputs(effective->c_str(), stdout);
   return kExitOk;
 }
 

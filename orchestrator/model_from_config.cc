@@ -2,6 +2,8 @@
 
 namespace rlrun::orchestrator {
 
+extern const std::string_view kBuiltinTokenizerJson;  // builtin_tokenizer.cc.in
+
 engine::ModelConfig model_config_from(const ModelSection& model) {
   engine::ModelConfig m;
   m.architecture = std::string(enum_name(model.architecture));
@@ -18,6 +20,15 @@ engine::ModelConfig model_config_from(const ModelSection& model) {
   m.max_position = model.max_position;
   // bos/eos ids belong to the tokenizer; the engine fills them when it loads one.
   return m;
+}
+
+}  // namespace rlrun::orchestrator
+
+namespace rlrun::orchestrator {
+
+Result<engine::Tokenizer> tokenizer_from(const ModelSection& model) {
+  if (!model.tokenizer.empty()) return engine::Tokenizer::load(model.tokenizer);
+  return engine::Tokenizer::from_json(kBuiltinTokenizerJson, "the built-in small tokenizer");
 }
 
 }  // namespace rlrun::orchestrator

@@ -6,9 +6,14 @@
 
 #include "common/config.h"
 #include "engine/model_config.h"
+#include "engine/tokenizer.h"
 
 namespace rlrun::orchestrator {
 
 engine::ModelConfig model_config_from(const ModelSection& model);
+
+// The run's tokenizer: model.tokenizer (load_config() defaults it to the checkpoint's
+// tokenizer.json), else the built-in small tokenizer compiled into rlrun.
+Result<engine::Tokenizer> tokenizer_from(const ModelSection& model);
 
 }  // namespace rlrun::orchestrator

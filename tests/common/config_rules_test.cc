@@ -121,7 +121,7 @@ TEST(ConfigRules, TaskDatasetRequiredExactlyForJsonl) {
                           "prompts"));
   EXPECT_THAT(error_lines(load_text("task:\n  dataset: x.jsonl\n")),
               ElementsAre(HasSubstr("`task.dataset` is only read when `task.name` is jsonl"),
-                          HasSubstr("`task.dataset` = `x.jsonl` is not an existing file")));
+                          HasSubstr("x.jsonl` is not an existing file")));
   TempDir dir;
   const std::string data = dir.write("train.jsonl", "{\"prompt\": \"1+1\", \"answer\": \"2\"}\n");
   EXPECT_TRUE(load_text("task:\n  name: jsonl\n  dataset: " + data + "\n").ok());

@@ -1,6 +1,8 @@
 // load_config: layering, strict keys and values, every error reported with file:line.
 #include "common/config.h"
 
+#include <filesystem>
+
 #include "tests/common/config_test_util.h"
 
 namespace rlrun {
@@ -68,7 +70,7 @@ TEST(ConfigLoad, SetValuesAreYaml) {
   Result<Config> c = load_text("", {"run_dir=\"a b\"", "model.tokenizer=", "use_tis=true",
                                     "ppo_clip_ref_logprobs=batch", "temperature=0"});
   ASSERT_TRUE(c.ok()) << c.status().message();
-  EXPECT_EQ(c->run_dir, "a b");
+  EXPECT_EQ(c->run_dir, (std::filesystem::current_path() / "a b").string());  // a --set path: cwd
   EXPECT_EQ(c->model.tokenizer, "");
   EXPECT_TRUE(c->use_tis);
   EXPECT_DOUBLE_EQ(c->temperature, 0.0);
@@ -232,8 +234,65 @@ TEST(ConfigLoad, RenderedConfigLoadsBackEqual) {
   EXPECT_FALSE(*again == Config{});
   EXPECT_DOUBLE_EQ(again->temperature, 0.123456789);
   EXPECT_DOUBLE_EQ(again->learning_rate, 1.5e-7);
-  EXPECT_EQ(again->run_dir, "we\"ird\\path");
+  EXPECT_EQ(again->run_dir, (std::filesystem::current_path() / "we\"ird\\path").string());
   EXPECT_EQ(again->seed, 77);
+}
+
+
+// Paths written in a config file are relative to that file, wherever rlrun runs; --set paths are
+// relative to the working directory. Both come back absolute, so the effective config means the
+// same when a worker reads it from inside the run folder.
+TEST(ConfigPaths, RelativeToTheConfigFileAndSetToTheWorkingDirectory) {
+  TempDir dir;
+  const std::string data = dir.write("project/data/train.jsonl", "{\"prompt\": \"1+1\", \"answer\": \"2\"}\n");
+  const std::string tok = dir.write("project/tok.json", "{}");
+  const std::string config = dir.write("project/configs/run.yaml",
+                                       "run_dir: ../runs/a\n"
+                                       "model:\n  tokenizer: ../tok.json\n"
+                                       "task:\n  name: jsonl\n  dataset: ../data/train.jsonl\n");
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());  // not the config's folder
+  Result<Config> c = load_config(config, {});
+  Result<Config> set = load_config(config, {"task.eval_dataset=project/data/train.jsonl"});
+  std::filesystem::current_path(before);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->run_dir, dir.path() + "/project/runs/a");
+  EXPECT_EQ(c->model.tokenizer, tok);
+  EXPECT_EQ(c->task.dataset, data);
+  ASSERT_TRUE(set.ok()) << set.status().message();
+  EXPECT_EQ(set->task.eval_dataset, data);
+  EXPECT_EQ(Config{}.run_dir, "runs/rlrun") << "a default is not rewritten";
+}
+
+TEST(ConfigPaths, AMissingFileIsNamedWithWhereItWasLookedFor) {
+  TempDir dir;
+  const std::string config = dir.write("configs/run.yaml", "task:\n  name: jsonl\n  dataset: data.jsonl\n");
+  EXPECT_THAT(error_lines(load_config(config, {})),
+              ElementsAre(AllOf(HasSubstr("run.yaml:3"), HasSubstr(dir.path() + "/configs/data.jsonl"),
+                                HasSubstr("relative to that file's folder"))));
+}
+
+// The effective config (validate prints it, a run folder holds it) loads back to the same Config,
+// also with model.checkpoint, whose shape keys it may not repeat.
+TEST(EffectiveConfig, ReadsBackWithACheckpoint) {
+  TempDir dir;
+  dir.write("model/config.json",
+            R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512})");
+  const std::string config = dir.write("run.yaml", "model:\n  checkpoint: model\n");
+  Result<Config> c = load_config(config, {});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  Result<std::string> effective = render_effective_config(*c);
+  ASSERT_TRUE(effective.ok()) << effective.status().message();
+  EXPECT_THAT(*effective, HasSubstr("# hidden_size: 64"));
+  const std::string written = dir.write("run/config.yaml", *effective);
+  Result<Config> again = load_config(written, {});
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->model.hidden_size, 64);
+  EXPECT_EQ(again->model.checkpoint, dir.path() + "/model");
+  Result<std::string> effective_again = render_effective_config(*again);
+  ASSERT_TRUE(effective_again.ok()) << effective_again.status().message();
+  EXPECT_EQ(*effective_again, *effective);
 }
 
 }  // namespace

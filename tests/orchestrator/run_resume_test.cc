@@ -210,7 +210,8 @@ TEST_F(RunResume, ResumeWithoutACheckpointSaysWhatToDo) {
   EXPECT_FALSE(fs::exists(run / "summary.json")) << "nothing may start";
 
   // The default run_dir names a new timestamped folder: a resume must be told which one.
-  EXPECT_EQ(run_rlrun("configs/tiny.yaml --set run_dir=runs/rlrun --resume", dir_ / "out2"), 2);
+  std::ofstream(dir_ / "no_run_dir.yaml") << "number_of_steps: 3\n";
+  EXPECT_EQ(run_rlrun(q(dir_ / "no_run_dir.yaml") + " --resume", dir_ / "out2"), 2);
   EXPECT_NE(read_file(dir_ / "out2").find("--resume needs the run folder"), std::string::npos)
       << read_file(dir_ / "out2");
 }

@@ -1,0 +1,69 @@
+// `rlrun CONFIG` from a pretrained HF folder: the real SmolLM2-135M-Instruct (model.checkpoint, a
+// path relative to the config file) trains a few RL steps on the CPU, and the summary accounts for
+// every sample. Before, the effective config the workers read repeated the checkpoint's shape keys
+// and both workers refused it, so no run could start from a pretrained model.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/orchestrator/cli_test_util.h"
+
+namespace rlrun::orchestrator {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+TEST(RunPretrained, SmolLM2CheckpointTrainsAndAccountsForEverySample) {
+  if (!fs::exists(testing::smollm2_dir() / "model.safetensors")) {
+    if (testing::skip_model_tests()) GTEST_SKIP() << testing::smollm2_dir() << " missing (RLRUN_SKIP_MODEL_TESTS=1)";
+    FAIL() << testing::smollm2_dir() << " is missing: run scripts/setup.sh --test, or set RLRUN_SKIP_MODEL_TESTS=1";
+  }
+  testing::TempDir dir;
+  // The checkpoint beside the config, named relatively: the config's folder is what it is relative to.
+  fs::create_symlink(testing::smollm2_dir(), fs::path(dir.path()) / "smollm2");
+  const std::string config = dir.write("configs/pretrained.yaml",
+                                       "launcher: local\n"
+                                       "number_of_steps: 2\n"
+                                       "prompts_batch_size_for_trainer: 2\n"
+                                       "group_size: 4\n"
+                                       "max_tokens: 8\n"
+                                       "max_prompt_tokens: 32\n"
+                                       "max_model_len: 64\n"
+                                       "seq_len: 128\n"
+                                       "discard_group_zero_advantage: false\n"
+                                       "learning_rate: 1e-6\n"
+                                       "metrics_bind: 127.0.0.1:0\n"
+                                       "model:\n"
+                                       "  checkpoint: ../smollm2\n"
+                                       "task:\n"
+                                       "  name: arithmetic\n"
+                                       "  max_digits: 1\n"
+                                       "  eval_size: 4\n");
+  const testing::CliRun validated = testing::run_rlrun(dir, "validate '" + config + "'");
+  ASSERT_EQ(validated.exit_code, 0) << validated.err;
+  EXPECT_NE(validated.out.find("# hidden_size: 576"), std::string::npos) << validated.out;
+
+  const std::string run = dir.path() + "/run";
+  const testing::CliRun r = testing::run_rlrun(dir, "'" + config + "' --run-dir '" + run + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json summary = json::parse(testing::read_all(run + "/summary.json"));
+  EXPECT_EQ(summary["exit"], "ok");
+  EXPECT_EQ(summary["steps_completed"], 2);
+  const json& samples = summary["samples"];
+  EXPECT_EQ(samples["lost"], 0);
+  EXPECT_EQ(samples["anomalies"], 0);
+  int64_t discarded = 0;
+  for (const auto& [reason, n] : samples["discarded"].items()) discarded += n.get<int64_t>();
+  EXPECT_GT(samples["trained"].get<int64_t>(), 0);
+  // Every generated sample was trained or discarded, by reason (as in run_e2e_test.cc).
+  EXPECT_EQ(samples["trained"].get<int64_t>() + discarded - samples["discarded"].value("generation_error", 0),
+            samples["generated"].get<int64_t>())
+      << summary.dump(2);
+  EXPECT_TRUE(summary["eval"]["accuracy_after"].is_number());
+}
+
+}  // namespace
+}  // namespace rlrun::orchestrator
