@@ -57,4 +57,24 @@ void write(Level level, std::string_view message) {
   (void)ignored;
 }
 
+void RateLimited::write(Level level, std::string_view message) {
+  const auto now = std::chrono::steady_clock::now();
+  if (written_ && now - last_written_ < interval_) {
+    ++held_back_;
+    return;
+  }
+  std::string line(message);
+  if (held_back_ > 0) {
+    const double seconds = std::chrono::duration<double>(now - last_written_).count();
+    char tail[96];
+    std::snprintf(tail, sizeof tail, " [%lld more like this in the last %.0f s]",
+                  static_cast<long long>(held_back_), seconds);
+    line += tail;
+  }
+  log::write(level, line);
+  written_ = true;
+  last_written_ = now;
+  held_back_ = 0;
+}
+
 }  // namespace rlrun::log

@@ -2,6 +2,8 @@
 // Thread-safe (one write(2) per line). The process name is set once at start-up by main().
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -18,6 +20,22 @@ inline void debug(std::string_view m) { write(Level::kDebug, m); }
 inline void info(std::string_view m) { write(Level::kInfo, m); }
 inline void warn(std::string_view m) { write(Level::kWarn, m); }
 inline void error(std::string_view m) { write(Level::kError, m); }
+
+// A message that recurs (per group, per step): written the first time, then at most once per
+// `interval`, saying how often it came in between. Not thread-safe: one owner calls it.
+class RateLimited {
+ public:
+  explicit RateLimited(std::chrono::steady_clock::duration interval) : interval_(interval) {}
+  // Writes `message` (plus " [N more like this in the last S s]") or counts it as held back.
+  void write(Level level, std::string_view message);
+  int64_t held_back() const { return held_back_; }  // since the last line written
+
+ private:
+  std::chrono::steady_clock::duration interval_;
+  std::chrono::steady_clock::time_point last_written_{};
+  bool written_ = false;
+  int64_t held_back_ = 0;
+};
 
 }  // namespace rlrun::log
 

@@ -204,22 +204,9 @@ void Orchestrator::finish_group(Group& group) {
   std::vector<float> rewards(group_size_), advantages(group_size_);
   for (uint32_t i = 0; i < group_size_; ++i) rewards[i] = static_cast<float>(group.samples[i].reward);
   if (config_.discard_group_zero_advantage && trainer::group_has_zero_spread(rewards)) {
-    // A policy that never (or always) solves the task gives no group a reward spread: say so
-    // rather than wait in silence, and say which.
-    solved_in_a_row_ += rewards[0] >= 1.0f;
-    if (++zero_spread_in_a_row_ == 10 * config_.prompts_batch_size_for_trainer) {
-      const bool solved = 2 * solved_in_a_row_ > zero_spread_in_a_row_;
-      log::warn(str(zero_spread_in_a_row_, " groups in a row had no reward spread and were discarded "
-                    "(discard_group_zero_advantage): ",
-                    solved ? "the policy solves most prompts every time, so batches form slowly; the task is "
-                             "learned: stop here, or make the task harder"
-                           : "no batch can form until the policy sometimes succeeds; set "
-                             "discard_group_zero_advantage: false, or start from a model that solves some prompts "
-                             "(format_warm_start_steps)"));
-    }
-    return discard_all("zero_advantage");
+    if (!keep_zero_spread_) return discard_zero_spread(rewards[0], discard_all);
+    ++outcome_.zero_spread_kept;  // past max_zero_spread_rounds: it fills the waiting step's batch
   }
-  zero_spread_in_a_row_ = solved_in_a_row_ = 0;
   const Result<trainer::Algorithm> algorithm = trainer::parse_algorithm(enum_name(config_.algorithm));
   const Status s = algorithm.ok() ? trainer::compute_group_advantages(*algorithm, rewards, advantages)
                                   : algorithm.status();
@@ -229,6 +216,44 @@ void Orchestrator::finish_group(Group& group) {
   }
   for (uint32_t i = 0; i < group_size_; ++i) group.samples[i].advantage = advantages[i];
   ready_.push_back(std::move(group));
+}
+
+void Orchestrator::discard_zero_spread(float reward, const std::function<void(const std::string&)>& discard_all) {
+  discard_all("zero_advantage");
+  ++zero_spread_.discarded;
+  zero_spread_.failed += reward <= 0.0f;
+  zero_spread_.solved += reward >= 1.0f;
+  const int64_t batch = config_.prompts_batch_size_for_trainer;
+  const int64_t bound = config_.max_zero_spread_rounds * batch;
+  if (bound == 0) {  // waiting without bound, as asked: still say why no batch forms
+    if (zero_spread_.discarded >= 10 * batch)
+      zero_spread_log_.write(log::Level::kWarn,
+                             str("step ", outcome_.steps_completed + 1, ": ", zero_spread_.discarded,
+                                 " groups in a row had no reward spread and were discarded (", zero_spread_.solved,
+                                 " solved by every sample); max_zero_spread_rounds = 0 waits without bound"));
+    return;
+  }
+  if (zero_spread_.discarded < bound) return;
+  // A policy that never (or always) solves the task gives no group a reward spread: past the bound
+  // the step stops waiting, and the log says which case it is.
+  if (ready_.empty() && zero_spread_.failed == zero_spread_.discarded) {
+    no_batch_error_ = str(zero_spread_.discarded, " groups in a row earned no reward and were discarded for no reward ",
+                          "spread (discard_group_zero_advantage; max_zero_spread_rounds = ", config_.max_zero_spread_rounds,
+                          " batches), so no batch can form: the policy never succeeds. ",
+                          "Start from a model that solves some prompts (more format_warm_start_steps, a pretrained ",
+                          "model.checkpoint), make the task easier, or set discard_group_zero_advantage: false");
+    return;
+  }
+  keep_zero_spread_ = true;
+  zero_spread_log_.write(
+      log::Level::kWarn,
+      str("step ", outcome_.steps_completed + 1, ": ", zero_spread_.discarded, " groups had no reward spread (",
+          zero_spread_.solved, " solved by every sample), more than max_zero_spread_rounds = ",
+          config_.max_zero_spread_rounds, " batches: the step fills its batch with such groups (advantage 0) ",
+          "instead of waiting. ",
+          2 * zero_spread_.solved > zero_spread_.discarded
+              ? "The policy solves most prompts every time: the task is learned; stop here or make it harder"
+              : "Few groups teach anything: consider a larger group_size or an easier task"));
 }
 
 bool Orchestrator::take_batch(std::vector<Group>& out) {
@@ -296,8 +321,13 @@ Status Orchestrator::run_step() {
   {
     ScopedSpan span("wait_batch", "orchestrator");
     trainer_waiting_ = true;
-    while (!take_batch(batch)) RLRUN_RETURN_IF_ERROR(tick(kTick, true));
+    while (!take_batch(batch)) {
+      RLRUN_RETURN_IF_ERROR(tick(kTick, true));
+      if (!no_batch_error_.empty()) return invalid_argument(no_batch_error_);
+    }
     trainer_waiting_ = false;
+    zero_spread_ = {};  // the next step's wait starts afresh
+    keep_zero_spread_ = false;
   }
   const double wait_s = seconds_since(wait_start);
   // ---- pack and send

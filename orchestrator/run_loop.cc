@@ -220,6 +220,11 @@ Status Orchestrator::run() {
     if (stopped_by_interrupt_) {
       const Status saved = checkpoint_on_interrupt();
       if (!saved.ok()) log::error(str("no checkpoint at the interrupt: ", saved.message()));
+      evaluate_at_stop("the run was interrupted");
+      return s;
+    }
+    if (!no_batch_error_.empty()) {
+      evaluate_at_stop("no batch could form");
       return s;
     }
     return blame_dead_worker(s);
@@ -289,6 +294,25 @@ void Orchestrator::print_progress(double reward_mean) {
   } else {
     log::info(line);
   }
+}
+
+void Orchestrator::evaluate_at_stop(const std::string& why) {
+  const int64_t done = outcome_.steps_completed;
+  if (!looping_) {  // stopped in the warm-start or before: "after" would say nothing about RL
+    outcome_.accuracy_after_note = str("not measured: ", why, " before the RL steps began");
+    return;
+  }
+  outcome_.loop_seconds = loop_seconds();
+  looping_ = trainer_waiting_ = false;
+  committing_ = true;  // a first interrupt does not cut the evaluation short; a second one does (tick)
+  Result<std::optional<double>> accuracy = evaluate(str("after step ", done, " (", why, ")").c_str());
+  committing_ = false;
+  if (!accuracy.ok()) {
+    outcome_.accuracy_after_note = str("not measured: ", why, ", then the evaluation stopped: ", accuracy.status().message());
+    return;
+  }
+  outcome_.accuracy_after = *accuracy;
+  outcome_.accuracy_after_note = str("measured after step ", done, " of ", config_.number_of_steps, ": ", why);
 }
 
 RunOutcome Orchestrator::finish() {

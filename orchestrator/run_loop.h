@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -38,6 +39,7 @@
 
 #include "common/config.h"
 #include "common/control_plane.h"
+#include "common/log.h"
 #include "engine/tokenizer.h"
 #include "orchestrator/batcher.h"
 #include "orchestrator/launcher.h"
@@ -56,12 +58,15 @@ struct RunOutcome {
   SampleLedger::Summary samples;
   std::vector<double> step_reward_means;  // per completed step
   std::optional<double> accuracy_before, accuracy_after;
+  // When accuracy_after was not taken at the end of all steps: when it was, or why it is missing.
+  std::string accuracy_after_note;
   double loop_seconds = 0;          // from the first dispatch to the end of the last step
   double trainer_idle_seconds = 0;  // trainer waiting for a batch, within loop_seconds
   double rollout_idle_fraction = 0; // mean over rollout workers
   int64_t tokens_generated = 0;
   int64_t tokens_trained = 0;
   int64_t prompts_skipped = 0;      // prompts longer than max_prompt_tokens / max_model_len
+  int64_t zero_spread_kept = 0;     // groups with no reward spread trained past max_zero_spread_rounds
   std::map<std::string, int64_t> peak_memory_bytes;  // by process, from heartbeats
   // Trainer processes: the backend's peak bytes per phase ("forward_backward", "optimizer"),
   // from TrainResult: what `rlrun plan --compare` sets beside the plan.
@@ -216,6 +221,9 @@ class Orchestrator {
   void cancel_off_policy();
   void on_result(const GenerateResult& result);
   void finish_group(Group& group);
+  // Discards a group with no reward spread (every sample earned `reward`) and applies
+  // max_zero_spread_rounds to the step waiting for a batch.
+  void discard_zero_spread(float reward, const std::function<void(const std::string&)>& discard_all);
   struct RewardStats {
     double mean = 0, std = 0, advantage_abs_mean = 0;
   };
@@ -228,6 +236,9 @@ class Orchestrator {
   // prompts' texts in batch order (a resumed run must train the same ones).
   static std::string batch_identity_json(const std::vector<Group>& batch);
   Result<std::optional<double>> evaluate(const char* when);
+  // The held-out accuracy summary.json promises, when the run stops before its last step (`why`:
+  // an interrupt, no batch): the rollout workers still serve. Fills accuracy_after and its note.
+  void evaluate_at_stop(const std::string& why);
   int64_t outstanding_groups() const;
   int free_rollout_worker() const;  // index of the ready rollout worker with most free lanes, or -1
   uint64_t sample_id(uint64_t group, uint32_t index) const { return group * group_size_ + index; }
@@ -259,8 +270,14 @@ class Orchestrator {
   std::vector<uint64_t> training_samples_;
   uint64_t next_group_ = 0, next_request_ = 1;
   int64_t trainer_step_ = 0;          // steps completed and synced = weight version
-  int64_t zero_spread_in_a_row_ = 0;  // groups discarded for no reward spread since the last kept one
-  int64_t solved_in_a_row_ = 0;       // ... of which every sample earned the full reward
+  // Groups discarded for no reward spread while the current step waits for its batch (reset when
+  // it has one); max_zero_spread_rounds bounds them (discard_zero_spread).
+  struct ZeroSpreadWindow {
+    int64_t discarded = 0, failed = 0, solved = 0;  // failed: every sample earned 0; solved: 1
+  } zero_spread_;
+  bool keep_zero_spread_ = false;  // past the bound: zero-spread groups fill the step's batch
+  std::string no_batch_error_;     // past the bound with nothing to learn from: run_step stops the run
+  log::RateLimited zero_spread_log_{std::chrono::seconds(60)};
   uint64_t task_draws_ = 0;           // task_.next_train() calls
 
   // Checkpoints and resume (run_checkpoint.cc).

@@ -90,14 +90,15 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
              ", \"lost\": ", s.lost, ", \"anomalies\": ", s.anomalies, "},\n  \"reward_mean\": {\"first\": ", tenth_mean(o.step_reward_means, false),
              ", \"last\": ", tenth_mean(o.step_reward_means, true), "},\n  \"eval\": {\"accuracy_before\": ",
              optional_number(o.accuracy_before), ", \"accuracy_after\": ", optional_number(o.accuracy_after),
+             o.accuracy_after_note.empty() ? "" : str(", \"accuracy_after_note\": ", quoted(o.accuracy_after_note)),
              "},\n  \"trainer_idle_fraction\": ", loop > 0 ? number(o.trainer_idle_seconds / loop) : "null",
              ",\n  \"rollout_idle_fraction\": ", loop > 0 ? number(o.rollout_idle_fraction) : "null",
              ",\n  \"tokens_per_second\": {\"generated\": ", loop > 0 ? number(o.tokens_generated / loop) : "null",
              ", \"trained\": ", loop > 0 ? number(o.tokens_trained / loop) : "null",
              "},\n  \"peak_memory_bytes\": {", memory, "},\n  \"processes\": [\n    ", processes_json(o),
              "\n  ],\n  \"worker_restarts\": ", o.worker_restarts, ",\n  \"worker_failures\": ", failures_json(o),
-             ",\n  \"prompts_skipped\": ",
-             o.prompts_skipped, ",\n  \"exit\": ", quoted(o.exit), "\n}\n");
+             ",\n  \"prompts_skipped\": ", o.prompts_skipped,
+             ",\n  \"zero_spread_groups_kept\": ", o.zero_spread_kept, ",\n  \"exit\": ", quoted(o.exit), "\n}\n");
 }
 
 Status write_summary(const std::string& path, const RunOutcome& outcome, double wall_seconds) {

@@ -1,0 +1,93 @@
+// How `rlrun CONFIG` stops before its last step, on the quickstart's task: a policy that never
+// earns a reward ends the run after max_zero_spread_rounds instead of waiting forever, and a run
+// stopped by SIGTERM still measures the held-out accuracy summary.json promises.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "tests/orchestrator/cli_test_util.h"
+
+namespace rlrun::orchestrator {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+std::string quickstart() { return std::string(RLRUN_SOURCE_DIR) + "/configs/quickstart.yaml"; }
+
+// Waits up to `limit` for `pid`; kills it and returns false when it does not end.
+bool wait_for_exit(pid_t pid, int* status, std::chrono::seconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (::waitpid(pid, status, WNOHANG) == pid) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, status, 0);
+  return false;
+}
+
+int lines_in(const std::string& path) {
+  std::ifstream in(path);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+TEST(RunStop, NoBatchCanFormStopsAfterTheBoundWithTheReason) {
+  // No warm-start: the random model never answers right, so every group has zero reward spread.
+  testing::TempDir dir;
+  const std::string run = dir.path() + "/run", log = dir.path() + "/rlrun.log";
+  const pid_t pid = testing::spawn_in(dir.path(),
+                                      {RLRUN_BINARY, quickstart(), "--run-dir", run, "--set", "metrics_bind=127.0.0.1:0",
+                                       "--set", "format_warm_start_steps=0", "--set", "max_zero_spread_rounds=3"},
+                                      log);
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_TRUE(wait_for_exit(pid, &status, std::chrono::seconds(120)))
+      << "the run waited for a batch that cannot form:\n" << testing::read_all(log);
+  const std::string output = testing::read_all(log);
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  EXPECT_NE(output.find("24 groups in a row earned no reward"), std::string::npos) << output;
+  EXPECT_NE(output.find("max_zero_spread_rounds = 3"), std::string::npos) << output;
+  const json summary = json::parse(testing::read_all(run + "/summary.json"));
+  EXPECT_NE(summary["exit"].get<std::string>().find("no batch can form"), std::string::npos) << summary.dump(2);
+  EXPECT_EQ(summary["steps_completed"], 0);
+  EXPECT_EQ(summary["samples"]["lost"], 0);
+  EXPECT_TRUE(summary["eval"]["accuracy_after"].is_number()) << summary.dump(2);
+}
+
+TEST(RunStop, SigtermStillMeasuresHeldOutAccuracy) {
+  testing::TempDir dir;
+  const std::string run = dir.path() + "/run", log = dir.path() + "/rlrun.log";
+  const pid_t pid = testing::spawn_in(
+      dir.path(),
+      {RLRUN_BINARY, quickstart(), "--run-dir", run, "--set", "metrics_bind=127.0.0.1:0", "--set",
+       "format_warm_start_steps=10", "--set", "discard_group_zero_advantage=false", "--set", "task.eval_every=0"},
+      log);
+  ASSERT_GT(pid, 0);
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  while (lines_in(run + "/metrics.jsonl") < 3 && Clock::now() < deadline && ::waitpid(pid, nullptr, WNOHANG) == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GE(lines_in(run + "/metrics.jsonl"), 3) << testing::read_all(log);
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_TRUE(wait_for_exit(pid, &status, std::chrono::seconds(60))) << testing::read_all(log);
+  const json summary = json::parse(testing::read_all(run + "/summary.json"));
+  EXPECT_EQ(summary["exit"], "interrupted");
+  EXPECT_LT(summary["steps_completed"].get<int64_t>(), 350);
+  EXPECT_TRUE(summary["eval"]["accuracy_after"].is_number()) << summary.dump(2);
+  EXPECT_NE(summary["eval"].value("accuracy_after_note", "").find("interrupted"), std::string::npos)
+      << summary.dump(2);
+  EXPECT_EQ(summary["samples"]["lost"], 0);
+}
+
+}  // namespace
+}  // namespace rlrun::orchestrator
