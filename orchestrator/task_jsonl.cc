@@ -1,5 +1,6 @@
-// A dataset task: one JSON object per line, {"prompt": "...", "answer": "...", ...}; other keys
-// are metadata and ignored. Untrusted file: every error names the file and line.
+// A dataset task: one JSON object per line, {"prompt": "...", "answer": "...", ...} (the field
+// names are task.prompt_field and task.answer_field); other keys are metadata and ignored.
+// Untrusted file: every error names the file, the line and the field.
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
@@ -10,7 +11,7 @@
 namespace rlrun::orchestrator {
 namespace {
 
-Result<std::vector<Problem>> read_jsonl(const std::string& path) {
+Result<std::vector<Problem>> read_jsonl(const std::string& path, const TaskSpec& spec) {
   std::ifstream in(path);
   if (!in) return not_found(str(path, ": cannot open the dataset (task.dataset / task.eval_dataset)"));
   std::vector<Problem> problems;
@@ -20,13 +21,16 @@ Result<std::vector<Problem>> read_jsonl(const std::string& path) {
     const std::string where = str(path, ":", line_no, ": ");
     nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (row.is_discarded()) return invalid_argument(where + "not valid JSON");
-    if (!row.is_object()) return invalid_argument(where + "expected a JSON object with \"prompt\" and \"answer\"");
-    for (const char* key : {"prompt", "answer"}) {
+    if (!row.is_object())
+      return invalid_argument(str(where, "expected a JSON object with \"", spec.prompt_field, "\" and \"",
+                                  spec.answer_field, "\""));
+    for (const auto& [key, config_key] :
+         {std::pair{spec.prompt_field, "task.prompt_field"}, std::pair{spec.answer_field, "task.answer_field"}}) {
       if (!row.contains(key) || !row[key].is_string()) {
-        return invalid_argument(where + "missing string field \"" + key + "\"");
+        return invalid_argument(str(where, "missing string field \"", key, "\" (", config_key, ")"));
       }
     }
-    problems.push_back({row["prompt"].get<std::string>(), row["answer"].get<std::string>(), {}, 0});
+    problems.push_back({row[spec.prompt_field].get<std::string>(), row[spec.answer_field].get<std::string>(), {}, 0});
   }
   if (problems.empty()) return invalid_argument(str(path, ": the dataset has no rows"));
   return problems;
@@ -63,10 +67,10 @@ class JsonlTask : public Task {
 
 Result<std::unique_ptr<Task>> make_jsonl_task(const TaskSpec& spec) {
   if (spec.dataset.empty()) return invalid_argument("task.name is jsonl but task.dataset is empty: set it to a .jsonl file");
-  RLRUN_ASSIGN_OR_RETURN(std::vector<Problem> train, read_jsonl(spec.dataset));
+  RLRUN_ASSIGN_OR_RETURN(std::vector<Problem> train, read_jsonl(spec.dataset, spec));
   std::vector<Problem> eval;
   if (!spec.eval_dataset.empty()) {
-    RLRUN_ASSIGN_OR_RETURN(eval, read_jsonl(spec.eval_dataset));
+    RLRUN_ASSIGN_OR_RETURN(eval, read_jsonl(spec.eval_dataset, spec));
   } else {
     // hold out the last eval_size rows, leaving at least one for training
     size_t n = std::min(static_cast<size_t>(std::max(0, spec.eval_size)), train.size() - 1);

@@ -29,6 +29,7 @@ struct TaskSpec {
   std::string name = "arithmetic";  // arithmetic | countdown | reverse | sort | jsonl
   std::string dataset;              // jsonl: training file
   std::string eval_dataset;         // jsonl: held-out file (default: the last eval_size lines of dataset)
+  std::string prompt_field = "prompt", answer_field = "answer";  // jsonl: the fields of a row
   int eval_size = 64;
   int min_digits = 1, max_digits = 2;  // arithmetic operands
   int num_numbers = 3, max_number = 20;  // countdown

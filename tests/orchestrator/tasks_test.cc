@@ -189,5 +189,27 @@ TEST_F(JsonlTaskTest, ErrorsNameFileAndLine) {
   EXPECT_NE(make_task(spec).status().message().find("task.dataset"), std::string::npos);
 }
 
+// task.prompt_field / task.answer_field name the fields of a row (datasets rarely say "prompt").
+TEST_F(JsonlTaskTest, FieldNamesComeFromTheConfig) {
+  TaskSpec spec;
+  spec.name = "jsonl";
+  spec.prompt_field = "question";
+  spec.answer_field = "solution";
+  std::string rows;
+  for (int i = 0; i < 4; ++i) rows += "{\"question\": \"q" + std::to_string(i) + "\", \"solution\": \"" + std::to_string(i) + "\"}\n";
+  spec.dataset = write("fields.jsonl", rows);
+  spec.eval_size = 1;
+  auto t = make_task(spec);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ((*t)->eval_set()[0].prompt, "q3");
+  EXPECT_EQ((*t)->eval_set()[0].answer, "3");
+  spec.answer_field = "answer";
+  t = make_task(spec);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("fields.jsonl:1: missing string field \"answer\" (task.answer_field)"),
+            std::string::npos)
+      << t.status().message();
+}
+
 }  // namespace
 }  // namespace rlrun::orchestrator
