@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "engine/backend.h"
 #include "engine/communicator.h"
 #include "engine/kv_cache.h"
@@ -34,9 +35,9 @@
 namespace {
 
 using namespace rlrun::engine;
+using rlrun::seconds_since;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct Options {
   int steps = 5;

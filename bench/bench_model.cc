@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "engine/backend.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
@@ -24,9 +25,9 @@
 namespace {
 
 using namespace rlrun::engine;
+using rlrun::seconds_since;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // CPU seconds of this process (all threads): with wall time it shows how much of the machine
 // the run actually got, since shared machines make wall-clock figures move.

@@ -13,11 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "engine/tokenizer.h"
 
 namespace {
 
 using rlrun::engine::Tokenizer;
+using rlrun::seconds_since;
 
 std::vector<std::string> make_corpus() {
   const char* words[] = {"the", "of", "and", "to", "in", "is", "that", "for", "it", "with", "as", "was", "on",
@@ -44,10 +46,6 @@ std::vector<std::string> make_corpus() {
     docs.push_back(std::move(doc));
   }
   return docs;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void bench(const std::string& path, const std::vector<std::string>& docs, size_t bytes) {

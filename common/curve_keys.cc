@@ -1,4 +1,5 @@
 // curve_keys.cc - key generation, the key file (one `name value` per line) and key checks.
+#include "common/file_io.h"
 #include "common/curve_keys.h"
 
 #include <sys/stat.h>
@@ -116,10 +117,8 @@ Result<RunKeys> read_run_keys(const std::string& path) {
                                  ": it holds secret keys and must not be accessible by group or others; run `chmod 600 ",
                                  path, "`"));
   }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  if (!(text << in.rdbuf())) return io_error(str("cannot read key file ", path));
-  RLRUN_ASSIGN_OR_RETURN(RunKeys keys, parse_run_keys(text.str(), path));
+  RLRUN_ASSIGN_OR_RETURN(const std::string text, read_file(path, "key file"));
+  RLRUN_ASSIGN_OR_RETURN(RunKeys keys, parse_run_keys(text, path));
   const std::string where = str(" in key file ", path);
   RLRUN_RETURN_IF_ERROR(check_key_pair(keys.server_public, keys.server_secret, str("the server key pair", where)));
   RLRUN_RETURN_IF_ERROR(check_key_pair(keys.client_public, keys.client_secret, str("the client key pair", where)));

@@ -91,6 +91,9 @@ const char* message_kind_name(MessageKind kind);  // "GenerateRequest"; "unknown
 
 enum class Role : uint8_t { kOrchestrator = 0, kTrainer = 1, kRollout = 2, kTool = 3 };
 const char* role_name(Role role);
+// A worker's name: "trainer-0", "rollout-3". It is its control-plane identity, its log and
+// timeline file name and its label in metrics: everything that routes by it builds it here.
+std::string worker_name(Role role, int64_t rank);
 
 enum class FinishReason : uint8_t { kStop = 0, kLength = 1, kCancelled = 2, kError = 3 };
 const char* finish_reason_name(FinishReason reason);

@@ -1,6 +1,8 @@
 // protocol_names.cc - names of the wire enums, for logs and error messages.
 #include "common/protocol.h"
 
+#include "common/log.h"
+
 namespace rlrun {
 
 const char* message_kind_name(MessageKind kind) {
@@ -36,6 +38,8 @@ const char* role_name(Role role) {
   }
   return "unknown";
 }
+
+std::string worker_name(Role role, int64_t rank) { return str(role_name(role), "-", rank); }
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {

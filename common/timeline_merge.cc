@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/file_io.h"
 #include "common/log.h"
 #include "common/timeline.h"
 
@@ -157,10 +158,9 @@ FileCounts merge_lines(std::istream& in, PidRemap& pids, MergeWriter& out) {
 
 // Any other Chrome trace file: one JSON array, or {"traceEvents": [...]}, however laid out.
 bool merge_whole(const std::string& path, PidRemap& pids, MergeWriter& out, FileCounts* c) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  json whole = json::parse(text.str(), nullptr, false);
+  Result<std::string> text = read_file(path, "timeline");
+  if (!text.ok()) return false;
+  json whole = json::parse(*text, nullptr, false);
   json* events = whole.is_array() ? &whole : nullptr;
   if (whole.is_object() && whole.contains("traceEvents")) events = &whole["traceEvents"];
   if (!events || !events->is_array()) return false;

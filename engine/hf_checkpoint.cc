@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/file_io.h"
 #include "common/atomic_file.h"
 #include "common/log.h"
 
@@ -20,11 +21,8 @@ constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 // Shard file names from the index's weight_map; names are plain file names inside `dir`.
 Result<std::vector<std::string>> shard_files(const std::string& index_path) {
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) return not_found(str("cannot read ", index_path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  RLRUN_ASSIGN_OR_RETURN(const std::string text, read_file(index_path, "safetensors index"));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
     return invalid_argument(str(index_path, ": expected a JSON object with a `weight_map` object"));
   }

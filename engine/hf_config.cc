@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/file_io.h"
 #include "common/atomic_file.h"
 #include "common/log.h"
 
@@ -149,11 +150,8 @@ Result<ModelConfig> parse_hf_config(const std::string& json_text, const std::str
 }
 
 Result<ModelConfig> read_hf_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(str("cannot read HF config ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_hf_config(text.str(), path);
+  RLRUN_ASSIGN_OR_RETURN(const std::string text, read_file(path, "HF config"));
+  return parse_hf_config(text, path);
 }
 
 Result<std::string> hf_config_json(const ModelConfig& c, const std::string& torch_dtype) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/file_io.h"
 #include "common/log.h"
 #include "engine/tokenizer_internal.h"
 
@@ -86,12 +87,8 @@ void encode_word_cached(const TokenizerImpl& impl, std::string_view word, std::v
 }  // namespace
 
 Result<Tokenizer> Tokenizer::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(str(path, ": cannot open the tokenizer file: ", std::strerror(errno)));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return io_error(str(path, ": read failed"));
-  return from_json(buffer.str(), path);
+  RLRUN_ASSIGN_OR_RETURN(const std::string text, read_file(path, "tokenizer file"));
+  return from_json(text, path);
 }
 
 Result<Tokenizer> Tokenizer::from_json(std::string_view json_text, const std::string& source_name) {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/file_io.h"
 #include "common/config.h"
 #include "orchestrator/cli_args.h"
 #include "orchestrator/memory_advice.h"
@@ -19,14 +20,12 @@ int compare_with_run(const ConfigArgs& args) {
   const std::string config_path = (dir / "config.yaml").string(), summary_path = (dir / "summary.json").string();
   Result<Config> config = load_config(config_path, args.overrides);
   if (!config.ok()) return report_config_errors("plan", config.status());
-  std::ifstream in(summary_path);
-  if (!in) {
-    std::fprintf(stderr, "rlrun plan: cannot read %s (written by the run loop when a run ends)\n", summary_path.c_str());
+  Result<std::string> text = read_file(summary_path, "run summary");
+  if (!text.ok()) {
+    std::fprintf(stderr, "rlrun plan: %s (a run writes it when it ends)\n", text.status().message().c_str());
     return kExitFailed;
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  Result<std::vector<MeasuredProcess>> measured = parse_run_summary(text.str(), summary_path);
+  Result<std::vector<MeasuredProcess>> measured = parse_run_summary(*text, summary_path);
   if (!measured.ok()) {
     std::fprintf(stderr, "rlrun plan: %s\n", measured.status().message().c_str());
     return kExitFailed;

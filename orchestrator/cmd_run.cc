@@ -75,6 +75,8 @@ TaskSpec task_spec(const Config& c) {
   t.name = std::string(enum_name(c.task.name));
   t.dataset = c.task.dataset;
   t.eval_dataset = c.task.eval_dataset;
+  t.prompt_field = c.task.prompt_field;
+  t.answer_field = c.task.answer_field;
   t.eval_size = static_cast<int>(c.task.eval_size);
   t.min_digits = static_cast<int>(c.task.min_digits);
   t.max_digits = static_cast<int>(c.task.max_digits);
@@ -98,7 +100,7 @@ std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, co
   const std::vector<std::string> keys = control_key_flags(plane);
   std::vector<std::pair<ProcessSpec, WorkerSlot>> out;
   for (int r = 0; r < c.trainer_num_workers; ++r) {
-    const std::string name = str("trainer-", r);
+    const std::string name = worker_name(Role::kTrainer, r);
     ProcessSpec p{name, {exe, "trainer", "--orchestrator", endpoint, "--rank", str(r), "--config", config_path,
                          "--timeline", timeline_path(dir, name)}, {}, str(dir, "/logs/", name, ".log"), "", {}};
     p.argv.insert(p.argv.end(), keys.begin(), keys.end());
@@ -107,7 +109,7 @@ std::vector<std::pair<ProcessSpec, WorkerSlot>> worker_specs(const Config& c, co
     out.push_back({p, WorkerSlot{name, Role::kTrainer, r, p.log_path}});
   }
   for (int i = 0; i < c.inference_num_workers; ++i) {
-    const std::string name = str("rollout-", i);
+    const std::string name = worker_name(Role::kRollout, i);
     ProcessSpec p{name, {exe, "rollout", "--orchestrator", endpoint, "--index", str(i), "--config", config_path,
                          "--weight-group-epoch", "0", "--timeline", timeline_path(dir, name)},
                   {}, str(dir, "/logs/", name, ".log"), "", {}};
@@ -253,7 +255,8 @@ int cmd_run(const Args& args) {
   std::vector<std::string> timelines{own_timeline};
   for (int r = 0; r < config.trainer_num_workers + config.inference_num_workers; ++r) {
     const std::string name =
-        r < config.trainer_num_workers ? str("trainer-", r) : str("rollout-", r - config.trainer_num_workers);
+        r < config.trainer_num_workers ? worker_name(Role::kTrainer, r)
+                                        : worker_name(Role::kRollout, r - config.trainer_num_workers);
     const std::string path = timeline_path(*dir, name);
     if (fs::exists(path)) timelines.push_back(path);  // absent when the run stopped before it started
   }

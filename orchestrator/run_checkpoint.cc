@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/timeline.h"
 #include "orchestrator/run_loop.h"
@@ -11,16 +12,6 @@
 #include "trainer/checkpoint_files.h"
 
 namespace rlrun::orchestrator {
-
-namespace {
-
-constexpr std::chrono::milliseconds kTick{20};
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-}  // namespace
 
 void Orchestrator::resume_from(const ResumeState& s) {
   resumed_ = s;
@@ -116,16 +107,17 @@ Status Orchestrator::checkpoint_on_interrupt() {
   return save_checkpoint(*last_step_state_);
 }
 
-std::string Orchestrator::batch_identity_json(const std::vector<Group>& batch) {
-  std::string ids;
+Orchestrator::BatchIdentity Orchestrator::batch_identity(const std::vector<Group>& batch) {
+  BatchIdentity identity;
   trainer::Fnv1a64 hash;
   for (const Group& g : batch) {
-    ids += str(ids.empty() ? "" : ",", g.id);
+    identity.group_ids.push_back(g.id);
     hash.update(g.problem.prompt.data(), g.problem.prompt.size() + 1);  // with the NUL: prompts stay apart
   }
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016" PRIx64, hash.value);
-  return str("\"group_ids\":[", ids, "],\"prompt_hash\":\"", hex, "\"");
+  identity.prompt_hash = hex;
+  return identity;
 }
 
 }  // namespace rlrun::orchestrator

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/timeline.h"
 #include "orchestrator/batcher.h"
@@ -13,12 +14,7 @@ namespace rlrun::orchestrator {
 namespace {
 
 using std::chrono::milliseconds;
-constexpr milliseconds kTick{20};
 constexpr int kMaxPromptTries = 100;  // consecutive too-long prompts before giving up a turn
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 }  // namespace
 
@@ -54,7 +50,7 @@ void Orchestrator::send_request(uint64_t group_id, uint32_t first, uint32_t coun
   if (!s.ok()) log::warn(str("dispatch to ", w.name, ": ", s.message()));  // results never come: counted in flight
   requests_[req.request_id] = Request{group_id, first, count, 0, worker, g.dispatch_version, false, false};
   ++w.lanes_used;
-  if (w.failure_record >= 0) {  // a replacement: when it took work (bench/fault_recovery.sh reads it)
+  if (w.failure_record >= 0) {  // a replacement: when it took work (build/bench/fault_recovery_bench reads it)
     double& first_request = outcome_.worker_failures[w.failure_record].replacement_first_request_at;
     if (first_request == 0)
       first_request = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -369,7 +365,7 @@ Status Orchestrator::run_step() {
     RLRUN_ASSIGN_OR_RETURN(accuracy, evaluate(str("at step ", step).c_str()));
   }
   write_step_line(train_results_[0].metrics, wait_s, train_s, last_sync_seconds_, rewards.mean, rewards.std,
-                  build.tokens, batch_identity_json(batch), accuracy);
+                  build.tokens, batch_identity(batch), accuracy);
   print_progress(rewards.mean);
   last_step_state_ = capture_state();
   RLRUN_RETURN_IF_ERROR(checkpoint_if_due());
@@ -381,7 +377,7 @@ Status Orchestrator::train(const BatchBuild& build, const std::string& what, boo
   train_results_.clear();
   train_error_.clear();
   const auto started = Clock::now();
-  for (const TrainBatch& b : build.per_rank) RLRUN_RETURN_IF_ERROR(server_.send(str("trainer-", b.rank), b));
+  for (const TrainBatch& b : build.per_rank) RLRUN_RETURN_IF_ERROR(server_.send(worker_name(Role::kTrainer, b.rank), b));
   while (train_results_.size() < build.per_rank.size()) {
     if (!train_error_.empty()) return internal_error(str(what, " failed: ", train_error_));
     RLRUN_RETURN_IF_ERROR(check_train_timeout(what, started));

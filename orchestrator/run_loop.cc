@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/memory.h"
 #include "common/timeline.h"
@@ -20,14 +22,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
 // Workers build models and join groups before registering: generous on a loaded machine.
 constexpr std::chrono::seconds kRegistrationTimeout{300};
-
-std::string json_number(double v) { return std::isfinite(v) ? str(v) : "null"; }
 
 }  // namespace
 
@@ -244,27 +240,25 @@ void Orchestrator::shutdown_workers(const std::string& reason) {
 
 void Orchestrator::write_step_line(const std::map<std::string, double>& trainer_metrics, double wait_s,
                                    double train_s, double sync_s, double reward_mean, double reward_std,
-                                   int64_t tokens, const std::string& batch_json,
+                                   int64_t tokens, const BatchIdentity& batch,
                                    std::optional<double> eval_accuracy) {
-  std::string line = str("{\"step\":", outcome_.steps_completed, ",\"reward_mean\":", json_number(reward_mean),
-                         ",\"reward_std\":", json_number(reward_std), ",\"wait_seconds\":", json_number(wait_s),
-                         ",\"train_seconds\":", json_number(train_s), ",\"weight_sync_seconds\":", json_number(sync_s),
-                         ",\"tokens_trained\":", tokens, ",\"tokens_generated_total\":", outcome_.tokens_generated,
-                         ",\"async_level\":", gate_.current_async_level(outstanding_groups()),
-                         ",\"discarded_total\":", ledger_.summary().discarded_total(), ",", batch_json,
-                         eval_accuracy ? str(",\"eval_accuracy\":", json_number(*eval_accuracy)) : std::string(),
-                         ",\"trainer\":{");
-  bool first = true;
-  for (const auto& [key, value] : trainer_metrics) {
-    if (!first) line.push_back(',');
-    first = false;
-    append_json_string(line, key);
-    line.push_back(':');
-    line += json_number(value);
-  }
-  line += "}}\n";
+  // ordered: the keys in the order a person reads them; a non-finite double dumps as null.
+  nlohmann::ordered_json line = {{"step", outcome_.steps_completed},
+                                 {"reward_mean", reward_mean},
+                                 {"reward_std", reward_std},
+                                 {"wait_seconds", wait_s},
+                                 {"train_seconds", train_s},
+                                 {"weight_sync_seconds", sync_s},
+                                 {"tokens_trained", tokens},
+                                 {"tokens_generated_total", outcome_.tokens_generated},
+                                 {"async_level", gate_.current_async_level(outstanding_groups())},
+                                 {"discarded_total", ledger_.summary().discarded_total()},
+                                 {"group_ids", batch.group_ids},
+                                 {"prompt_hash", batch.prompt_hash}};
+  if (eval_accuracy) line["eval_accuracy"] = *eval_accuracy;
+  line["trainer"] = trainer_metrics;
   std::ofstream out(metrics_jsonl_, std::ios::app);
-  out << line;
+  out << line.dump() << '\n';
   if (!out) log::warn(str("could not append to ", metrics_jsonl_));
 }
 

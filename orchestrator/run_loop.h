@@ -166,6 +166,8 @@ class Orchestrator {
   };
 
   // ---- run_loop.cc: lifecycle and messages
+  // How long a waiting loop's tick() polls for messages before it looks at everything else.
+  static constexpr std::chrono::milliseconds kTick{20};
   Status tick(std::chrono::milliseconds wait, bool dispatch);
   Status handle(const Incoming& in);
   Status handle_register(const Incoming& in, const Register& reg);
@@ -179,10 +181,16 @@ class Orchestrator {
   // Sends build's batches to the trainer ranks and ticks until every rank answers; `what` names
   // the step in errors.
   Status train(const BatchBuild& build, const std::string& what, bool allow_dispatch);
-  // `batch_json` is the step's `"group_ids":[...],"prompt_hash":"..."` (batch_identity_json).
+  // Which prompts a step trained, for metrics.jsonl: group ids and an FNV-1a 64 hash of the
+  // prompts' texts in batch order, as 16 hex digits (a resumed run must train the same ones).
+  struct BatchIdentity {
+    std::vector<uint64_t> group_ids;
+    std::string prompt_hash;
+  };
+  static BatchIdentity batch_identity(const std::vector<Group>& batch);  // run_checkpoint.cc
   void write_step_line(const std::map<std::string, double>& trainer_metrics, double wait_s, double train_s,
                        double sync_s, double reward_mean, double reward_std, int64_t tokens,
-                       const std::string& batch_json, std::optional<double> eval_accuracy);
+                       const BatchIdentity& batch, std::optional<double> eval_accuracy);
   void print_progress(double reward_mean);
   double loop_seconds() const;  // this process's loop time plus that of the parts resumed from
   WorkerSlot* worker_by_name(const std::string& name);
@@ -232,9 +240,6 @@ class Orchestrator {
   BatchBuild pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards);
   // Takes prompts_batch_size_for_trainer ready groups (discarding stale ones): false if too few.
   bool take_batch(std::vector<Group>& out);
-  // Which prompts a step trained, for metrics.jsonl: group ids and an FNV-1a 64 hash of the
-  // prompts' texts in batch order (a resumed run must train the same ones).
-  static std::string batch_identity_json(const std::vector<Group>& batch);
   Result<std::optional<double>> evaluate(const char* when);
   // The held-out accuracy summary.json promises, when the run stops before its last step (`why`:
   // an interrupt, no batch): the rollout workers still serve. Fills accuracy_after and its note.

@@ -4,10 +4,12 @@
 //    "samples": {"generated", "trained", "discarded": {reason: n}, "cancelled",
 //                "in_flight_at_exit", "lost"},
 //    "reward_mean": {"first", "last"},          means over the first / last 10% of steps (null: none)
-//    "eval": {"accuracy_before", "accuracy_after"},   null without an eval set
+//    "eval": {"accuracy_before", "accuracy_after"},   null without an eval set; "accuracy_after_note"
+//            when the run stopped before its last step (when it was measured, or why not)
 //    "trainer_idle_fraction", "rollout_idle_fraction",
 //    "tokens_per_second": {"generated", "trained"},
-//    "peak_memory_bytes": {process: n}, "worker_restarts": 0, "prompts_skipped": n,
+//    "peak_memory_bytes": {process: n}, "processes": [...], "worker_restarts": 0,
+//    "worker_failures": [...], "prompts_skipped": n, "zero_spread_groups_kept": n,
 //    "exit": "ok" | "interrupted" | the failure}
 #pragma once
 

@@ -13,20 +13,13 @@
 // its next failure stops the run naming it and its log. Trainer failures stop the run.
 #include <cmath>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "orchestrator/run_loop.h"
 
 namespace rlrun::orchestrator {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // Workers build their models before registering: generous on a loaded machine.
 constexpr double kRegistrationTimeoutSeconds = 300;

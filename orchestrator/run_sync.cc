@@ -8,26 +8,12 @@
 // others fail within the group's timeouts (rendezvous.h), the round ends failed without stopping
 // the run, and a new one starts once the replacement registered. A round that fails with every
 // member alive stops the run with the members' errors.
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/timeline.h"
 #include "orchestrator/run_loop.h"
 
 namespace rlrun::orchestrator {
-
-namespace {
-
-using std::chrono::milliseconds;
-constexpr milliseconds kTick{20};
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 bool Orchestrator::group_complete() const {
   for (const WorkerSlot& w : workers_) {

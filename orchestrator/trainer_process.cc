@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 
+#include "common/clock.h"
 #include "common/control_plane.h"
 #include "common/log.h"
 #include "common/memory.h"
@@ -27,10 +28,6 @@ namespace rlrun::orchestrator {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::chrono::milliseconds to_ms(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
 
 // Everything a trainer rank holds, built in dependency order (members destroyed in reverse).
 struct TrainerRank {
@@ -58,7 +55,7 @@ Status build_rank(const Config& config, const TrainerProcessOptions& options, Tr
     r.model->weights().init_random(static_cast<uint64_t>(config.seed), static_cast<float>(config.model.init_std));
   }
   r.adapter = std::make_unique<trainer::ModelAdapter>(*r.model);
-  const std::string identity = str("trainer-", options.rank);
+  const std::string identity = worker_name(Role::kTrainer, options.rank);
   if (config.trainer_num_workers > 1) {
     RLRUN_ASSIGN_OR_RETURN(r.dp, join_group(options.orchestrator, identity, data_parallel_group(config, options.rank),
                                           options.control_security));
@@ -98,7 +95,7 @@ class TrainerLoop {
   Status connect_and_register() {
     ControlClient::Options co;
     co.endpoint = options_.orchestrator;
-    co.identity = str("trainer-", options_.rank);
+    co.identity = worker_name(Role::kTrainer, options_.rank);
     co.socket.security = options_.control_security;
     Register reg;
     reg.role = Role::kTrainer;
@@ -225,7 +222,7 @@ class TrainerLoop {
     rank_.trainer->set_weight_comm(nullptr);
     rank_.weights.reset();
     rank_.weights_epoch = -1;
-    const std::string identity = str("trainer-", options_.rank);
+    const std::string identity = worker_name(Role::kTrainer, options_.rank);
     RLRUN_ASSIGN_OR_RETURN(rank_.weights, join_group(options_.orchestrator, identity,
                                                      weight_sync_group(config_, 0, static_cast<int>(epoch)),
                                                      options_.control_security));
@@ -265,7 +262,7 @@ class TrainerLoop {
 }  // namespace
 
 int run_trainer_process(const Config& config, const TrainerProcessOptions& options) {
-  const std::string name = str("trainer-", options.rank);
+  const std::string name = worker_name(Role::kTrainer, options.rank);
   if (!options.timeline_path.empty()) {
     const Status s = global_timeline().open(options.timeline_path, name);
     if (!s.ok()) log::warn(str(name, ": no timeline: ", s.message()));

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/memory.h"
 #include "common/timeline.h"
@@ -15,10 +16,6 @@ namespace {
 
 double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-std::chrono::milliseconds to_ms(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
 
 }  // namespace
@@ -82,7 +79,7 @@ void Worker::send_error(StatusCode code, MessageKind request_kind, const std::st
 Status Worker::register_with_orchestrator() {
   ControlClient::Options co;
   co.endpoint = options_.orchestrator;
-  co.identity = str("rollout-", options_.index);
+  co.identity = worker_name(Role::kRollout, options_.index);
   co.socket.security = options_.control_security;
   Register reg;
   reg.role = Role::kRollout;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/clock.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "trainer/rank_reduce.h"
@@ -20,10 +21,6 @@ int64_t last_rss_peak(const PeakMemoryTracker& tracker, const std::string& phase
     if (p.phase == phase) return p.last_peak_bytes;
   }
   return -1;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 // Records backend (and, with a tracker, resident) memory around one phase.

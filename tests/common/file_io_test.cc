@@ -1,0 +1,32 @@
+// read_file: the bytes of a file, or an error naming what it is, where, and why.
+#include "common/file_io.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/common/config_test_util.h"
+
+namespace rlrun {
+namespace {
+
+using ::testing::HasSubstr;
+using rlrun::testing::TempDir;
+
+TEST(ReadFile, ReturnsTheBytesOrSaysWhatAndWhy) {
+  TempDir dir;
+  const std::string path = dir.write("a.json", std::string("{\"x\":\0 1}", 9));
+  Result<std::string> text = read_file(path, "test file");
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  EXPECT_EQ(*text, std::string("{\"x\":\0 1}", 9));
+  EXPECT_EQ(*read_file(dir.write("empty", ""), "test file"), "");
+
+  Result<std::string> missing = read_file(dir.path() + "/nope.json", "tokenizer file");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("cannot read tokenizer file " + dir.path() + "/nope.json: it does not exist"));
+  Result<std::string> folder = read_file(dir.path(), "HF config");
+  EXPECT_EQ(folder.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(folder.status().message(), HasSubstr("is a folder, not a file"));
+}
+
+}  // namespace
+}  // namespace rlrun
