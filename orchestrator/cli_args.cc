@@ -1,5 +1,6 @@
 #include "orchestrator/cli_args.h"
 
+#include <charconv>
 #include <cstdio>
 
 #include "common/log.h"
@@ -11,6 +12,23 @@ bool ConfigArgs::has(std::string_view flag) const { return flags.count(std::stri
 std::string ConfigArgs::value(std::string_view flag, const std::string& fallback) const {
   auto it = flags.find(std::string(flag));
   return it == flags.end() ? fallback : it->second;
+}
+
+Result<int64_t> ConfigArgs::integer(std::string_view flag, int64_t fallback, int64_t lo, int64_t hi) const {
+  if (!has(flag)) return fallback;
+  const std::string text = value(flag);
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi)
+    return invalid_argument(str(flag, " `", text, "` is not an integer from ", lo, " to ", hi));
+  return v;
+}
+
+Result<std::string> ConfigArgs::worker_config_path() const {
+  if (has("--config") && !config_path.empty()) return invalid_argument("give the config once (--config or PATH)");
+  const std::string path = has("--config") ? value("--config") : config_path;
+  if (path.empty()) return invalid_argument("missing --config PATH; see --help");
+  return path;
 }
 
 namespace {

@@ -31,6 +31,11 @@ struct ConfigArgs {
 
   bool has(std::string_view flag) const;
   std::string value(std::string_view flag, const std::string& fallback = "") const;
+  // The value of `flag` as an integer in [lo, hi] (`fallback` when the flag is absent), parsed
+  // strictly: anything but a whole decimal number in range is an error naming the flag.
+  Result<int64_t> integer(std::string_view flag, int64_t fallback, int64_t lo, int64_t hi) const;
+  // A worker role's config: `--config PATH` or the positional PATH, exactly one of them.
+  Result<std::string> worker_config_path() const;
 };
 
 // Splits `args`. Errors (unknown flag, missing value, a second CONFIG) say which argument and

@@ -20,14 +20,6 @@ namespace rlrun::orchestrator {
 
 namespace {
 
-Result<int32_t> parse_index(const std::string& text) {
-  char* end = nullptr;
-  const long v = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || v < 0 || v > 1 << 20)
-    return invalid_argument(str("--index `", text, "` is not a worker index (0, 1, ...)"));
-  return static_cast<int32_t>(v);
-}
-
 rollout::SchedulerOptions scheduler_options(const Config& c, const engine::Model& model) {
   rollout::SchedulerOptions o;
   o.max_num_seqs = c.max_num_seqs;
@@ -45,7 +37,7 @@ rollout::SchedulerOptions scheduler_options(const Config& c, const engine::Model
 Result<rollout::TestFault> test_fault(const char* spec, int32_t index, int incarnation) {
   rollout::TestFault fault;
   if (spec == nullptr || *spec == '\0') return fault;
-  const std::string text = spec, me = str("rollout-", index, ":");
+  const std::string text = spec, me = worker_name(Role::kRollout, index) + ":";
   const std::string usage = str("RLRUN_TEST_FAULT `", text, "`: expected rollout-I:weight_sync:VERSION, "
                                 "rollout-I:stop_after_results:N or rollout-I:after_register (test-only fault injection)");
   if (text.rfind("rollout-", 0) != 0 || text.find(':') == std::string::npos) return invalid_argument(usage);
@@ -98,7 +90,7 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
   // WeightSyncBegin names.
   options.join_weight_group = [&config, endpoint = options.orchestrator, index = options.index,
                                 security = options.control_security](uint32_t epoch) {
-    return join_group(endpoint, str("rollout-", index), weight_sync_group(config, index + 1, static_cast<int>(epoch)),
+    return join_group(endpoint, worker_name(Role::kRollout, index), weight_sync_group(config, index + 1, static_cast<int>(epoch)),
                       security);
   };
   std::unique_ptr<engine::Communicator> weight_comm;
@@ -127,38 +119,37 @@ int cmd_rollout(const Args& args) {
       {"--weight-group-epoch", true}, {kControlKeysFlag, true}, {"--incarnation", true}, {"--timeline", true}};
   Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
   if (!parsed.ok()) return report_usage_error("rollout", parsed.status());
-  std::string path = parsed->config_path;
-  if (parsed->has("--config")) {
-    if (!path.empty()) return report_usage_error("rollout", invalid_argument("give the config once (--config or PATH)"));
-    path = parsed->value("--config");
-  }
-  if (path.empty()) return report_usage_error("rollout", invalid_argument("missing --config PATH; see --help"));
+  Result<std::string> path = parsed->worker_config_path();
+  if (!path.ok()) return report_usage_error("rollout", path.status());
   if (!parsed->has("--orchestrator"))
     return report_usage_error("rollout", invalid_argument("missing --orchestrator tcp://HOST:PORT; see --help"));
   if (!parsed->has("--index")) return report_usage_error("rollout", invalid_argument("missing --index I; see --help"));
-  Result<int32_t> index = parse_index(parsed->value("--index"));
+  Result<int64_t> index = parsed->integer("--index", 0, 0, 1 << 20);
   if (!index.ok()) return report_usage_error("rollout", index.status());
-  Result<Config> config = load_config(path, parsed->overrides);
+  // --incarnation N: the Nth replacement of this worker (0: started with the run).
+  Result<int64_t> incarnation = parsed->integer("--incarnation", 0, 0, 1 << 20);
+  if (!incarnation.ok()) return report_usage_error("rollout", incarnation.status());
+  Result<int64_t> epoch = parsed->integer("--weight-group-epoch", -1, -1, INT32_MAX);
+  if (!epoch.ok()) return report_usage_error("rollout", epoch.status());
+  Result<Config> config = load_config(*path, parsed->overrides);
   if (!config.ok()) return report_config_errors("rollout", config.status());
   log::set_min_level(config->log_level);
   rollout::WorkerOptions options;
   options.orchestrator = parsed->value("--orchestrator");
-  options.index = *index;
+  options.index = static_cast<int32_t>(*index);
   options.host = parsed->value("--host");
   Result<SecurityOptions> security = worker_control_security(parsed->value(kControlKeysFlag));
   if (!security.ok()) return report_usage_error("rollout", security.status());
   options.control_security = std::move(*security);
-  // --incarnation N: the Nth replacement of this worker (0: started with the run).
-  const int incarnation = std::atoi(parsed->value("--incarnation", "0").c_str());
-  Result<rollout::TestFault> fault = test_fault(std::getenv("RLRUN_TEST_FAULT"), *index, incarnation);
+  Result<rollout::TestFault> fault =
+      test_fault(std::getenv("RLRUN_TEST_FAULT"), options.index, static_cast<int>(*incarnation));
   if (!fault.ok()) return report_usage_error("rollout", fault.status());
   options.test_fault = *fault;
   if (parsed->has("--timeline")) {
-    const Status s = global_timeline().open(parsed->value("--timeline"), str("rollout-", *index));
+    const Status s = global_timeline().open(parsed->value("--timeline"), worker_name(Role::kRollout, *index));
     if (!s.ok()) log::warn(str("rollout ", *index, ": no timeline: ", s.message()));
   }
-  const std::string epoch = parsed->value("--weight-group-epoch", "-1");
-  const int code = serve(*config, options, epoch == "-1" ? -1 : std::atoi(epoch.c_str()));
+  const int code = serve(*config, options, static_cast<int>(*epoch));
   global_timeline().close();
   return code;
 }

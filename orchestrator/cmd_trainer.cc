@@ -16,29 +16,22 @@ int cmd_trainer(const Args& args) {
       {"--resume-from", true}};
   Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
   if (!parsed.ok()) return report_usage_error("trainer", parsed.status());
-  std::string path = parsed->config_path;
-  if (parsed->has("--config")) {
-    if (!path.empty()) return report_usage_error("trainer", invalid_argument("give the config once (--config or PATH)"));
-    path = parsed->value("--config");
-  }
-  if (path.empty()) return report_usage_error("trainer", invalid_argument("missing --config PATH; see --help"));
+  Result<std::string> path = parsed->worker_config_path();
+  if (!path.ok()) return report_usage_error("trainer", path.status());
   if (!parsed->has("--orchestrator"))
     return report_usage_error("trainer", invalid_argument("missing --orchestrator tcp://HOST:PORT; see --help"));
-  const std::string rank_text = parsed->value("--rank", "0");
-  char* end = nullptr;
-  const long rank = std::strtol(rank_text.c_str(), &end, 10);
-  if (rank_text.empty() || *end != '\0' || rank < 0 || rank > 1 << 20)
-    return report_usage_error("trainer", invalid_argument(str("--rank `", rank_text, "` is not a trainer rank (0, 1, ...)")));
-  Result<Config> config = load_config(path, parsed->overrides);
+  Result<int64_t> rank = parsed->integer("--rank", 0, 0, 1 << 20);
+  if (!rank.ok()) return report_usage_error("trainer", rank.status());
+  Result<Config> config = load_config(*path, parsed->overrides);
   if (!config.ok()) return report_config_errors("trainer", config.status());
-  if (rank >= config->trainer_num_workers)
-    return report_usage_error("trainer", invalid_argument(str("--rank ", rank, " but trainer_num_workers is ",
+  if (*rank >= config->trainer_num_workers)
+    return report_usage_error("trainer", invalid_argument(str("--rank ", *rank, " but trainer_num_workers is ",
                                                               config->trainer_num_workers)));
   log::set_min_level(config->log_level);
-  log::set_process_name(str("trainer-", rank));
+  log::set_process_name(worker_name(Role::kTrainer, *rank));
   TrainerProcessOptions options;
   options.orchestrator = parsed->value("--orchestrator");
-  options.rank = static_cast<int>(rank);
+  options.rank = static_cast<int>(*rank);
   options.timeline_path = parsed->value("--timeline");
   Result<SecurityOptions> security = worker_control_security(parsed->value(kControlKeysFlag));
   if (!security.ok()) return report_usage_error("trainer", security.status());

@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/log.h"
+
 namespace rlrun::orchestrator {
 namespace {
 
@@ -49,6 +51,34 @@ TEST(CliArgs, MistakesAreReported) {
               HasSubstr("`--out` needs a value"));
   EXPECT_THAT(parse_config_args({"--dry-run=yes"}, kFlags).status().message(),
               HasSubstr("takes no value"));
+}
+
+// Worker flags are integers only when all of their text is: garbage never becomes 0.
+TEST(CliArgs, IntegerFlagsParseStrictly) {
+  static constexpr FlagSpec kWorkerFlags[] = {{"--rank", true}};
+  auto rank = [](const char* text) {
+    Result<ConfigArgs> a = parse_config_args({"--rank", text}, kWorkerFlags);
+    EXPECT_TRUE(a.ok());
+    return a->integer("--rank", 0, 0, 7);
+  };
+  EXPECT_EQ(*rank("3"), 3);
+  for (const char* bad : {"", "x", "3x", " 3", "-1", "8", "99999999999999999999"}) {
+    Result<int64_t> r = rank(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_THAT(r.status().message(), HasSubstr(str("--rank `", bad, "` is not an integer from 0 to 7")));
+  }
+  Result<ConfigArgs> none = parse_config_args({}, kWorkerFlags);
+  EXPECT_EQ(*none->integer("--rank", 5, 0, 7), 5);
+}
+
+TEST(CliArgs, AWorkerTakesItsConfigOnce) {
+  static constexpr FlagSpec kWorkerFlags[] = {{"--config", true}};
+  EXPECT_EQ(*parse_config_args({"--config", "a.yaml"}, kWorkerFlags)->worker_config_path(), "a.yaml");
+  EXPECT_EQ(*parse_config_args({"a.yaml"}, kWorkerFlags)->worker_config_path(), "a.yaml");
+  EXPECT_THAT(parse_config_args({"a.yaml", "--config", "b.yaml"}, kWorkerFlags)->worker_config_path().status().message(),
+              HasSubstr("give the config once"));
+  EXPECT_THAT(parse_config_args({}, kWorkerFlags)->worker_config_path().status().message(),
+              HasSubstr("missing --config PATH"));
 }
 
 }  // namespace
