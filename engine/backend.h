@@ -1,4 +1,4 @@
-// backend.h - the compute interface every device implements (cpu/ now, cuda/ later).
+// backend.h - the compute interface every device implements (engine/cpu/, engine/cuda/).
 //
 // A Backend owns memory (zeros/free), moves bytes (host <-> backend, backend <-> backend) and runs
 // the ops a Llama-family decoder needs for training and inference, each forward with its backward.

@@ -2,7 +2,7 @@
 // weight-sync group (trainer rank 0 + every rollout worker).
 //
 // One interface, two implementations: Gloo over TCP for CPU buffers (engine/cpu/), NCCL for device
-// buffers (engine/cuda/, later). Rendezvous goes through a RendezvousStore that the orchestrator
+// buffers (engine/cuda/). Rendezvous goes through a RendezvousStore that the orchestrator
 // serves over its control plane, never through a shared file system.
 //
 // Contracts: every rank of a group calls the same collectives in the same order with the same

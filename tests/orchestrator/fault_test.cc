@@ -19,6 +19,8 @@
 #include <string>
 #include <thread>
 
+#include "tests/common/test_seed.h"
+
 namespace rlrun::orchestrator {
 namespace {
 
@@ -132,7 +134,7 @@ TEST_F(WorkerFaults, KilledDuringGenerationIsReplacedAndTheRunFinishes) {
   BackgroundRun run(dir_, "");
   ASSERT_TRUE(run.wait_steps(1)) << run.output();
   // A random point of generation after the first step (the two workers are generating the next batch).
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(rlrun::testing::test_seed());
   std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 400)(rng)));
   const int pid = run.pid_of("rollout-1");
   ASSERT_GT(pid, 0) << run.output();
