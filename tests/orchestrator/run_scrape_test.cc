@@ -117,5 +117,24 @@ TEST(RunScrape, ScrapedEveryTenthOfASecondTheRunFinishesCleanly) {
   }
 }
 
+// A metrics server whose HTTP threads cannot start on a usable address costs the run its
+// /metrics and nothing else. Debian's civetweb is built without IPv6, so `[::1]:0` is such an
+// address here (a build with IPv6 serves it, and there is nothing to test).
+TEST(RunScrape, AMetricsServerThatCannotStartCostsOnlyTheMetrics) {
+  testing::TempDir dir;
+  const std::string run = dir.path() + "/run";
+  const testing::CliRun r = testing::run_rlrun(
+      dir, str("'", RLRUN_SOURCE_DIR, "/configs/quickstart.yaml' --run-dir '", run,
+               "' --set 'metrics_bind=\"[::1]:0\"' --set format_warm_start_steps=20 --set number_of_steps=3 ",
+               "--set discard_group_zero_advantage=false --set task.eval_size=8"));
+  if (r.err.find("metrics on http://[::1]") != std::string::npos) GTEST_SKIP() << "this civetweb serves IPv6";
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("the HTTP server (civetweb) failed"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the run goes on without /metrics"), std::string::npos) << r.err;
+  const json summary = json::parse(testing::read_all(run + "/summary.json"));
+  EXPECT_EQ(summary["exit"], "ok");
+  EXPECT_EQ(summary["steps_completed"], 3);
+}
+
 }  // namespace
 }  // namespace rlrun::orchestrator
