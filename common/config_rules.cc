@@ -58,11 +58,6 @@ void check_parallelism(Rules& r) {
                ") is not divisible by `number_of_minibatches` (", c.number_of_minibatches,
                "): each minibatch takes the same number of groups"));
   }
-  if (c.free_lane_after_generation && !c.enable_individual_sample_lanes) {
-    r.fail({"free_lane_after_generation", "enable_individual_sample_lanes"},
-           "`free_lane_after_generation: true` needs `enable_individual_sample_lanes: true`: a "
-           "group's lane is only free when all its samples are done; enable both or neither");
-  }
 }
 
 void check_lengths(Rules& r) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/check.h"
@@ -177,7 +178,35 @@ std::string_view closest_name(std::string_view name, std::span<const std::string
   return close_enough(best_distance, name) ? best : std::string_view{};
 }
 
+namespace {
+
+// Keys of the reference system rlrun does not take, and why: a config brought from there gets
+// the reason, not a bare "unknown key".
+constexpr std::pair<std::string_view, std::string_view> kRetiredKeys[] = {
+    {"free_lane_after_generation",
+     "rlrun scores a sample as it arrives, so with enable_individual_sample_lanes a sample's lane is "
+     "always free as soon as it stops generating; remove the key"},
+    {"weight_broadcast_pin_memory",
+     "device backends broadcast weights device to device (NCCL); weight_broadcast_cpu_staging stages "
+     "through one bucket-sized host buffer, not pinned; remove the key"},
+};
+
+std::string retired_key_message(std::string_view name) {
+  for (const auto& [key, why] : kRetiredKeys) {
+    if (key != name) continue;
+    std::string message(1, '`');
+    message.append(key).append("` is not an rlrun key: ").append(why);
+    return message;
+  }
+  return {};
+}
+
+}  // namespace
+
 std::string unknown_key_message(ConfigSection section, std::string_view name) {
+  if (section == ConfigSection::kTop) {
+    if (std::string retired = retired_key_message(name); !retired.empty()) return retired;
+  }
   std::string message = "unknown key `" + std::string(name) + "`";
   if (section == ConfigSection::kTop && (name == "model" || name == "task")) return message;
   // The exact name in another section is the likeliest intent.
@@ -201,6 +230,7 @@ std::string unknown_key_message(ConfigSection section, std::string_view name) {
 }
 
 std::string unknown_dotted_key_message(std::string_view dotted) {
+  if (std::string retired = retired_key_message(dotted); !retired.empty()) return retired;
   std::string message = "unknown key `" + std::string(dotted) + "`";
   std::vector<std::string> owned;
   for (const KeySpec& k : config_keys()) owned.push_back(k.dotted_name());

@@ -21,7 +21,7 @@ void Orchestrator::resume_from(const ResumeState& s) {
   next_group_ = s.next_group;
   next_request_ = s.next_request;
   // The prompt stream from the same seed, advanced past what the saved run drew.
-  for (task_draws_ = 0; task_draws_ < s.task_draws; ++task_draws_) (void)task_.next_train();
+  prompts_.skip(s.task_draws);
   outcome_.prompts_skipped = s.prompts_skipped;
   outcome_.tokens_generated = s.tokens_generated;
   outcome_.tokens_trained = s.tokens_trained;
@@ -38,7 +38,7 @@ void Orchestrator::resume_from(const ResumeState& s) {
 ResumeState Orchestrator::capture_state() const {
   ResumeState s;
   s.steps_completed = outcome_.steps_completed;
-  s.task_draws = task_draws_;
+  s.task_draws = prompts_.consumed();
   s.next_group = next_group_;
   s.next_request = next_request_;
   s.prompts_skipped = outcome_.prompts_skipped;

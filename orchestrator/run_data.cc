@@ -73,9 +73,9 @@ Status Orchestrator::send_eval_request(uint64_t problem, int worker) {
 bool Orchestrator::start_group() {
   for (int tries = 0; tries < kMaxPromptTries; ++tries) {
     Group g;
-    g.problem = task_.next_train();
-    ++task_draws_;
-    g.prompt_ids = tokenizer_.encode(g.problem.prompt);
+    Prompt prompt = prompts_.next();
+    g.problem = std::move(prompt.problem);
+    g.prompt_ids = std::move(prompt.ids);
     const int64_t n = static_cast<int64_t>(g.prompt_ids.size());
     if (n == 0 || n > config_.max_prompt_tokens || n + config_.max_tokens > config_.max_model_len) {
       if (++outcome_.prompts_skipped == 1)

@@ -33,7 +33,8 @@ Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher
     : config_(config), server_(server), launcher_(launcher), metrics_(metrics), task_(task), tokenizer_(tokenizer),
       workers_(std::move(workers)), metrics_jsonl_(metrics_jsonl), interrupted_(interrupted),
       gate_(GateOptions{config.max_async_rollout, config.max_off_policy_steps, config.prompts_batch_size_for_trainer}),
-      group_size_(static_cast<uint32_t>(config.group_size)) {
+      group_size_(static_cast<uint32_t>(config.group_size)),
+      prompts_(task, tokenizer, config.enable_prompt_prefetch ? config.prompt_prefetch_buffer_size : 0) {
   for (const char* name : {"<|endoftext|>", "<|im_end|>", "</s>", "<|eot_id|>"}) {
     if (auto id = tokenizer_.token_to_id(name)) stop_ids_.push_back(*id);
   }

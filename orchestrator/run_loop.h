@@ -43,6 +43,7 @@
 #include "engine/tokenizer.h"
 #include "orchestrator/batcher.h"
 #include "orchestrator/launcher.h"
+#include "orchestrator/prompt_source.h"
 #include "orchestrator/rendezvous.h"
 #include "orchestrator/run_state.h"
 #include "orchestrator/run_metrics.h"
@@ -283,7 +284,7 @@ class Orchestrator {
   bool keep_zero_spread_ = false;  // past the bound: zero-spread groups fill the step's batch
   std::string no_batch_error_;     // past the bound with nothing to learn from: run_step stops the run
   log::RateLimited zero_spread_log_{std::chrono::seconds(60)};
-  uint64_t task_draws_ = 0;           // task_.next_train() calls
+  PromptSource prompts_;  // the only caller of task_.next_train(); consumed() is the data position
 
   // Checkpoints and resume (run_checkpoint.cc).
   std::optional<ResumeState> resumed_;          // the state this run continues from

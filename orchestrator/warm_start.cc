@@ -29,11 +29,11 @@ Status Orchestrator::format_warm_start() {
   for (int64_t step = 1; step <= steps; ++step) {
     std::vector<std::vector<int32_t>> prompts, completions;
     for (int64_t i = 0; i < per_step; ++i) {
-      const Problem problem = task_.next_train();
-      ++task_draws_;  // so a resumed run skips these too
+      const Prompt prompt = prompts_.next();  // counted: a resumed run skips these too
+      const Problem& problem = prompt.problem;
       std::optional<std::string> text = task_.format_example(problem, rng);
       if (!text) return invalid_argument(str("format_warm_start_steps: task ", task_.name(), " has no answer format"));
-      prompts.push_back(tokenizer_.encode(problem.prompt));
+      prompts.push_back(prompt.ids);
       completions.push_back(tokenizer_.encode(*text));
       completions.back().push_back(stop_ids_.front());
     }

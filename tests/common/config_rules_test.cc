@@ -80,12 +80,12 @@ TEST(ConfigRules, ClipRanges) {
   EXPECT_TRUE(load_text("clip_ratio_c: 3\n").ok());
 }
 
-TEST(ConfigRules, LaneFreeingNeedsIndividualLanes) {
+TEST(ConfigRules, AReferenceKeyRlrunDoesNotTakeSaysWhy) {
   EXPECT_THAT(error_lines(load_text("free_lane_after_generation: true\n")),
-              ElementsAre(AllOf(HasSubstr("`free_lane_after_generation: true` needs "),
-                                HasSubstr("`enable_individual_sample_lanes: true`"))));
-  EXPECT_TRUE(load_text("free_lane_after_generation: true\n"
-                        "enable_individual_sample_lanes: true\n").ok());
+              ElementsAre(AllOf(HasSubstr("`free_lane_after_generation` is not an rlrun key"),
+                                HasSubstr("scores a sample as it arrives"))));
+  EXPECT_THAT(error_lines(load_text("weight_broadcast_pin_memory: true\n")),
+              ElementsAre(HasSubstr("`weight_broadcast_pin_memory` is not an rlrun key")));
 }
 
 TEST(ConfigRules, MinibatchesDivideTheBatch) {

@@ -4,6 +4,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -98,15 +100,56 @@ TEST(ConfigSchema, EveryEnumValueRoundTrips) {
   EXPECT_EQ(enum_name(Placement::kSpread), "SPREAD");
 }
 
+// A key that nothing but the config code reads is a promise the run does not keep (several once
+// were: task.prompt_field, enable_prompt_prefetch, ...). Every key must appear as a member read,
+// `config.KEY`, `c.task.KEY`, `model.KEY` and the like, in a source file that is not config code.
+TEST(ConfigSchema, EveryKeyIsReadOutsideTheConfigCode) {
+  namespace fs = std::filesystem;
+  const std::set<std::string> holders = {"c", "c_", "config", "config_", "cfg", "t", "m", "model", "task"};
+  std::set<std::string> read;  // "seq_len", "model.hidden_size", "task.dataset"
+  auto ident_at = [](const std::string& s, size_t i) {
+    size_t j = i;
+    while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
+    return s.substr(i, j - i);
+  };
+  for (const char* dir : {"common", "engine", "trainer", "rollout", "orchestrator"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(repo_file(dir))) {
+      const std::string name = entry.path().filename().string(), ext = entry.path().extension().string();
+      if (name.rfind("config", 0) == 0 || (ext != ".cc" && ext != ".h" && ext != ".in")) continue;
+      const std::string text = read_text(entry.path().string());
+      for (size_t dot = text.find('.'); dot != std::string::npos; dot = text.find('.', dot + 1)) {
+        size_t start = dot;
+        while (start > 0 && (std::isalnum(static_cast<unsigned char>(text[start - 1])) || text[start - 1] == '_')) --start;
+        const std::string holder = text.substr(start, dot - start);
+        if (!holders.count(holder) || (start > 0 && (text[start - 1] == '.' || text[start - 1] == '>'))) continue;
+        std::string key = ident_at(text, dot + 1);
+        const size_t after = dot + 1 + key.size();
+        if ((key == "task" || key == "model") && after < text.size() && text[after] == '.') {
+          key.append(1, '.').append(ident_at(text, after + 1));
+        } else if (holder == "task" || holder == "t") {
+          key.insert(0, "task.");
+        } else if (holder == "model" || holder == "m") {
+          key.insert(0, "model.");
+        }
+        read.insert(key);
+      }
+    }
+  }
+  for (const KeySpec& k : config_keys()) {
+    EXPECT_TRUE(read.count(k.dotted_name())) << "`" << k.dotted_name()
+                                             << "` is read by nothing but the config code: implement it or remove it";
+  }
+}
+
 TEST(ConfigSchema, ReferenceVocabularyIsKept) {
   for (const char* name :
        {"inference_num_workers", "inference_tensor_parallel_size", "trainer_num_workers",
         "max_concurrent_prompts_per_server", "prompts_batch_size_for_trainer", "number_of_steps",
         "max_async_rollout", "max_off_policy_steps", "number_of_minibatches", "group_size",
         "seq_len", "pad_to_multiple_of", "enable_individual_sample_lanes",
-        "free_lane_after_generation", "enable_prompt_prefetch", "discard_group_zero_advantage",
+        "enable_prompt_prefetch", "discard_group_zero_advantage",
         "gpu_memory_utilization", "max_model_len", "max_tokens", "weight_broadcast_bucket_mb",
-        "weight_broadcast_free_grad_buffers", "weight_broadcast_pin_memory",
+        "weight_broadcast_free_grad_buffers",
         "weight_broadcast_cpu_staging", "gradient_checkpointing", "use_distributed_optimizer",
         "placement", "model.checkpoint", "task.dataset"}) {
     EXPECT_NE(find_dotted_key(name), nullptr) << name;

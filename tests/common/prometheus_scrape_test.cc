@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/metrics.h"
+#include "tests/common/eventually.h"
 #include "tests/common/http_get.h"
 #include "tests/common/prometheus_process.h"
 
@@ -44,24 +45,21 @@ TEST(PrometheusScrape, RealPrometheusReadsOurCounter) {
     port = testing::pick_free_port();
     ASSERT_GT(port, 0);
     ASSERT_TRUE(prometheus.start(binary, port, (*server)->address()));
-    while (prometheus.running() && testing::http_get(port, "/-/ready").status != 200 &&
-           Clock::now() < t0 + std::chrono::seconds(20)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    testing::eventually([&] { return !prometheus.running() || testing::http_get(port, "/-/ready").status == 200; },
+                        std::chrono::seconds(20), std::chrono::milliseconds(50));
     if (!prometheus.running()) port = 0;
   }
   ASSERT_GT(port, 0) << "prometheus did not start:\n" << prometheus.log_text();
   const double ready_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 
   std::pair<std::string, std::string> sample;
-  const auto deadline = t0 + std::chrono::seconds(20);
-  while (Clock::now() < deadline && sample.second.empty()) {
-    ASSERT_TRUE(prometheus.running()) << "prometheus exited:\n" << prometheus.log_text();
-    testing::HttpResponse r =
-        testing::http_get(port, "/api/v1/query?query=rlrun_scrape_test_tokens_total");
+  testing::eventually([&] {
+    if (!prometheus.running()) return true;
+    const testing::HttpResponse r = testing::http_get(port, "/api/v1/query?query=rlrun_scrape_test_tokens_total");
     if (r.status == 200) sample = first_sample(r.body);
-    if (sample.second.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+    return !sample.second.empty();
+  }, std::chrono::seconds(20), std::chrono::milliseconds(200));
+  ASSERT_TRUE(prometheus.running()) << "prometheus exited:\n" << prometheus.log_text();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   ASSERT_FALSE(sample.second.empty())
       << "no sample of rlrun_scrape_test_tokens_total after " << seconds << " s; prometheus log:\n"

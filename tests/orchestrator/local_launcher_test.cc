@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "orchestrator/launcher.h"
+#include "tests/common/eventually.h"
 
 namespace rlrun::orchestrator {
 namespace {
@@ -29,10 +30,10 @@ class LocalLauncherTest : public ::testing::Test {
   }
   std::vector<ProcessExit> wait_exits(Launcher& l, size_t n) {
     std::vector<ProcessExit> all;
-    for (int i = 0; i < 500 && all.size() < n; ++i) {
+    testing::eventually([&] {
       for (auto& e : l.poll_exits()) all.push_back(e);
-      std::this_thread::sleep_for(10ms);
-    }
+      return all.size() >= n;
+    }, 5s);
     return all;
   }
   std::string read(const std::string& name) {
@@ -82,12 +83,11 @@ TEST_F(LocalLauncherTest, WorkersAreInTheirOwnProcessGroup) {
   ASSERT_TRUE(l->start(sh("g1", "ps -o pgid= -p $$ > " + (dir_ / "pg1").string() + "; exec sleep 30")).ok());
   ASSERT_TRUE(l->start(sh("g2", "ps -o pgid= -p $$ > " + (dir_ / "pg2").string() + "; exec sleep 30")).ok());
   std::string pg1, pg2;
-  for (int i = 0; i < 300 && (pg1.empty() || pg2.empty()); ++i) {
-    std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(testing::eventually([&] {
     std::ifstream(dir_ / "pg1") >> pg1;
     std::ifstream(dir_ / "pg2") >> pg2;
-  }
-  ASSERT_FALSE(pg1.empty());
+    return !pg1.empty() && !pg2.empty();
+  }, 3s));
   EXPECT_EQ(pg1, pg2);
   EXPECT_NE(std::stoi(pg1), ::getpgrp());
   l->stop_all(1s);
@@ -106,18 +106,10 @@ TEST_F(LocalLauncherTest, WorkersDieWithTheOrchestrator) {
     ::_exit(0);
   }
   std::string worker;
-  for (int i = 0; i < 300 && worker.empty(); ++i) {
-    std::this_thread::sleep_for(10ms);
-    std::ifstream(pidfile) >> worker;
-  }
-  ASSERT_FALSE(worker.empty());
+  ASSERT_TRUE(testing::eventually([&] { return static_cast<bool>(std::ifstream(pidfile) >> worker); }, 3s));
   ::kill(orchestrator, SIGKILL);
   ::waitpid(orchestrator, nullptr, 0);
-  bool gone = false;
-  for (int i = 0; i < 300 && !gone; ++i) {
-    std::this_thread::sleep_for(10ms);
-    gone = ::kill(std::stoi(worker), 0) != 0;
-  }
+  const bool gone = testing::eventually([&] { return ::kill(std::stoi(worker), 0) != 0; }, 3s);
   EXPECT_TRUE(gone) << "worker " << worker << " outlived its orchestrator";
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/common/eventually.h"
 #include "tests/orchestrator/cli_test_util.h"
 
 namespace rlrun::orchestrator {
@@ -23,11 +24,7 @@ std::string quickstart() { return std::string(RLRUN_SOURCE_DIR) + "/configs/quic
 
 // Waits up to `limit` for `pid`; kills it and returns false when it does not end.
 bool wait_for_exit(pid_t pid, int* status, std::chrono::seconds limit) {
-  const auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    if (::waitpid(pid, status, WNOHANG) == pid) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  if (testing::eventually([&] { return ::waitpid(pid, status, WNOHANG) == pid; }, limit)) return true;
   ::kill(pid, SIGKILL);
   ::waitpid(pid, status, 0);
   return false;
@@ -73,9 +70,10 @@ TEST(RunStop, SigtermStillMeasuresHeldOutAccuracy) {
        "format_warm_start_steps=10", "--set", "discard_group_zero_advantage=false", "--set", "task.eval_every=0"},
       log);
   ASSERT_GT(pid, 0);
-  const auto deadline = Clock::now() + std::chrono::seconds(120);
-  while (lines_in(run + "/metrics.jsonl") < 3 && Clock::now() < deadline && ::waitpid(pid, nullptr, WNOHANG) == 0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  bool ended = false;  // early: the assertion below says why
+  testing::eventually(
+      [&] { return lines_in(run + "/metrics.jsonl") >= 3 || (ended = ::waitpid(pid, nullptr, WNOHANG) == pid); },
+      std::chrono::seconds(120), std::chrono::milliseconds(50));
   ASSERT_GE(lines_in(run + "/metrics.jsonl"), 3) << testing::read_all(log);
   ::kill(pid, SIGTERM);
   int status = 0;

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "orchestrator/slurm_launcher.h"
+#include "tests/common/eventually.h"
 
 namespace rlrun::orchestrator {
 namespace {
@@ -175,7 +176,7 @@ class SlurmLive : public ::testing::Test {
       for (size_t at = text.find("var=" + victim); at != std::string::npos; at = text.find("var=" + victim, at + 1)) ++n;
       return n;
     };
-    for (int i = 0; i < 600 && starts_logged() < 2; ++i) std::this_thread::sleep_for(50ms);
+    testing::eventually([&] { return starts_logged() >= 2; }, 30s, 50ms);
     ASSERT_EQ(starts_logged(), 2) << read_file(victim_log);
     ASSERT_TRUE(launcher->kill(victim).ok());
     exits = wait_exits(*launcher, 1, 20s);
@@ -251,7 +252,7 @@ TEST_F(SlurmLive, StepsDieWithTheOrchestrator) {
     if (!launcher->start(s).ok()) ::_exit(1);
     for (;;) ::pause();
   }
-  for (int i = 0; i < 600 && read_file(log).find("started") == std::string::npos; ++i) std::this_thread::sleep_for(50ms);
+  testing::eventually([&] { return read_file(log).find("started") != std::string::npos; }, 30s, 50ms);
   ASSERT_NE(read_file(log).find("started"), std::string::npos) << read_file(log);
   ::kill(orchestrator, SIGKILL);
   ::waitpid(orchestrator, nullptr, 0);
