@@ -23,9 +23,9 @@
 
 #include "common/clock.h"
 #include "engine/backend.h"
-#include "engine/communicator.h"
-#include "engine/kv_cache.h"
-#include "engine/model.h"
+#include "engine/comm/communicator.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/model/model.h"
 #ifdef RLRUN_HAVE_CUDA
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/device.h"

@@ -19,8 +19,8 @@
 
 #include "common/clock.h"
 #include "engine/backend.h"
-#include "engine/kv_cache.h"
-#include "engine/model.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/model/model.h"
 
 namespace {
 

@@ -16,8 +16,8 @@
 
 #include "common/check.h"
 #include "engine/backend.h"
-#include "engine/communicator.h"
-#include "engine/model.h"
+#include "engine/comm/communicator.h"
+#include "engine/model/model.h"
 #include "rollout/scheduler.h"
 #include "rollout/weight_update.h"
 #include "trainer/weight_sender.h"

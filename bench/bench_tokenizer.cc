@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace {
 

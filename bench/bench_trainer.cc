@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/model.h"
-#include "engine/weight_receiver.h"
+#include "engine/comm/weight_receiver.h"
+#include "engine/model/model.h"
 #include "trainer/model_adapter.h"
 #include "trainer/train_step.h"
 

@@ -10,9 +10,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/memory.h"
-#include "common/metrics.h"
-#include "common/timeline.h"
+#include "common/observe/memory.h"
+#include "common/observe/metrics.h"
+#include "common/observe/timeline.h"
 
 namespace {
 

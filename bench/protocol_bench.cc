@@ -9,8 +9,8 @@
 #include <functional>
 #include <thread>
 
-#include "common/control_plane.h"
-#include "common/protocol.h"
+#include "common/protocol/control_plane.h"
+#include "common/protocol/protocol.h"
 
 using namespace rlrun;
 using Clock = std::chrono::steady_clock;

@@ -24,14 +24,15 @@ function(rlrun_library name)
 endfunction()
 
 # rlrun_tests(component DEPS ... [LABELS stem=label ...]) - one GoogleTest binary per
-# tests/<component>/*_test.cc, labelled <component> for `ctest -L`; `LABELS foo_test=bar` adds the
-# label bar to the tests of foo_test.cc (e.g. tests that need an external program).
+# tests/<component>/**/*_test.cc (its sub-folders mirror the component's), labelled <component>
+# for `ctest -L`; `LABELS foo_test=bar` adds the label bar to the tests of foo_test.cc (e.g.
+# tests that need an external program). Test file stems are unique within a component.
 # Tests run in parallel under ctest; a test that needs a resource alone sets RESOURCE_LOCK itself.
 # Extra ctest properties for one binary's tests: set RLRUN_TEST_PROPERTIES_<stem> before the call,
 # e.g. set(RLRUN_TEST_PROPERTIES_hf_checkpoint_test FIXTURES_REQUIRED hf_reference).
 function(rlrun_tests component)
   cmake_parse_arguments(ARG "" "" "DEPS;LABELS" ${ARGN})
-  file(GLOB test_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cc)
+  file(GLOB_RECURSE test_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cc)
   foreach(src ${test_srcs})
     get_filename_component(stem ${src} NAME_WE)
     set(target ${component}_${stem})

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 
 namespace rlrun {
 namespace {

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 
 namespace rlrun {
 

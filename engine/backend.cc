@@ -2,7 +2,7 @@
 
 #include <charconv>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 #include "engine/cpu/cpu_backend.h"
 #ifdef RLRUN_HAVE_CUDA
 #include "engine/cuda/device.h"

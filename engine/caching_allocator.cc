@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "common/check.h"
-#include "common/log.h"
+#include "common/observe/log.h"
 
 namespace rlrun::engine {
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "common/log.h"
-#include "engine/kv_cache.h"
+#include "common/observe/log.h"
+#include "engine/kv/kv_cache.h"
 
 namespace rlrun::rollout {
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "rollout/sampler.h"
 
 namespace rlrun::rollout {

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "common/check.h"
-#include "common/log.h"
+#include "common/observe/log.h"
 #include "rollout/sequence.h"
 
 namespace rlrun::rollout {

@@ -33,10 +33,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/protocol.h"
+#include "common/protocol/protocol.h"
 #include "common/status.h"
-#include "engine/kv_cache.h"
-#include "engine/model.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/model/model.h"
 #include "rollout/sampler.h"
 
 namespace rlrun::rollout {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/check.h"
-#include "common/log.h"
+#include "common/observe/log.h"
 #include "engine/tensor.h"
 #include "rollout/scheduler.h"
 #include "rollout/sequence.h"

@@ -2,7 +2,7 @@
 // it generates with, between decode steps.
 //
 // The bytes arrive over the weight-sync Communicator from trainer rank 0 in buckets
-// (engine/weight_sync.h, received by engine/weight_receiver.h straight into the model's flat
+// (engine/comm/weight_sync.h, received by engine/comm/weight_receiver.h straight into the model's flat
 // master buffer), then the compute copy is refreshed. Memory: one bucket beyond the weights (two
 // on a bf16 backend, where sync_compute() converts in place into the existing compute buffer).
 // Threads: the thread driving the model; the caller makes sure no step runs meanwhile.
@@ -11,10 +11,10 @@
 #include <cstdint>
 
 #include "common/status.h"
-#include "engine/communicator.h"
-#include "engine/model.h"
-#include "engine/weight_receiver.h"
-#include "engine/weight_sync.h"
+#include "engine/comm/communicator.h"
+#include "engine/comm/weight_receiver.h"
+#include "engine/comm/weight_sync.h"
+#include "engine/model/model.h"
 
 namespace rlrun::rollout {
 

@@ -1,14 +1,13 @@
 #include "rollout/worker.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 
 #include "common/clock.h"
-#include "common/log.h"
-#include "common/memory.h"
-#include "common/timeline.h"
+#include "common/observe/log.h"
+#include "common/observe/memory.h"
+#include "common/observe/timeline.h"
 
 namespace rlrun::rollout {
 
@@ -161,12 +160,7 @@ void Worker::run_weight_sync(const WeightSyncBegin& begin) {
     end.error = joined.message();
     log::error(str("rollout ", options_.index, ": weight sync of version ", begin.version, ": ", end.error));
   } else {
-    if (options_.test_fault.point == TestFault::Point::kWeightSync && options_.test_fault.value == begin.version) {
-      // The trainer is broadcasting to this group now: dying here breaks a sync in progress.
-      log::warn(str("rollout ", options_.index, ": RLRUN_TEST_FAULT: SIGKILL inside the weight sync of version ",
-                    begin.version));
-      ::raise(SIGKILL);
-    }
+    if (options_.hooks != nullptr) options_.hooks->before_weight_receive(begin.version);
     const auto start = Clock::now();
     Result<engine::WeightReceiveReport> report = updater_->receive();
     last_weight_sync_seconds_ = seconds_between(start, Clock::now());
@@ -193,11 +187,7 @@ void Worker::send_finished() {
     const auto it = correlation_of_.find(out.request_id);
     send(to_generate_result(std::move(out)), it == correlation_of_.end() ? 0 : it->second);
     ++summary_.results_sent;
-    if (options_.test_fault.point == TestFault::Point::kStopAfterResults &&
-        summary_.results_sent == options_.test_fault.value) {
-      log::warn(str("rollout ", options_.index, ": RLRUN_TEST_FAULT: SIGSTOP after ", summary_.results_sent, " results"));
-      ::raise(SIGSTOP);
-    }
+    if (options_.hooks != nullptr) options_.hooks->after_result(summary_.results_sent);
   }
   for (const SampleOutput& out : finished)  // request_id survives the move
     if (!scheduler_.is_active(out.request_id)) correlation_of_.erase(out.request_id);  // its last sample went
@@ -240,10 +230,7 @@ void Worker::note_malformed() {
 
 Status Worker::run() {
   RLRUN_RETURN_IF_ERROR(register_with_orchestrator());
-  if (options_.test_fault.point == TestFault::Point::kAfterRegister) {
-    log::warn(str("rollout ", options_.index, ": RLRUN_TEST_FAULT: SIGKILL after registering"));
-    ::raise(SIGKILL);
-  }
+  if (options_.hooks != nullptr) options_.hooks->after_register();
   last_heard_ = last_heartbeat_ = last_turn_ = Clock::now();
   send_heartbeat();
   const auto interval = to_ms(options_.heartbeat_interval_seconds);

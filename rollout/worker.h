@@ -26,23 +26,26 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/control_plane.h"
-#include "common/protocol.h"
+#include "common/protocol/control_plane.h"
+#include "common/protocol/protocol.h"
 #include "common/status.h"
-#include "engine/communicator.h"
+#include "engine/comm/communicator.h"
 #include "rollout/scheduler.h"
 #include "rollout/weight_update.h"
 
 namespace rlrun::rollout {
 
-// Test-only fault injection for the fault-tolerance tests (tests/orchestrator/fault_test.cc):
-// `rlrun rollout` reads it from RLRUN_TEST_FAULT. The worker kills itself with SIGKILL at the
-// chosen point, or stops itself (SIGSTOP: hung, alive), so a test hits a narrow window (inside a
-// weight sync, in the middle of a request) deterministically.
-struct TestFault {
-  enum class Point { kNone, kWeightSync, kAfterRegister, kStopAfterResults };
-  Point point = Point::kNone;
-  uint64_t value = 0;  // kWeightSync: the weight version of the sync; kStopAfterResults: results sent
+// Points in a worker's life where a test can make it fail, as leveldb's Env lets a test make a
+// file system fail: the product passes no hooks; the fault-tolerance tests build a binary of their
+// own that does (tests/orchestrator/run/fault_double_main.cc), so a worker dies inside a weight
+// sync or hangs in the middle of a request deterministically. Each is called on the worker's one
+// thread and may not return (SIGKILL, SIGSTOP).
+class WorkerHooks {
+ public:
+  virtual ~WorkerHooks() = default;
+  virtual void after_register() {}
+  virtual void before_weight_receive(uint64_t version) { (void)version; }  // the sender is broadcasting
+  virtual void after_result(uint64_t results_sent) { (void)results_sent; }
 };
 
 struct WorkerOptions {
@@ -61,7 +64,7 @@ struct WorkerOptions {
   // a member died); empty: the worker keeps the group it was given and refuses other epochs.
   std::function<Result<std::unique_ptr<engine::Communicator>>(uint32_t epoch)> join_weight_group;
   int64_t weight_group_epoch = 0;  // the epoch of the weight_comm given to the Worker
-  TestFault test_fault;
+  WorkerHooks* hooks = nullptr;    // not owned; null: none (the product)
 };
 
 // What the worker did, for tests and the final log line.

@@ -8,6 +8,7 @@ out=${RLRUN_FUZZ_DIR:-$root/build/fuzz}
 mkdir -p "$out/corpus"
 clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -I"$root" \
   "$root/tests/common/protocol_libfuzzer.cc" \
-  "$root"/common/{protocol,protocol_names,wire_codec,status,log,check}.cc \
+  "$root"/common/protocol/{protocol,names,wire_codec}.cc "$root"/common/{status,check}.cc \
+  "$root"/common/observe/log.cc \
   -lzmq -o "$out/protocol_fuzzer"
 RLRUN_FUZZ_WRITE_SEEDS="$out/corpus" "$out/protocol_fuzzer" -max_total_time="${1:-60}" -max_len=65536 "$out/corpus"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 
 namespace rlrun::trainer {
 

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_file.h"
-#include "common/log.h"
+#include "common/observe/log.h"
 #include "trainer/checkpoint_files.h"
 #include "trainer/rank_reduce.h"
 

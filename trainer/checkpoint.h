@@ -30,7 +30,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "engine/communicator.h"
+#include "engine/comm/communicator.h"
 #include "trainer/optimizer.h"
 #include "trainer/trainable_model.h"
 

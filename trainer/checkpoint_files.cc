@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 
 namespace rlrun::trainer {
 

@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_files.h"
 #include "trainer/rank_reduce.h"

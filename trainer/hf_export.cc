@@ -1,6 +1,6 @@
 #include "trainer/hf_export.h"
 
-#include "engine/model_io.h"
+#include "engine/io/model_io.h"
 
 namespace rlrun::trainer {
 

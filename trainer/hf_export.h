@@ -2,13 +2,13 @@
 // never export do not link the HF checkpoint code.
 #pragma once
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "trainer/checkpoint.h"
 
 namespace rlrun::trainer {
 
 // A checkpoint ModelExporter (checkpoint.h) writing the model's master weights as an HF
-// checkpoint (config.json + model.safetensors, engine/hf_checkpoint.h) in `dtype` (F32 or BF16):
+// checkpoint (config.json + model.safetensors, engine/io/hf_checkpoint.h) in `dtype` (F32 or BF16):
 // what users load with from_pretrained or start another run from (model.checkpoint). It holds a
 // host copy of all weights while writing. The model must outlive the exporter.
 ModelExporter hf_model_exporter(engine::Model& model, engine::DType dtype = engine::DType::kF32);

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 
 namespace rlrun::trainer {
 

@@ -1,7 +1,7 @@
 #include "trainer/model_adapter.h"
 
-#include "common/log.h"
-#include "engine/weight_sync.h"
+#include "common/observe/log.h"
+#include "engine/comm/weight_sync.h"
 
 namespace rlrun::trainer {
 

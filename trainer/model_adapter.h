@@ -1,10 +1,10 @@
-// model_adapter.h - the Llama decoder (engine/model.h) as the trainer's TrainableModel.
+// model_adapter.h - the Llama decoder (engine/model/model.h) as the trainer's TrainableModel.
 // The adapter borrows the model: the Model must outlive it.
 #pragma once
 
 #include <vector>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "trainer/trainable_model.h"
 
 namespace rlrun::trainer {

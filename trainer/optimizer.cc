@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "common/check.h"
-#include "common/log.h"
+#include "common/observe/log.h"
 #include "trainer/rank_reduce.h"
 
 namespace rlrun::trainer {

@@ -31,7 +31,7 @@
 
 #include "common/status.h"
 #include "engine/backend.h"
-#include "engine/communicator.h"
+#include "engine/comm/communicator.h"
 
 namespace rlrun::trainer {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 
 namespace rlrun::trainer {
 namespace {

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 #include "trainer/policy_loss.h"
 
 namespace rlrun::trainer {

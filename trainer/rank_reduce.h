@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "engine/communicator.h"
+#include "engine/comm/communicator.h"
 
 namespace rlrun::trainer {
 

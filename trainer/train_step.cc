@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <chrono>
 
-#include "common/clock.h"
 #include "common/check.h"
-#include "common/log.h"
+#include "common/clock.h"
+#include "common/observe/log.h"
 #include "trainer/rank_reduce.h"
 
 namespace rlrun::trainer {

@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "common/memory.h"
+#include "common/observe/memory.h"
 #include "common/status.h"
-#include "engine/communicator.h"
+#include "engine/comm/communicator.h"
 #include "trainer/checkpoint.h"
 #include "trainer/optimizer.h"
 #include "trainer/policy_loss.h"
@@ -51,7 +51,7 @@ struct TrainerOptions {
 // Memory of one phase. Backend bytes are the backend's allocator (device memory on cuda, heap on
 // cpu); the backend only keeps a lifetime peak, so `backend_peak_bytes` is the lifetime peak at
 // the end of the phase and `raised_peak` says whether this phase set it. rss_peak_bytes is the
-// process's resident peak during the phase (common/memory.h; the max over this step's
+// process's resident peak during the phase (common/observe/memory.h; the max over this step's
 // minibatches), -1 without a tracker.
 struct PhaseMemory {
   int64_t backend_in_use_begin = 0;

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 
 namespace rlrun::trainer {
 

@@ -14,12 +14,12 @@
 
 #include "common/status.h"
 #include "engine/backend.h"
-#include "engine/weight_sync.h"
+#include "engine/comm/weight_sync.h"
 #include "trainer/optimizer.h"
 
 namespace rlrun::trainer {
 
-// A tensor inside the flat buffers: HF name, shape, element offset, numel (engine/weight_sync.h).
+// A tensor inside the flat buffers: HF name, shape, element offset, numel (engine/comm/weight_sync.h).
 using ParamSpec = engine::FlatTensor;
 
 // Weight decay for matrices and embeddings (rank >= 2), none for norms and biases.

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 #include "trainer/lr_schedule.h"
 
 namespace rlrun::trainer {
@@ -44,7 +44,7 @@ Result<TrainerOptions> trainer_options_from_config(const Config& c, std::functio
   o.weight_broadcast_bucket_mb = c.weight_broadcast_bucket_mb;
   o.weight_broadcast_free_grad_buffers = c.weight_broadcast_free_grad_buffers;
   // Gloo (backend cpu) always moves host memory; NCCL moves device memory unless asked to stage.
-  o.weight_broadcast_cpu_staging = c.backend == rlrun::Backend::kCpu || c.weight_broadcast_cpu_staging;
+  o.weight_broadcast_cpu_staging = c.backend == rlrun::BackendKind::kCpu || c.weight_broadcast_cpu_staging;
   RLRUN_RETURN_IF_ERROR(validate_policy_loss_config(o.loss));
   return o;
 }

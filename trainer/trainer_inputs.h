@@ -1,14 +1,14 @@
 // trainer_inputs.h - what a trainer process feeds the Trainer: options from the run config and
 // micro-batches from the orchestrator's TrainBatch message. The only place the trainer reads
-// common/config.h and common/protocol.h.
+// common/config/config.h and common/protocol.h.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <vector>
 
-#include "common/config.h"
-#include "common/protocol.h"
+#include "common/config/config.h"
+#include "common/protocol/protocol.h"
 #include "common/status.h"
 #include "trainer/train_step.h"
 

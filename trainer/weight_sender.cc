@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "common/check.h"
-#include "common/log.h"
+#include "common/observe/log.h"
 
 namespace rlrun::trainer {
 

@@ -1,5 +1,5 @@
 // weight_sender.h - trainer rank 0 sends its flat parameters to every rollout worker (design step
-// 8; wire format in engine/weight_sync.h, receiver in engine/weight_receiver.h).
+// 8; wire format in engine/comm/weight_sync.h, receiver in engine/comm/weight_receiver.h).
 //
 // The flat f32 buffer is broadcast from root 0 in buckets of `bucket_bytes`, straight out of the
 // parameter buffer (no copy) on a host backend or without host staging; with host staging on a
@@ -14,8 +14,8 @@
 
 #include "common/status.h"
 #include "engine/backend.h"
-#include "engine/communicator.h"
-#include "engine/weight_sync.h"
+#include "engine/comm/communicator.h"
+#include "engine/comm/weight_sync.h"
 
 namespace rlrun::trainer {
 

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "common/check.h"
-#include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/cpu_attention_tiles.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/cpu_math.h"
 
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 
 namespace rlrun::engine::cuda {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/check.h"
-#include "common/log.h"
+#include "common/observe/log.h"
 #include "engine/cuda/cublaslt_api.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/cuda_virtual_memory.h"

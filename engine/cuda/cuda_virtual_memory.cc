@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/check.h"
-#include "common/log.h"
+#include "common/observe/log.h"
 #include "engine/cuda/cuda_check.h"
 
 namespace rlrun::engine::cuda {

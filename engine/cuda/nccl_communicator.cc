@@ -7,7 +7,7 @@
 #include <cstring>
 #include <thread>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 #include "engine/cuda/cuda_check.h"
 
 namespace rlrun::engine::cuda {

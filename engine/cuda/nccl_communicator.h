@@ -1,4 +1,4 @@
-// nccl_communicator.h - the Communicator (engine/communicator.h) over NCCL, for DEVICE buffers.
+// nccl_communicator.h - the Communicator (engine/comm/communicator.h) over NCCL, for DEVICE buffers.
 //
 // Rendezvous: rank 0 creates the NCCL unique id and publishes it in the RendezvousStore under
 // "<group name>/nccl_unique_id"; every other rank reads it from there (the orchestrator serves
@@ -19,7 +19,7 @@
 #include <memory>
 
 #include "common/status.h"
-#include "engine/communicator.h"
+#include "engine/comm/communicator.h"
 
 namespace rlrun::engine::cuda {
 

@@ -1,5 +1,5 @@
 // Cross-field rules and model.checkpoint: each message names every key involved.
-#include "common/config.h"
+#include "common/config/config.h"
 
 #include "tests/common/config_test_util.h"
 

@@ -1,6 +1,6 @@
 // The key table: configs/defaults.yaml agrees with it, every key is sound and documented, and
 // the example configs validate.
-#include "common/config_schema.h"
+#include "common/config/schema.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -114,8 +114,10 @@ TEST(ConfigSchema, EveryKeyIsReadOutsideTheConfigCode) {
   };
   for (const char* dir : {"common", "engine", "trainer", "rollout", "orchestrator"}) {
     for (const auto& entry : fs::recursive_directory_iterator(repo_file(dir))) {
-      const std::string name = entry.path().filename().string(), ext = entry.path().extension().string();
-      if (name.rfind("config", 0) == 0 || (ext != ".cc" && ext != ".h" && ext != ".in")) continue;
+      const std::string ext = entry.path().extension().string();
+      if (entry.path().string().find("/common/config/") != std::string::npos ||
+          (ext != ".cc" && ext != ".h" && ext != ".in"))
+        continue;
       const std::string text = read_text(entry.path().string());
       for (size_t dot = text.find('.'); dot != std::string::npos; dot = text.find('.', dot + 1)) {
         size_t start = dot;
@@ -183,8 +185,8 @@ TEST(ConfigSchema, ExampleConfigsValidate) {
   }
   Result<Config> quick = load_config(repo_file("configs/quickstart.yaml"), {});
   ASSERT_TRUE(quick.ok());
-  EXPECT_EQ(quick->launcher, Launcher::kLocal);
-  EXPECT_EQ(quick->backend, Backend::kCpu);
+  EXPECT_EQ(quick->launcher, LauncherKind::kLocal);
+  EXPECT_EQ(quick->backend, BackendKind::kCpu);
   EXPECT_EQ(quick->metrics_bind, "127.0.0.1:9400");
   EXPECT_EQ(quick->task.name, TaskName::kReverse);
   EXPECT_GT(quick->format_warm_start_steps, 0);

@@ -1,5 +1,5 @@
 // load_config: layering, strict keys and values, every error reported with file:line.
-#include "common/config.h"
+#include "common/config/config.h"
 
 #include <filesystem>
 

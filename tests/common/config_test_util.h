@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/config.h"
+#include "common/config/config.h"
 
 namespace rlrun::testing {
 

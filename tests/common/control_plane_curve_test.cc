@@ -14,9 +14,9 @@
 #include <gtest/gtest.h>
 
 #include "common/atomic_file.h"
-#include "common/control_plane.h"
-#include "common/curve_keys.h"
-#include "common/log.h"
+#include "common/observe/log.h"
+#include "common/protocol/control_plane.h"
+#include "common/protocol/curve_keys.h"
 
 namespace rlrun {
 namespace {

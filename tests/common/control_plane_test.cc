@@ -1,6 +1,6 @@
 // The control plane over real loopback TCP: register/ack, timeouts, several clients, a client
 // vanishing, malformed peers, and a server process that must survive garbage on its port.
-#include "common/control_plane.h"
+#include "common/protocol/control_plane.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -15,8 +15,8 @@
 #include <string>
 #include <thread>
 
-#include "common/control_plane.h"
-#include "common/log.h"
+#include "common/observe/log.h"
+#include "common/protocol/control_plane.h"
 
 using namespace rlrun;
 

@@ -1,6 +1,6 @@
 // log::RateLimited: a recurring message is written once, then at most once per interval with the
 // count of what was held back.
-#include "common/log.h"
+#include "common/observe/log.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "common/memory.h"
+#include "common/observe/memory.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>

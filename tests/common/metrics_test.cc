@@ -1,4 +1,4 @@
-#include "common/metrics.h"
+#include "common/observe/metrics.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <thread>
 
-#include "common/config.h"
-#include "common/log.h"
-#include "common/memory.h"
+#include "common/config/config.h"
+#include "common/observe/log.h"
+#include "common/observe/memory.h"
 #include "tests/common/http_get.h"
 
 namespace rlrun {

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "common/metrics.h"
+#include "common/observe/metrics.h"
 #include "tests/common/eventually.h"
 #include "tests/common/http_get.h"
 #include "tests/common/prometheus_process.h"

@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/protocol.h"
+#include "common/protocol/protocol.h"
 #include "tests/common/protocol_samples.h"
 
 namespace rlrun {

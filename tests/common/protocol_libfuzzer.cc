@@ -10,7 +10,7 @@
 #include <fstream>
 #include <string>
 
-#include "common/protocol.h"
+#include "common/protocol/protocol.h"
 #include "tests/common/protocol_samples.h"
 
 namespace {

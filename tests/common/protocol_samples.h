@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "common/protocol.h"
+#include "common/protocol/protocol.h"
 
 namespace rlrun::testing {
 

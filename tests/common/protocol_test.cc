@@ -1,5 +1,5 @@
 // Round trips of every message kind, zero-copy promises, and named errors for malformed input.
-#include "common/protocol.h"
+#include "common/protocol/protocol.h"
 
 #include <cstring>
 #include <set>
@@ -7,7 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 #include "tests/common/protocol_samples.h"
 
 namespace rlrun {

@@ -1,4 +1,4 @@
-#include "common/timeline.h"
+#include "common/observe/timeline.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>

@@ -1,5 +1,5 @@
 // Gloo communicator: real TCP connections between threads of this process.
-#include "engine/communicator.h"
+#include "engine/comm/communicator.h"
 
 #include <gtest/gtest.h>
 

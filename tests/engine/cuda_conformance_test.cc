@@ -15,7 +15,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "model_test_util.h"
 #include "op_test_util.h"
 #ifdef RLRUN_HAVE_CUDA

@@ -9,9 +9,9 @@
 #include <random>
 #include <set>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 #include "engine/bf16.h"
-#include "engine/hf_checkpoint.h"
+#include "engine/io/hf_checkpoint.h"
 
 namespace rlrun::engine {
 namespace {

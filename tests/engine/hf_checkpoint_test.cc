@@ -13,9 +13,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/observe/log.h"
 #include "engine/bf16.h"
-#include "common/log.h"
-#include "engine/hf_checkpoint.h"
+#include "engine/io/hf_checkpoint.h"
 #include "tests/engine/hf_reference.h"
 
 namespace rlrun::engine {

@@ -1,4 +1,4 @@
-#include "engine/hf_config.h"
+#include "engine/io/hf_config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <random>
 
 #include "engine/bf16.h"
-#include "engine/hf_checkpoint.h"
+#include "engine/io/hf_checkpoint.h"
 
 namespace rlrun::engine {
 namespace {

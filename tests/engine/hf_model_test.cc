@@ -1,7 +1,7 @@
 // The whole model against HF transformers: the fixture `hf_reference_setup` writes tiny random
 // Llama (untied, tied) and Qwen2 models with their logits, next-token log-probs, loss, every
 // parameter gradient and the parameters after three torch.optim.AdamW steps
-// (tests/reference/hf_reference.py). Here rlrun loads each checkpoint (engine/model_io.h) and must
+// (tests/reference/hf_reference.py). Here rlrun loads each checkpoint (engine/io/model_io.h) and must
 // reproduce all of it, in fp32 on the CPU backend.
 //
 // Tolerances (fp32 on both sides; differences come from summation order only):
@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "engine/model.h"
-#include "engine/model_io.h"
+#include "engine/io/model_io.h"
+#include "engine/model/model.h"
 #include "tests/engine/hf_reference.h"
 
 namespace rlrun::engine {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 #include "common/status.h"
-#include "engine/hf_checkpoint.h"
+#include "engine/io/hf_checkpoint.h"
 
 namespace rlrun::engine::testing {
 

@@ -1,5 +1,5 @@
 // Paged KV cache bookkeeping: lazy block allocation, all-or-nothing reservation, release.
-#include "engine/kv_block_table.h"
+#include "engine/kv/kv_block_table.h"
 
 #include <gtest/gtest.h>
 

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "engine/kv_cache.h"
-#include "engine/model.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/model/model.h"
 #include "tests/engine/model_test_util.h"
 
 namespace rlrun::engine {

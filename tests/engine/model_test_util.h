@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace rlrun::engine::testing {
 

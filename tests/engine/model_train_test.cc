@@ -2,7 +2,7 @@
 // differences, input validation.
 #include <gtest/gtest.h>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "tests/engine/model_test_util.h"
 
 namespace rlrun::engine {

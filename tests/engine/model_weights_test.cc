@@ -1,5 +1,5 @@
 // Parameter layout, deterministic initialisation and the releasable grad buffer.
-#include "engine/model_weights.h"
+#include "engine/model/weights.h"
 
 #include <gtest/gtest.h>
 

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/communicator.h"
+#include "engine/comm/communicator.h"
 #ifdef RLRUN_HAVE_CUDA
 #include "engine/backend.h"
 #include "engine/cuda/device.h"

@@ -1,4 +1,4 @@
-#include "engine/safetensors.h"
+#include "engine/io/safetensors.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace rlrun::engine {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/log.h"
+#include "common/observe/log.h"
 #include "tests/common/config_test_util.h"
 
 namespace rlrun::testing {

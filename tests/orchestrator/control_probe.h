@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/control_plane.h"
+#include "common/protocol/control_plane.h"
 
 namespace rlrun::testing {
 

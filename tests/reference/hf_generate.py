@@ -7,7 +7,7 @@ Loads MODEL_DIR with AutoModelForCausalLM (fp32, eager attention), runs
 generate(do_sample=False, max_new_tokens=N, eos_token_id=stop ids) once per --prompt-ids and
 prints one JSON line: {"completions": [[ids of the new tokens, the stop token included], ...]}.
 Runs in the venv of scripts/setup-python-ref.sh; the rlrun tests compare `rlrun generate
---temperature 0` against it (tests/orchestrator/generate_cli_test.cc).
+--temperature 0` against it (tests/orchestrator/cli/generate_cli_test.cc).
 """
 import argparse
 import json

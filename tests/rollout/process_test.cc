@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/control_plane.h"
-#include "common/log.h"
+#include "common/observe/log.h"
+#include "common/protocol/control_plane.h"
 
 namespace rlrun {
 namespace {

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "rollout/scheduler.h"
 #include "tests/engine/model_test_util.h"
 

@@ -6,7 +6,7 @@
 
 #include <thread>
 
-#include "engine/communicator.h"
+#include "engine/comm/communicator.h"
 #include "rollout/weight_update.h"
 #include "tests/rollout/rollout_test_util.h"
 #include "trainer/weight_sender.h"

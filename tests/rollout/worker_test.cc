@@ -10,8 +10,8 @@
 #include <future>
 #include <thread>
 
-#include "common/control_plane.h"
-#include "engine/communicator.h"
+#include "common/protocol/control_plane.h"
+#include "engine/comm/communicator.h"
 #include "rollout/worker.h"
 #include "tests/rollout/rollout_test_util.h"
 #include "trainer/weight_sender.h"

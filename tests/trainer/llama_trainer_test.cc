@@ -1,10 +1,10 @@
-// The trainer with the REAL decoder (engine/model.h, tiny config): one rank with the whole batch
+// The trainer with the REAL decoder (engine/model/model.h, tiny config): one rank with the whole batch
 // equals two ranks with half each; more micro-batches give the same update; weights sent by the
 // trainer make a receiving model score tokens exactly like the trainer's.
 #include <gtest/gtest.h>
 
-#include "engine/model.h"
-#include "engine/weight_receiver.h"
+#include "engine/comm/weight_receiver.h"
+#include "engine/model/model.h"
 #include "trainer/model_adapter.h"
 #include "trainer/train_step.h"
 #include "trainer_test_util.h"

@@ -11,7 +11,7 @@
 
 #include "common/check.h"
 #include "engine/backend.h"
-#include "engine/communicator.h"
+#include "engine/comm/communicator.h"
 #include "trainer/trainable_model.h"
 
 namespace rlrun::trainer::testing {

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "bigram_test_double.h"
-#include "engine/weight_receiver.h"
+#include "engine/comm/weight_receiver.h"
 #include "trainer/train_step.h"
 #include "trainer/weight_sender.h"
 #include "trainer_test_util.h"

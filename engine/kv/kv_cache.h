@@ -1,0 +1,76 @@
+// kv_cache.h - the paged KV cache: K and V storage for every layer in fixed-size blocks drawn
+// from one pool, addressed through per-sequence block tables (kv_block_table.h).
+//
+// Storage per layer: keys(l), values(l) are (num_blocks * block_size, Hkv, D) in the backend's
+// compute dtype; slot s = block * block_size + offset holds one token's K (or V) for every kv
+// head. All layers live in one allocation made at construction, sized by the caller (for example
+// from gpu_memory_utilization with blocks_for_bytes); the cache never grows after that.
+//
+// Life of a sequence: add_sequence(id) -> the model's forward_cached() reserves blocks, writes
+// K/V and commits the new length -> ... -> release(id) when it finishes, is cancelled or is
+// preempted (preemption recomputes from scratch later: its blocks are simply returned).
+//
+// Ownership: the Backend must outlive the cache. Not thread-safe: one scheduler thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/backend.h"
+#include "engine/kv/kv_block_table.h"
+#include "engine/model/config.h"
+
+namespace rlrun::engine {
+
+struct KvCacheConfig {
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t block_size = 16;  // tokens per block
+  int64_t num_blocks = 0;
+
+  static KvCacheConfig for_model(const ModelConfig& model, int64_t block_size, int64_t num_blocks);
+  // Bytes of K and V of one block over every layer.
+  int64_t bytes_per_block(DType dtype) const;
+  // How many blocks fit in `bytes` (>= 0).
+  int64_t blocks_for_bytes(int64_t bytes, DType dtype) const;
+};
+
+class KvCache {
+ public:
+  // invalid_argument when a size is not positive.
+  static Result<std::unique_ptr<KvCache>> create(Backend& backend, const KvCacheConfig& config);
+
+  const KvCacheConfig& config() const { return config_; }
+  Backend& backend() const { return *backend_; }
+  int64_t block_size() const { return config_.block_size; }
+
+  // ---- sequences (see KvBlockTables for the contracts) ----
+  Status add_sequence(SeqId id) { return tables_.add_sequence(id); }
+  Status release(SeqId id) { return tables_.release(id); }
+  bool has_sequence(SeqId id) const { return tables_.has_sequence(id); }
+  int64_t length(SeqId id) const { return tables_.length(id); }
+  int64_t num_free_blocks() const { return tables_.num_free_blocks(); }
+  KvBlockTables& tables() { return tables_; }
+  const KvBlockTables& tables() const { return tables_; }
+
+  // ---- storage ----
+  const Tensor& keys(int64_t layer) const { return keys_[layer]; }
+  const Tensor& values(int64_t layer) const { return values_[layer]; }
+  // Copies k, v (n, Hkv, D) into the slots of positions [start, start + n) of `id` in `layer`.
+  // The positions must be reserved. Works on any backend: one copy per run of adjacent slots.
+  void write(int64_t layer, SeqId id, int64_t start, const Tensor& k, const Tensor& v);
+
+ private:
+  KvCache(Backend& backend, const KvCacheConfig& config);
+
+  Backend* backend_;
+  KvCacheConfig config_;
+  KvBlockTables tables_;
+  Tensor storage_;  // (num_layers, 2, slots, Hkv, D)
+  std::vector<Tensor> keys_, values_;
+};
+
+}  // namespace rlrun::engine

@@ -1,0 +1,132 @@
+#include "engine/model/layer.h"
+
+namespace rlrun::engine {
+
+namespace {
+
+struct Dims {
+  int64_t h, hq, hkv, d, i;
+};
+Dims dims(const ModelConfig& c) {
+  return {c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim(), c.intermediate_size};
+}
+
+// (N, H, D) -> (N, H*D), the matrix view matmul and add_bias read.
+Tensor flat2(const Tensor& t) { return t.view({t.dim(0), t.numel() / t.dim(0)}); }
+
+// y = x W^T (+ b)
+void linear(Backend& b, const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  b.matmul(flat2(y), x, w, false, true);
+  if (bias.defined()) b.add_bias(flat2(y), bias);
+}
+
+// dx (+)= dy W;  dW += dy^T x;  db += colsum(dy)
+void linear_backward(Backend& b, const Tensor& dx, bool accumulate_dx, const Tensor& dy, const Tensor& x,
+                     const Tensor& w, const Tensor& dw, const Tensor& dbias) {
+  b.matmul(dx, flat2(dy), w, false, false, 1.0f, accumulate_dx ? 1.0f : 0.0f);
+  b.matmul(dw, flat2(dy), x, true, false, 1.0f, 1.0f);
+  if (dbias.defined()) b.add_bias_backward(dbias, flat2(dy));
+}
+
+}  // namespace
+
+LayerActs alloc_layer_acts(Backend& b, const ModelConfig& c, int64_t n, bool save_stats) {
+  const Dims d = dims(c);
+  const DType t = b.compute_dtype();
+  LayerActs a;
+  if (save_stats) {
+    a.rstd1 = b.zeros({n}, DType::kF32);
+    a.rstd2 = b.zeros({n}, DType::kF32);
+    a.lse = b.zeros({n, d.hq}, DType::kF32);
+  }
+  a.h1 = b.zeros({n, d.h}, t);
+  a.q = b.zeros({n, d.hq, d.d}, t);
+  a.k = b.zeros({n, d.hkv, d.d}, t);
+  a.v = b.zeros({n, d.hkv, d.d}, t);
+  a.attn = b.zeros({n, d.hq, d.d}, t);
+  a.x_mid = b.zeros({n, d.h}, t);
+  a.h2 = b.zeros({n, d.h}, t);
+  a.gate = b.zeros({n, d.i}, t);
+  a.up = b.zeros({n, d.i}, t);
+  a.m = b.zeros({n, d.i}, t);
+  return a;
+}
+
+int64_t layer_acts_bytes(const ModelConfig& c, int64_t n, DType dtype) {
+  const Dims d = dims(c);
+  const int64_t stats = (2 * n + n * d.hq) * 4;
+  const int64_t elems = n * (3 * d.h + 2 * d.hq * d.d + 2 * d.hkv * d.d + 3 * d.i);
+  return stats + elems * static_cast<int64_t>(dtype_size(dtype));
+}
+
+int64_t bytes_of(const LayerActs& a) {
+  int64_t total = 0;
+  for (const Tensor* t : {&a.rstd1, &a.h1, &a.q, &a.k, &a.v, &a.attn, &a.lse, &a.x_mid, &a.rstd2, &a.h2, &a.gate,
+                          &a.up, &a.m})
+    if (t->defined()) total += static_cast<int64_t>(t->nbytes());
+  return total;
+}
+
+LayerGradScratch alloc_layer_grad_scratch(Backend& b, const ModelConfig& c, int64_t n) {
+  const Dims d = dims(c);
+  const DType t = b.compute_dtype();
+  LayerGradScratch s;
+  s.dm = b.zeros({n, d.i}, t);
+  s.dh = b.zeros({n, d.h}, t);
+  s.dtmp = b.zeros({n, d.h}, t);
+  s.dattn = b.zeros({n, d.hq, d.d}, t);
+  s.dq = b.zeros({n, d.hq, d.d}, t);
+  s.dk = b.zeros({n, d.hkv, d.d}, t);
+  s.dv = b.zeros({n, d.hkv, d.d}, t);
+  return s;
+}
+
+void layer_qkv_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const Tensor& x_in,
+                       const Tensor& positions, LayerActs& a) {
+  const float eps = static_cast<float>(c.rms_norm_eps), theta = static_cast<float>(c.rope_theta);
+  b.rmsnorm_forward(a.h1, a.rstd1, x_in, w.input_norm, eps);
+  linear(b, a.q, a.h1, w.q, w.q_bias);
+  linear(b, a.k, a.h1, w.k, w.k_bias);
+  linear(b, a.v, a.h1, w.v, w.v_bias);
+  b.rope_forward(a.q, positions, theta);
+  b.rope_forward(a.k, positions, theta);
+}
+
+void layer_post_attention_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const Tensor& x_in,
+                                  LayerActs& a, const Tensor& x_out) {
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  b.matmul(a.x_mid, flat2(a.attn), w.o, false, true);  // attn Wo^T
+  b.add(a.x_mid, a.x_mid, x_in);
+  b.rmsnorm_forward(a.h2, a.rstd2, a.x_mid, w.post_norm, eps);
+  linear(b, a.gate, a.h2, w.gate, Tensor());
+  linear(b, a.up, a.h2, w.up, Tensor());
+  b.swiglu_forward(a.m, a.gate, a.up);
+  b.matmul(x_out, a.m, w.down, false, true);  // m Wd^T
+  b.add(x_out, x_out, a.x_mid);
+}
+
+void layer_backward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerGrads& g,
+                    const Tensor& x_in, const Tensor& positions, const Tensor& cu_seqlens, int64_t max_seqlen,
+                    LayerActs& a, LayerGradScratch& s, const Tensor& dx) {
+  const float theta = static_cast<float>(c.rope_theta);
+  // MLP: dx is d(x_out) = d(x_mid) through the residual, plus the MLP branch below.
+  linear_backward(b, s.dm, false, dx, a.m, w.down, g.down, Tensor());
+  b.swiglu_backward(a.gate, a.up, s.dm, a.gate, a.up);  // in place: gate, up become dgate, dup
+  linear_backward(b, s.dh, false, a.gate, a.h2, w.gate, g.gate, Tensor());
+  linear_backward(b, s.dh, true, a.up, a.h2, w.up, g.up, Tensor());
+  b.rmsnorm_backward(s.dtmp, g.post_norm, s.dh, a.x_mid, w.post_norm, a.rstd2);
+  b.axpy(dx, 1.0f, s.dtmp);  // dx = d(x_mid)
+
+  // Attention: d(x_mid) = d(x_in) through the residual, plus the attention branch below.
+  linear_backward(b, flat2(s.dattn), false, dx, flat2(a.attn), w.o, g.o, Tensor());
+  b.attention_backward(s.dq, s.dk, s.dv, s.dattn, a.q, a.k, a.v, a.attn, a.lse, cu_seqlens, max_seqlen);
+  b.rope_backward(s.dq, positions, theta);
+  b.rope_backward(s.dk, positions, theta);
+  linear_backward(b, s.dh, false, s.dq, a.h1, w.q, g.q, g.q_bias);
+  linear_backward(b, s.dh, true, s.dk, a.h1, w.k, g.k, g.k_bias);
+  linear_backward(b, s.dh, true, s.dv, a.h1, w.v, g.v, g.v_bias);
+  b.rmsnorm_backward(s.dtmp, g.input_norm, s.dh, x_in, w.input_norm, a.rstd1);
+  b.axpy(dx, 1.0f, s.dtmp);  // dx = d(x_in)
+}
+
+}  // namespace rlrun::engine

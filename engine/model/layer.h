@@ -1,0 +1,53 @@
+// model/layer.h - one decoder layer as forward pieces and a backward, written against Backend.
+// Internal to the model (model/train.cc, model/infer.cc); other components use model.h.
+//
+//   x_in (N, H)
+//   h1   = rmsnorm(x_in) * input_norm                    rstd1 (N)
+//   q    = rope(h1 Wq^T + bq)  (N, Hq, D)    k = rope(h1 Wk^T + bk), v = h1 Wv^T + bv  (N, Hkv, D)
+//   attn = causal GQA attention(q, k, v)  (N, Hq, D)      lse (N, Hq)   [the caller's part]
+//   x_mid = x_in + attn Wo^T
+//   h2   = rmsnorm(x_mid) * post_norm                    rstd2 (N)
+//   m    = silu(h2 Wg^T) * (h2 Wu^T)  (N, I)             gate, up (N, I)
+//   x_out = x_mid + m Wd^T
+// The attention itself is the caller's: packed causal attention in training, paged attention
+// over the KV cache in inference. Everything else is shared.
+#pragma once
+
+#include "engine/backend.h"
+#include "engine/model/config.h"
+#include "engine/model/weights.h"
+
+namespace rlrun::engine {
+
+// Activations of one layer over N tokens. With `save_stats` false (inference) rstd and lse are
+// left undefined and the ops skip them.
+struct LayerActs {
+  Tensor rstd1, h1, q, k, v, attn, lse, x_mid, rstd2, h2, gate, up, m;
+};
+LayerActs alloc_layer_acts(Backend& backend, const ModelConfig& config, int64_t n, bool save_stats);
+// Bytes alloc_layer_acts(..., save_stats = true) allocates, computed from the shapes (the memory
+// plan's estimate), and bytes actually held by `acts`.
+int64_t layer_acts_bytes(const ModelConfig& config, int64_t n, DType dtype);
+int64_t bytes_of(const LayerActs& acts);
+
+// Gradient scratch shared by every layer of one backward pass.
+struct LayerGradScratch {
+  Tensor dm, dh, dtmp, dattn, dq, dk, dv;
+};
+LayerGradScratch alloc_layer_grad_scratch(Backend& backend, const ModelConfig& config, int64_t n);
+
+// h1, q, k, v of `acts` from x_in; positions (N, i32).
+void layer_qkv_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const Tensor& x_in,
+                       const Tensor& positions, LayerActs& acts);
+// x_mid, h2, gate, up, m of `acts` and x_out, from x_in and acts.attn.
+void layer_post_attention_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const Tensor& x_in,
+                                  LayerActs& acts, const Tensor& x_out);
+
+// Backward of the whole layer (training attention). dx holds d(x_out) on entry and d(x_in) on
+// return. Parameter gradients are accumulated into g. acts.gate and acts.up are overwritten
+// (they become their own gradients), so a layer's acts serve one backward only.
+void layer_backward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerGrads& g,
+                    const Tensor& x_in, const Tensor& positions, const Tensor& cu_seqlens, int64_t max_seqlen,
+                    LayerActs& acts, LayerGradScratch& s, const Tensor& dx);
+
+}  // namespace rlrun::engine

@@ -1,0 +1,115 @@
+// model.h - the Llama-family decoder (Llama, Qwen2, SmolLM2), written once against Backend.
+//
+// Training works on PACKED micro-batches: N tokens of several sequences in one row, positions
+// restarting at 0 per sequence, attention confined to each sequence (cu_seqlens), and a target
+// per token (the next token id, or < 0 for none; the caller shifts and masks). forward() returns
+// per-token log-probabilities of the targets and the entropy of each predicted distribution;
+// backward() takes d(loss)/d(logprob) (and optionally d(loss)/d(entropy)) and ACCUMULATES the
+// parameter gradients into weights().grad_flat(). Losses live in the trainer.
+//
+// Inference runs over a paged KvCache (kv_cache.h): prefill and decode are the same call,
+// forward_cached(), which appends each sequence's new tokens after what the cache holds and
+// returns the logits of each sequence's last new token.
+//
+// Memory: forward(for_backward = true) keeps every layer's activations until backward(), or, with
+// gradient checkpointing, only each layer's input (the layer is recomputed in backward). Logits
+// are materialised at most `logits_chunk_elements` (tokens x vocab) at a time.
+//
+// Threads: one thread drives a Model (and its Backend) at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "common/status.h"
+#include "engine/backend.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/model/config.h"
+#include "engine/model/weights.h"
+
+namespace rlrun::engine {
+
+struct ModelOptions {
+  bool gradient_checkpointing = false;
+  int64_t logits_chunk_elements = int64_t{1} << 24;  // 64 MiB of f32 logits
+};
+
+// One packed micro-batch on the host. Untrusted: forward() validates it.
+struct PackedBatch {
+  std::span<const int32_t> tokens;      // (N) ids in [0, vocab)
+  std::span<const int32_t> positions;   // (N) >= 0, restarting at 0 per sequence
+  std::span<const int32_t> cu_seqlens;  // (S+1): 0 = cu[0] < cu[1] < ... < cu[S] = N
+  std::span<const int32_t> targets;     // (N) next-token ids in [0, vocab), or < 0 for none
+};
+
+struct ForwardOutput {
+  Tensor logprobs;  // (N, f32) on the backend; 0 where the target is < 0
+  Tensor entropy;   // (N, f32)
+};
+
+// Checks a config can be built (head counts divide, head_dim even, sizes positive).
+Status validate_model_config(const ModelConfig& config);
+
+class Model {
+ public:
+  // Weights are zero until init_random() or a checkpoint load into weights().
+  static Result<std::unique_ptr<Model>> create(Backend& backend, const ModelConfig& config,
+                                               ModelOptions options = {});
+  ~Model();
+
+  const ModelConfig& config() const { return weights_.config(); }
+  Backend& backend() const { return weights_.backend(); }
+  ModelWeights& weights() { return weights_; }
+  const ModelWeights& weights() const { return weights_; }
+  const ModelOptions& options() const { return options_; }
+  void set_gradient_checkpointing(bool on) { options_.gradient_checkpointing = on; }
+
+  // ---- training ----
+  // for_backward = false (scoring, e.g. reference log-probs) keeps nothing after returning.
+  Result<ForwardOutput> forward(const PackedBatch& batch, bool for_backward = true);
+  // dlogprob, dentropy: (N, f32) on the backend; dentropy may be undefined. Must follow a
+  // forward(for_backward = true) and consumes its saved activations. Grads must be present.
+  void backward(const Tensor& dlogprob, const Tensor& dentropy = Tensor());
+  // Bytes of activations held between the last forward and backward (0 after backward).
+  int64_t saved_activation_bytes() const;
+
+  // ---- inference over a paged KV cache ----
+  // For each seqs[s] (already added to the cache), appends the tokens
+  // tokens[cu_new[s] .. cu_new[s+1]) (at least one) at positions length(s), length(s) + 1, ...
+  // and returns logits (S, V) of each sequence's last new token (compute dtype).
+  // resource_exhausted (nothing changed) when the cache lacks blocks; invalid_argument for bad
+  // ids or sequences. Prefill: new sequences with their whole prompts. Decode: one token each.
+  Result<Tensor> forward_cached(KvCache& cache, std::span<const SeqId> seqs, std::span<const int32_t> tokens,
+                                std::span<const int32_t> cu_new);
+  // Decode convenience: one new token per sequence.
+  Result<Tensor> decode(KvCache& cache, std::span<const SeqId> seqs, std::span<const int32_t> tokens);
+
+ private:
+  struct TrainState;  // saved activations between forward and backward (model/train.cc)
+  Model(Backend& backend, const ModelConfig& config, ModelOptions options);
+  Status validate(const PackedBatch& batch) const;
+  // final norm + lm_head + fused log-softmax over chunks of tokens (model/train.cc)
+  void head_forward(TrainState& st, const ForwardOutput& out, bool for_backward);
+  void head_backward(TrainState& st, const Tensor& dlogprob, const Tensor& dentropy, const Tensor& dx);
+  // Backward through layer l, recomputing it first when checkpointing.
+  void layer_backward_at(TrainState& st, int64_t l, const Tensor& dx);
+
+  ModelWeights weights_;
+  ModelOptions options_;
+  std::unique_ptr<TrainState> state_;
+};
+
+// Bytes a forward(for_backward = true) of `tokens` tokens keeps until backward (what
+// saved_activation_bytes() reports), for `rlrun plan`. Backward adds about one layer's
+// activations when checkpointing, plus gradient scratch of a few (tokens, hidden) tensors.
+int64_t estimate_saved_activation_bytes(const ModelConfig& config, int64_t tokens, DType compute_dtype,
+                                        bool checkpointing, int64_t logits_chunk_elements = int64_t{1} << 24);
+
+// ---- conveniences for tests and tools --------------------------------------------------------
+// Mean negative log-likelihood over tokens with a target >= 0 (no gradients kept).
+Result<double> mean_nll(Model& model, const PackedBatch& batch);
+// The same, and accumulates its gradient (d logprob = -1 / count) into the model's grads.
+Result<double> mean_nll_backward(Model& model, const PackedBatch& batch);
+
+}  // namespace rlrun::engine

@@ -1,0 +1,236 @@
+// model/train.cc - packed training forward/backward with optional gradient checkpointing.
+#include <algorithm>
+
+#include "common/check.h"
+#include "common/observe/log.h"
+#include "engine/model/layer.h"
+#include "engine/model/model.h"
+
+namespace rlrun::engine {
+
+// What backward needs from forward. Without checkpointing `acts` holds one LayerActs per layer;
+// with it, `acts` is empty and backward recomputes each layer into `recompute`.
+struct Model::TrainState {
+  int64_t n = 0, max_seqlen = 0;
+  bool for_backward = false, checkpointing = false;
+  Tensor ids, positions, cu_seqlens, targets;  // (N), (N), (S+1), (N) i32
+  std::vector<Tensor> xs;                      // residual stream: xs[l] is layer l's input (N, H)
+  std::vector<LayerActs> acts;
+  LayerActs recompute;                         // checkpointing: one layer's activations
+  LayerGradScratch grad;                       // backward scratch shared by the layers
+  Tensor rstd_f, hf;          // final norm: (N) f32, (N, H)
+  Tensor logits;              // (N, V), kept only when one chunk covers every token
+  Tensor lse, entropy;        // (N) f32 from the fused log-softmax
+  int64_t saved_bytes = 0;
+};
+
+Model::Model(Backend& backend, const ModelConfig& config, ModelOptions options)
+    : weights_(backend, config), options_(options) {}
+
+Model::~Model() = default;
+
+// validate_model_config() is defined once, in hf_config.cc (declared in model.h and hf_config.h).
+
+Result<std::unique_ptr<Model>> Model::create(Backend& backend, const ModelConfig& config, ModelOptions options) {
+  RLRUN_RETURN_IF_ERROR(validate_model_config(config));
+  if (options.logits_chunk_elements <= 0) return invalid_argument("logits_chunk_elements must be > 0");
+  return std::unique_ptr<Model>(new Model(backend, config, options));
+}
+
+Status Model::validate(const PackedBatch& b) const {
+  const size_t n = b.tokens.size();
+  if (n == 0) return invalid_argument("packed batch is empty");
+  if (b.positions.size() != n || b.targets.size() != n)
+    return invalid_argument(str("packed batch: ", n, " tokens but ", b.positions.size(), " positions and ",
+                                b.targets.size(), " targets"));
+  if (b.cu_seqlens.size() < 2 || b.cu_seqlens.front() != 0 || static_cast<size_t>(b.cu_seqlens.back()) != n)
+    return invalid_argument(str("packed batch: cu_seqlens must run from 0 to the token count ", n));
+  for (size_t s = 1; s < b.cu_seqlens.size(); ++s)
+    if (b.cu_seqlens[s] <= b.cu_seqlens[s - 1])
+      return invalid_argument(str("packed batch: cu_seqlens must increase strictly (sequence ", s - 1, " is empty)"));
+  const int64_t vocab = config().vocab_size;
+  for (size_t i = 0; i < n; ++i) {
+    if (b.tokens[i] < 0 || b.tokens[i] >= vocab)
+      return invalid_argument(str("packed batch: token ", i, " has id ", b.tokens[i], " outside the vocabulary [0, ",
+                                  vocab, ")"));
+    if (b.targets[i] >= vocab)
+      return invalid_argument(str("packed batch: target ", i, " is ", b.targets[i], ", outside the vocabulary"));
+    if (b.positions[i] < 0) return invalid_argument(str("packed batch: position ", i, " is negative"));
+  }
+  return {};
+}
+
+Result<ForwardOutput> Model::forward(const PackedBatch& batch, bool for_backward) {
+  RLRUN_RETURN_IF_ERROR(validate(batch));
+  Backend& b = backend();
+  const ModelConfig& c = config();
+  const int64_t n = static_cast<int64_t>(batch.tokens.size()), L = c.num_layers;
+  state_ = std::make_unique<TrainState>();
+  TrainState& st = *state_;
+  st.n = n;
+  st.for_backward = for_backward;
+  st.checkpointing = options_.gradient_checkpointing;
+  for (size_t s = 1; s < batch.cu_seqlens.size(); ++s)
+    st.max_seqlen = std::max<int64_t>(st.max_seqlen, batch.cu_seqlens[s] - batch.cu_seqlens[s - 1]);
+  st.ids = from_host_i32(b, {n}, batch.tokens);
+  st.positions = from_host_i32(b, {n}, batch.positions);
+  st.cu_seqlens = from_host_i32(b, {static_cast<int64_t>(batch.cu_seqlens.size())}, batch.cu_seqlens);
+  st.targets = from_host_i32(b, {n}, batch.targets);
+
+  // Without backward only two residual buffers are needed; they alternate.
+  const bool keep_all = for_backward && !st.checkpointing;
+  st.xs.resize(for_backward ? L + 1 : 2);
+  for (Tensor& x : st.xs) x = b.zeros({n, c.hidden_size}, b.compute_dtype());
+  b.embedding_forward(st.xs[0], weights_.embed_tokens(), st.ids);
+  LayerActs scratch;
+  if (!keep_all) scratch = alloc_layer_acts(b, c, n, /*save_stats=*/false);
+  for (int64_t l = 0; l < L; ++l) {
+    if (keep_all) st.acts.push_back(alloc_layer_acts(b, c, n, true));
+    LayerActs& a = keep_all ? st.acts.back() : scratch;
+    const Tensor& x_in = st.xs[for_backward ? l : l % 2];
+    const Tensor& x_out = st.xs[for_backward ? l + 1 : (l + 1) % 2];
+    layer_qkv_forward(b, c, weights_.layer(l), x_in, st.positions, a);
+    b.attention_forward(a.attn, a.lse, a.q, a.k, a.v, st.cu_seqlens, st.max_seqlen);
+    layer_post_attention_forward(b, c, weights_.layer(l), x_in, a, x_out);
+  }
+  if (!for_backward) st.xs[0] = st.xs[L % 2];  // the head reads xs.back()
+  if (!for_backward) st.xs.resize(1);
+  scratch = LayerActs{};
+
+  ForwardOutput out{b.zeros({n}, DType::kF32), b.zeros({n}, DType::kF32)};
+  head_forward(st, out, for_backward);
+  if (!for_backward) {
+    state_.reset();
+    return out;
+  }
+  st.saved_bytes = static_cast<int64_t>(st.xs.size() * st.xs[0].nbytes() + st.hf.nbytes() + st.rstd_f.nbytes() +
+                                        st.lse.nbytes() + (st.logits.defined() ? st.logits.nbytes() : 0));
+  for (const LayerActs& a : st.acts) st.saved_bytes += bytes_of(a);
+  return out;
+}
+
+void Model::head_forward(TrainState& st, const ForwardOutput& out, bool for_backward) {
+  Backend& b = backend();
+  const ModelConfig& c = config();
+  const int64_t n = st.n, v = c.vocab_size;
+  st.rstd_f = for_backward ? b.zeros({n}, DType::kF32) : Tensor();
+  st.hf = b.zeros({n, c.hidden_size}, b.compute_dtype());
+  b.rmsnorm_forward(st.hf, st.rstd_f, st.xs.back(), weights_.final_norm(), static_cast<float>(c.rms_norm_eps));
+  st.lse = b.zeros({n}, DType::kF32);
+  st.entropy = out.entropy;
+  const int64_t chunk = std::clamp<int64_t>(options_.logits_chunk_elements / v, 1, n);
+  Tensor logits = b.zeros({chunk, v}, b.compute_dtype());
+  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+    const int64_t c1 = std::min(n, c0 + chunk);
+    const Tensor lg = logits.rows(0, c1 - c0);
+    b.matmul(lg, st.hf.rows(c0, c1), weights_.lm_head(), false, true);
+    b.logprob_forward(out.logprobs.rows(c0, c1), out.entropy.rows(c0, c1), st.lse.rows(c0, c1), lg,
+                      st.targets.rows(c0, c1));
+  }
+  if (for_backward && chunk == n) st.logits = logits;  // backward need not recompute them
+}
+
+void Model::head_backward(TrainState& st, const Tensor& dlogprob, const Tensor& dentropy, const Tensor& dx) {
+  Backend& b = backend();
+  const ModelConfig& c = config();
+  const int64_t n = st.n, v = c.vocab_size;
+  const int64_t chunk = std::clamp<int64_t>(options_.logits_chunk_elements / v, 1, n);
+  Tensor logits = st.logits.defined() ? st.logits : b.zeros({chunk, v}, b.compute_dtype());
+  Tensor dhf = b.zeros({n, c.hidden_size}, b.compute_dtype());
+  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+    const int64_t c1 = std::min(n, c0 + chunk);
+    const Tensor lg = logits.rows(0, c1 - c0);
+    const Tensor hf = st.hf.rows(c0, c1);
+    if (!st.logits.defined()) b.matmul(lg, hf, weights_.lm_head(), false, true);  // recompute
+    b.logprob_backward(lg, lg, st.targets.rows(c0, c1), st.lse.rows(c0, c1), st.entropy.rows(c0, c1),
+                       dlogprob.rows(c0, c1), dentropy.defined() ? dentropy.rows(c0, c1) : Tensor());
+    b.matmul(weights_.grad_lm_head(), lg, hf, true, false, 1.0f, 1.0f);  // dW += dlogits^T hf
+    b.matmul(dhf.rows(c0, c1), lg, weights_.lm_head(), false, false);     // dhf = dlogits W
+  }
+  st.logits = Tensor();
+  b.rmsnorm_backward(dx, weights_.grad_final_norm(), dhf, st.xs.back(), weights_.final_norm(), st.rstd_f);
+}
+
+void Model::layer_backward_at(TrainState& st, int64_t l, const Tensor& dx) {
+  Backend& b = backend();
+  const ModelConfig& c = config();
+  LayerActs* a = nullptr;
+  if (st.checkpointing) {
+    // Recompute layer l from its saved input. xs[l + 1] is overwritten with the same values it
+    // held; its gradient is already in dx, so nothing reads it again.
+    if (!st.recompute.h1.defined()) st.recompute = alloc_layer_acts(b, c, st.n, true);
+    a = &st.recompute;
+    layer_qkv_forward(b, c, weights_.layer(l), st.xs[l], st.positions, *a);
+    b.attention_forward(a->attn, a->lse, a->q, a->k, a->v, st.cu_seqlens, st.max_seqlen);
+    layer_post_attention_forward(b, c, weights_.layer(l), st.xs[l], *a, st.xs[l + 1]);
+  } else {
+    a = &st.acts[l];
+  }
+  layer_backward(b, c, weights_.layer(l), weights_.layer_grad(l), st.xs[l], st.positions, st.cu_seqlens,
+                 st.max_seqlen, *a, st.grad, dx);
+  if (!st.checkpointing) st.acts[l] = LayerActs{};  // free as we go
+}
+
+void Model::backward(const Tensor& dlogprob, const Tensor& dentropy) {
+  RLRUN_CHECK(state_ && state_->for_backward, "Model::backward without a forward(for_backward = true) before it");
+  TrainState& st = *state_;
+  Backend& b = backend();
+  const ModelConfig& c = config();
+  RLRUN_CHECK(dlogprob.defined() && dlogprob.numel() == st.n, "backward: dlogprob must be (N) = " +
+                                                                  std::to_string(st.n) + ", got " + dlogprob.str());
+  RLRUN_CHECK(!dentropy.defined() || dentropy.numel() == st.n, "backward: dentropy is " + dentropy.str());
+  Tensor dx = b.zeros({st.n, c.hidden_size}, b.compute_dtype());
+  head_backward(st, dlogprob.view({st.n}), dentropy.defined() ? dentropy.view({st.n}) : Tensor(), dx);
+  st.grad = alloc_layer_grad_scratch(b, c, st.n);
+  for (int64_t l = c.num_layers - 1; l >= 0; --l) layer_backward_at(st, l, dx);
+  b.embedding_backward(weights_.grad_embed_tokens(), dx, st.ids);
+  state_.reset();
+}
+
+int64_t estimate_saved_activation_bytes(const ModelConfig& c, int64_t n, DType compute, bool checkpointing,
+                                        int64_t logits_chunk_elements) {
+  const int64_t dt = static_cast<int64_t>(dtype_size(compute));
+  int64_t bytes = (c.num_layers + 2) * n * c.hidden_size * dt  // residual stream + final norm output
+                  + 2 * n * 4;                                 // final rstd, logsumexp
+  if (logits_chunk_elements / c.vocab_size >= n) bytes += n * c.vocab_size * dt;  // logits kept
+  if (!checkpointing) bytes += c.num_layers * layer_acts_bytes(c, n, compute);
+  return bytes;
+}
+
+int64_t Model::saved_activation_bytes() const { return state_ ? state_->saved_bytes : 0; }
+
+namespace {
+
+// Mean NLL of `out` over tokens with a target, and the count of those tokens.
+Result<std::pair<double, int64_t>> nll_of(const ForwardOutput& out, const PackedBatch& batch) {
+  const std::vector<float> lp = to_host_f32(out.logprobs);
+  double sum = 0.0;
+  int64_t count = 0;
+  for (size_t i = 0; i < lp.size(); ++i) {
+    if (batch.targets[i] < 0) continue;
+    sum -= lp[i];
+    ++count;
+  }
+  if (count == 0) return invalid_argument("mean NLL of a batch with no targets");
+  return std::make_pair(sum / static_cast<double>(count), count);
+}
+
+}  // namespace
+
+Result<double> mean_nll(Model& model, const PackedBatch& batch) {
+  RLRUN_ASSIGN_OR_RETURN(ForwardOutput out, model.forward(batch, /*for_backward=*/false));
+  RLRUN_ASSIGN_OR_RETURN(auto nll, nll_of(out, batch));
+  return nll.first;
+}
+
+Result<double> mean_nll_backward(Model& model, const PackedBatch& batch) {
+  RLRUN_ASSIGN_OR_RETURN(ForwardOutput out, model.forward(batch, /*for_backward=*/true));
+  RLRUN_ASSIGN_OR_RETURN(auto nll, nll_of(out, batch));
+  std::vector<float> d(batch.targets.size(), 0.0f);
+  for (size_t i = 0; i < d.size(); ++i)
+    if (batch.targets[i] >= 0) d[i] = static_cast<float>(-1.0 / static_cast<double>(nll.second));
+  model.backward(from_host(model.backend(), {static_cast<int64_t>(d.size())}, d));
+  return nll.first;
+}
+
+}  // namespace rlrun::engine

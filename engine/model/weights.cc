@@ -1,0 +1,175 @@
+#include "engine/model/weights.h"
+
+#include <cmath>
+
+#include "common/check.h"
+#include "common/observe/log.h"
+
+namespace rlrun::engine {
+
+namespace {
+
+int64_t align_up(int64_t n) { return (n + kParamAlign - 1) / kParamAlign * kParamAlign; }
+
+// splitmix64: a tiny, well-mixed generator whose output is the same everywhere.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }  // (0, 1)
+};
+
+uint64_t stream_key(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a of the name, then mixed with the seed
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
+  SplitMix64 mix{h ^ (seed * 0x9e3779b97f4a7c15ULL)};
+  return mix.next();
+}
+
+// N(0, std) by Box-Muller, both outputs used.
+void fill_normal(std::vector<float>& out, uint64_t key, float std) {
+  SplitMix64 rng{key};
+  for (size_t i = 0; i < out.size(); i += 2) {
+    const double r = std::sqrt(-2.0 * std::log(rng.uniform()));
+    const double a = 2.0 * M_PI * rng.uniform();
+    out[i] = static_cast<float>(r * std::cos(a) * std);
+    if (i + 1 < out.size()) out[i + 1] = static_cast<float>(r * std::sin(a) * std);
+  }
+}
+
+}  // namespace
+
+std::vector<ParamInfo> parameter_layout(const ModelConfig& c) {
+  const int64_t h = c.hidden_size, q_out = c.num_heads * c.head_dim(), kv_out = c.num_kv_heads * c.head_dim();
+  std::vector<ParamInfo> out;
+  int64_t offset = 0;
+  auto add = [&](std::string name, Shape shape, bool is_norm = false, bool is_bias = false) {
+    ParamInfo p{std::move(name), shape, offset, shape.numel(), is_norm, is_bias};
+    offset = align_up(offset + p.numel);
+    out.push_back(std::move(p));
+  };
+  add("model.embed_tokens.weight", {c.vocab_size, h});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = str("model.layers.", i, ".");
+    add(p + "input_layernorm.weight", {h}, true);
+    add(p + "self_attn.q_proj.weight", {q_out, h});
+    if (c.qkv_bias) add(p + "self_attn.q_proj.bias", {q_out}, false, true);
+    add(p + "self_attn.k_proj.weight", {kv_out, h});
+    if (c.qkv_bias) add(p + "self_attn.k_proj.bias", {kv_out}, false, true);
+    add(p + "self_attn.v_proj.weight", {kv_out, h});
+    if (c.qkv_bias) add(p + "self_attn.v_proj.bias", {kv_out}, false, true);
+    add(p + "self_attn.o_proj.weight", {h, q_out});
+    add(p + "post_attention_layernorm.weight", {h}, true);
+    add(p + "mlp.gate_proj.weight", {c.intermediate_size, h});
+    add(p + "mlp.up_proj.weight", {c.intermediate_size, h});
+    add(p + "mlp.down_proj.weight", {h, c.intermediate_size});
+  }
+  add("model.norm.weight", {h}, true);
+  if (!c.tie_embeddings) add("lm_head.weight", {c.vocab_size, h});
+  return out;
+}
+
+int64_t flat_parameter_count(const std::vector<ParamInfo>& layout) {
+  return layout.empty() ? 0 : align_up(layout.back().offset + layout.back().numel);
+}
+
+ModelWeights::ModelWeights(Backend& backend, const ModelConfig& config)
+    : backend_(&backend), config_(config), layout_(parameter_layout(config)) {
+  for (size_t i = 0; i < layout_.size(); ++i) by_name_.emplace(layout_[i].name, i);
+  flat_size_ = flat_parameter_count(layout_);
+  master_ = backend.zeros({flat_size_}, DType::kF32);
+  compute_ = backend.compute_dtype() == DType::kF32 ? master_ : backend.zeros({flat_size_}, backend.compute_dtype());
+  bind(compute_, embed_, final_norm_, lm_head_, layers_);
+  restore_grads();
+}
+
+Result<size_t> ModelWeights::index_of(std::string_view name) const {
+  auto it = by_name_.find(std::string(name));
+  if (it == by_name_.end())
+    return not_found(str("model has no parameter `", name, "` (", config_.architecture, ", ", config_.num_layers,
+                         " layers", config_.tie_embeddings ? ", tied embeddings" : "", ")"));
+  return it->second;
+}
+
+Tensor ModelWeights::view_of(const Tensor& flat, size_t i) const {
+  const ParamInfo& p = layout_.at(i);
+  return flat.rows(p.offset, p.offset + p.numel).view(p.shape);
+}
+
+Tensor ModelWeights::view_by_name(const Tensor& flat, const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? Tensor() : view_of(flat, it->second);
+}
+
+void ModelWeights::bind(const Tensor& flat, Tensor& embed, Tensor& norm, Tensor& head,
+                        std::vector<LayerWeights>& layers) const {
+  embed = view_by_name(flat, "model.embed_tokens.weight");
+  norm = view_by_name(flat, "model.norm.weight");
+  head = config_.tie_embeddings ? embed : view_by_name(flat, "lm_head.weight");
+  layers.assign(config_.num_layers, LayerWeights{});
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    const std::string p = str("model.layers.", i, ".");
+    LayerWeights& w = layers[i];
+    w.input_norm = view_by_name(flat, p + "input_layernorm.weight");
+    w.q = view_by_name(flat, p + "self_attn.q_proj.weight");
+    w.q_bias = view_by_name(flat, p + "self_attn.q_proj.bias");
+    w.k = view_by_name(flat, p + "self_attn.k_proj.weight");
+    w.k_bias = view_by_name(flat, p + "self_attn.k_proj.bias");
+    w.v = view_by_name(flat, p + "self_attn.v_proj.weight");
+    w.v_bias = view_by_name(flat, p + "self_attn.v_proj.bias");
+    w.o = view_by_name(flat, p + "self_attn.o_proj.weight");
+    w.post_norm = view_by_name(flat, p + "post_attention_layernorm.weight");
+    w.gate = view_by_name(flat, p + "mlp.gate_proj.weight");
+    w.up = view_by_name(flat, p + "mlp.up_proj.weight");
+    w.down = view_by_name(flat, p + "mlp.down_proj.weight");
+  }
+}
+
+Tensor ModelWeights::master(size_t i) const { return view_of(master_, i); }
+Tensor ModelWeights::compute(size_t i) const { return view_of(compute_, i); }
+
+void ModelWeights::init_random(uint64_t seed, float init_std) {
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    const ParamInfo& p = layout_[i];
+    std::vector<float> values(static_cast<size_t>(p.numel));
+    if (p.is_norm) {
+      std::fill(values.begin(), values.end(), 1.0f);
+    } else if (!p.is_bias) {
+      fill_normal(values, stream_key(seed, p.name), init_std);
+    }
+    const Tensor view = master(i);
+    backend_->copy_from_host(view, values.data(), view.nbytes());
+  }
+  sync_compute();
+}
+
+void ModelWeights::sync_compute() {
+  if (compute_.data() != master_.data()) backend_->convert(compute_, master_);
+}
+
+const Tensor& ModelWeights::grad_flat() const {
+  RLRUN_CHECK(grad_.defined(), "grad buffer used while released (call restore_grads first)");
+  return grad_;
+}
+
+Tensor ModelWeights::grad(size_t i) const { return view_of(grad_flat(), i); }
+
+void ModelWeights::zero_grads() { backend_->fill_zero(grad_flat()); }
+
+void ModelWeights::release_grads() {
+  grad_ = Tensor();
+  grad_embed_ = grad_final_norm_ = grad_lm_head_ = Tensor();
+  layer_grads_.clear();
+}
+
+void ModelWeights::restore_grads() {
+  if (grad_.defined()) return;
+  grad_ = backend_->zeros({flat_size_}, DType::kF32);
+  bind(grad_, grad_embed_, grad_final_norm_, grad_lm_head_, layer_grads_);
+}
+
+}  // namespace rlrun::engine

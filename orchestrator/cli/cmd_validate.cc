@@ -1,0 +1,32 @@
+// `rlrun validate CONFIG [--set key=value ...]`: load and check a config without running it.
+#include <cstdio>
+
+#include "common/config/config.h"
+#include "orchestrator/cli/cli_args.h"
+
+namespace rlrun::orchestrator {
+
+int cmd_validate(const Args& args) {
+  static constexpr FlagSpec kFlags[] = {{"--print-defaults", false}};
+  Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
+  if (!parsed.ok()) return report_usage_error("validate", parsed.status());
+  if (parsed->has("--print-defaults")) {
+    if (!parsed->config_path.empty() || !parsed->overrides.empty()) {
+      return report_usage_error("validate",
+                                invalid_argument("--print-defaults takes no CONFIG or --set"));
+    }
+    std::fputs(render_defaults_yaml().c_str(), stdout);
+    return kExitOk;
+  }
+  if (parsed->config_path.empty()) {
+    return report_usage_error("validate", invalid_argument("missing CONFIG; see --help"));
+  }
+  Result<Config> config = load_config(parsed->config_path, parsed->overrides);
+  if (!config.ok()) return report_config_errors("validate", config.status());
+  Result<std::string> effective = render_effective_config(*config);
+  if (!effective.ok()) return report_config_errors("validate", effective.status());
+  std::fputs(effective->c_str(), stdout);
+  return kExitOk;
+}
+
+}  // namespace rlrun::orchestrator

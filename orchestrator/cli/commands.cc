@@ -1,0 +1,237 @@
+#include "orchestrator/cli/commands.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "common/observe/log.h"
+
+namespace rlrun::orchestrator {
+
+int cmd_version(const Args& args);
+int cmd_validate(const Args& args);
+int cmd_run(const Args& args);
+int cmd_trainer(const Args& args);
+int cmd_generate(const Args& args);
+int cmd_rollout(const Args& args);
+int cmd_plan(const Args& args);
+
+namespace {
+
+constexpr Command kCommands[] = {
+    {"run", "run the training job a config describes (the default: `rlrun CONFIG`)",
+     "usage: rlrun [run] CONFIG [--set key=value ...] [--run-dir DIR] [--resume]\n\n"
+     "Runs asynchronous RL end to end on this machine: validates CONFIG (exit 2 with every\n"
+     "error), creates the run folder (run_dir, or --run-dir) with the effective config.yaml and\n"
+     "logs/, plans placement and prints it, serves Prometheus metrics on metrics_bind, starts\n"
+     "the trainer ranks and rollout workers (this binary: `rlrun trainer`, `rlrun rollout`),\n"
+     "then runs the data loop: prompts from the task, groups of group_size samples dispatched to\n"
+     "rollout lanes, rewards and group advantages, the staleness gate (max_async_rollout,\n"
+     "max_off_policy_steps), packing into seq_len rows, a trainer step per\n"
+     "prompts_batch_size_for_trainer groups and a weight sync after each, for number_of_steps.\n\n"
+     "Outputs in the run folder: summary.json (always, also after a failure or Ctrl-C),\n"
+     "metrics.jsonl (one line per step), timeline.json (Chrome trace), logs/<process>.log.\n"
+     "With checkpoint_every: N the trainer ranks save a checkpoint (weights, AdamW, the data\n"
+     "position) under <run folder>/checkpoints/ after every N-th step and the last one.\n"
+     "Ctrl-C stops dispatching, finishes the step in training, saves it (checkpoint_every > 0),\n"
+     "writes the summary and shuts the workers down; a second Ctrl-C stops at once (the summary\n"
+     "is still written), a third ends the orchestrator on the spot.\n\n"
+     "  --set key=value   override a config key (repeatable)\n"
+     "  --run-dir DIR     the run folder (default: run_dir from the config)\n"
+     "  --resume          continue the run in that folder from its newest complete checkpoint,\n"
+     "                    up to number_of_steps (metrics.jsonl is continued)\n\n"
+     "exit status: 0 when every step ran, 1 when the run failed or was interrupted, 2 for bad\n"
+     "flags or config.\n",
+     cmd_run},
+    {"version", "print the version and the compute backends this binary was built with",
+     "usage: rlrun version\n\n"
+     "Prints rlrun's version, whether the CUDA backend was built, the CUDA runtime and NCCL\n"
+     "versions it links, and how many GPUs it can see.\n",
+     cmd_version},
+    {"validate", "check a config and print the effective configuration",
+     "usage: rlrun validate CONFIG [--set key=value ...]\n"
+     "       rlrun validate --print-defaults\n\n"
+     "Loads CONFIG over the built-in defaults, applies each --set override (dotted keys for\n"
+     "sections: --set model.hidden_size=64; the value is read as YAML; --set may repeat and may\n"
+     "be written --set=key=value), and checks every key: unknown keys (with a suggestion), types,\n"
+     "ranges, and combinations that cannot work together (e.g. inference_num_workers not\n"
+     "divisible by inference_tensor_parallel_size). Nothing is started.\n\n"
+     "On success it prints the effective configuration, every key, as YAML on stdout and exits 0.\n"
+     "Otherwise it prints every error found on stderr, one per line as FILE:LINE: message (or\n"
+     "--set key=value: message), and exits 2.\n\n"
+     "  --print-defaults   print every key with its default and meaning (configs/defaults.yaml)\n",
+     cmd_validate},
+    {"trainer", "run one trainer rank (the orchestrator starts these)",
+     "usage: rlrun trainer --orchestrator tcp://HOST:PORT --rank R (--config PATH | PATH)\n"
+     "                     [--set key=value ...] [--timeline PATH] [--control-keys PATH] [--resume-from DIR]\n\n"
+     "Runs one trainer rank: builds the model (model.checkpoint, or random init from seed and\n"
+     "model.init_std), joins the trainer ranks' gradient group and, on rank 0, the weight-sync\n"
+     "group (rendezvous through the orchestrator's control plane), registers, then serves\n"
+     "TrainBatch (a trainer step: forward/backward over the packed micro-batches, gradient\n"
+     "reduction, AdamW) with a TrainResult, WeightSyncBegin (rank 0 sends the weights to every\n"
+     "rollout worker) with WeightSyncEnd, SaveCheckpoint with CheckpointSaved, and Shutdown.\n"
+     "It exits when told to, or when the orchestrator has been silent for\n"
+     "heartbeat_timeout_seconds.\n\n"
+     "flags:\n"
+     "  --orchestrator tcp://HOST:PORT  the orchestrator's control endpoint (required)\n"
+     "  --rank R                        this trainer rank (default 0)\n"
+     "  --config PATH                   the run's config (or PATH as the positional argument)\n"
+     "  --set key=value                 override a config key (repeatable)\n"
+     "  --timeline PATH                 write this process's Chrome-trace events there\n"
+     "  --control-keys PATH             the run's CURVE key file (<run_dir>/keys/control_keys, mode 0600);\n"
+     "                                  without it the control plane is unsecured (control_plane_security: none)\n"
+     "  --resume-from DIR               load this complete checkpoint before registering\n\n"
+     "exit status: 0 after Shutdown, 1 on failure, 2 for bad flags or config.\n",
+     cmd_trainer},
+    {"generate", "generate one completion from an HF checkpoint folder (KV cache, sampler)",
+     "usage: rlrun generate --checkpoint DIR (--prompt TEXT | --prompt-ids IDS) [options]\n\n"
+     "Loads the HF model folder DIR (config.json, model.safetensors or a sharded index, and\n"
+     "tokenizer.json when --prompt is used or text is wanted) and generates one completion on the\n"
+     "CPU: the prompt is prefilled into a paged KV cache, then tokens are decoded one at a time\n"
+     "and sampled (the rollout workers' path). Generation stops after a stop token (config.json's\n"
+     "eos_token_id, and the tokenizer's <|im_end|> and <|endoftext|> when present) or after\n"
+     "--max-tokens new tokens (or at the model's max_position_embeddings).\n\n"
+     "The prompt is used as given: no BOS and no chat template are added (write ChatML yourself,\n"
+     "e.g. \"<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n\").\n\n"
+     "  --checkpoint DIR     the HF model folder\n"
+     "  --prompt TEXT        prompt text, encoded with DIR/tokenizer.json\n"
+     "  --prompt-ids IDS     prompt token ids, comma-separated (e.g. 1,2,3); no tokenizer needed\n"
+     "  --max-tokens N       new tokens at most (default 64)\n"
+     "  --temperature T      sampling temperature, 0 = greedy (default 1)\n"
+     "  --top-p P            nucleus sampling mass in (0, 1] (default 1)\n"
+     "  --seed S             random seed of the sampler (default 0); same seed, same output\n"
+     "  --threads N          CPU threads (default 1; 0 = every core)\n"
+     "  --json               print one JSON object instead of the text:\n"
+     "                       {\"prompt_ids\": [...], \"ids\": [...], \"logprobs\": [...],\n"
+     "                        \"text\": \"...\" (null without a tokenizer),\n"
+     "                        \"finish_reason\": \"stop\" | \"length\"}\n\n"
+     "ids are the completion's tokens (the stop token included when one ended it); logprobs are\n"
+     "their log-probabilities under the distribution sampled from (temperature and top-p\n"
+     "applied; at temperature 0, under the model's own softmax). The text omits special tokens.\n"
+     "Without --json the text is printed (the ids when DIR has no tokenizer). A timing line\n"
+     "goes to stderr. Exit 0 on success, 2 for bad flags, a missing or invalid checkpoint, or\n"
+     "prompt ids outside the vocabulary, 1 when generation fails.\n",
+     cmd_generate},
+    {"rollout", "run one rollout worker (generation server; the orchestrator starts these)",
+     "usage: rlrun rollout --orchestrator tcp://HOST:PORT --index I (--config PATH | PATH)\n"
+     "                     [--set key=value ...] [--host NAME] [--control-keys PATH] [--timeline PATH]\n\n"
+     "Runs one rollout worker: a continuous-batching generation server over a paged KV cache.\n"
+     "It registers with the orchestrator's control plane, serves GenerateRequest (one\n"
+     "GenerateResult per sample as it finishes: tokens, log-probs, weight version per token),\n"
+     "Cancel, WeightSyncBegin (new weights are loaded between decode steps) and Shutdown, and\n"
+     "heartbeats its stats every heartbeat_interval_seconds. It exits when told to, or when the\n"
+     "orchestrator has been silent for heartbeat_timeout_seconds. The orchestrator starts these\n"
+     "processes itself; running one by hand is for debugging.\n\n"
+     "flags:\n"
+     "  --orchestrator tcp://HOST:PORT  the orchestrator's control endpoint (required)\n"
+     "  --index I                       this worker's index among the rollout workers (required)\n"
+     "  --config PATH                   the run's config (or PATH as the positional argument)\n"
+     "  --set key=value                 override a config key (repeatable)\n"
+     "  --host NAME                     host name reported at registration (default: hostname)\n"
+     "  --weight-group-epoch E          join weight-sync group weights-E through the orchestrator\n"
+     "                                  before registering (without it: the group the first\n"
+     "                                  WeightSyncBegin names, as a replacement worker does)\n"
+     "  --incarnation N                 this is the Nth replacement of worker I (default 0)\n"
+     "  --timeline PATH                 write this process's Chrome-trace events there (generate, weight_update)\n"
+     "  --control-keys PATH             the run's CURVE key file (<run_dir>/keys/control_keys, mode 0600);\n"
+     "                                  without it the control plane is unsecured (control_plane_security: none)\n\n"
+     "config keys used: model.*, seed, backend, cpu_threads_per_worker, max_model_len,\n"
+     "max_num_seqs, kv_block_size, kv_cache_memory_mb, weight_broadcast_bucket_mb,\n"
+     "heartbeat_interval_seconds, heartbeat_timeout_seconds, log_level.\n\n"
+     "exit status: 0 after Shutdown, 1 when the orchestrator is unreachable or gone or the\n"
+     "engine fails, 2 for bad flags or config.\n",
+     cmd_rollout},
+    {"plan", "print each process's memory budget, and what to change when it does not fit",
+     "usage: rlrun plan CONFIG [--set key=value ...] [--json]\n"
+     "       rlrun plan --compare RUN_DIR [--set key=value ...]\n\n"
+     "Loads CONFIG like `rlrun validate` and prints, before anything starts, the memory budget of\n"
+     "a trainer rank and of a rollout worker, each line in human units and in exact bytes:\n"
+     "  trainer: weights, gradients, AdamW moments, fp32 master weights (cpu: fp32, 16 B/param;\n"
+     "           cuda: bf16 weights + fp32 master, gradients and moments, 18 B/param; the\n"
+     "           distributed optimizer divides the moments over the ranks), the activations of one\n"
+     "           packed micro-batch of seq_len x micro_batch_rows tokens with AND without\n"
+     "           gradient checkpointing (the engine's own count plus backward scratch), the\n"
+     "           logits / log-prob workspace and the weight-send buffer;\n"
+     "  rollout: weights, the weight-receive buffer, the prefill workspace and the KV cache: bytes\n"
+     "           per token (2 x layers x kv_heads x head_dim x dtype bytes), how many sequences of\n"
+     "           max_model_len fit in the pool (gpu_memory_utilization of the GPU, or\n"
+     "           kv_cache_memory_mb on cpu) and how many of max_num_seqs would wait.\n"
+     "Memory per process: device_memory_gb per GPU with backend cuda (plan a GPU run anywhere\n"
+     "with --set backend=cuda), this host's RAM with backend cpu, shared by every process of a\n"
+     "local run. The model's shape comes from `model:` or the checkpoint's config.json.\n\n"
+     "When a budget does not fit, the plan says which and lists the levers in order of cost, each\n"
+     "with the bytes it saves for this config and what it costs: gradient_checkpointing,\n"
+     "use_distributed_optimizer, micro_batch_rows / seq_len, max_num_seqs, max_model_len, more\n"
+     "trainer ranks, and (last resort) inference_tensor_parallel_size. `rlrun CONFIG` runs the\n"
+     "same check before launching anything.\n\n"
+     "  --json             the plan as JSON (keys documented in orchestrator/plan/memory_report.h)\n"
+     "  --compare RUN_DIR  plan RUN_DIR/config.yaml and print it beside the peaks the run measured\n"
+     "                     (RUN_DIR/summary.json: per process backend_peak_bytes, peak_memory_bytes,\n"
+     "                     phase_peak_bytes), per process and phase, with measured/plan ratios\n\n"
+     "Exit status: 0 the plan fits (or --compare printed), 3 the plan does not fit (the advice is\n"
+     "printed), 2 the command line or config is wrong, 1 RUN_DIR/summary.json is missing or bad.\n",
+     cmd_plan},
+};
+
+void print_overview() {
+  std::printf(
+      "rlrun - asynchronous reinforcement-learning post-training for language models\n\n"
+      "usage: rlrun CONFIG [--set key=value ...]   run the training job CONFIG describes\n"
+      "       rlrun COMMAND [args]                 run one command\n"
+      "       rlrun COMMAND --help                 explain one command\n\ncommands:\n");
+  for (const Command& c : kCommands) {
+    std::printf("  %-10s %.*s\n", std::string(c.name).c_str(), static_cast<int>(c.summary.size()),
+                c.summary.data());
+  }
+}
+
+bool is_help(const std::string& a) { return a == "--help" || a == "-h" || a == "help"; }
+
+}  // namespace
+
+std::span<const Command> commands() { return kCommands; }
+
+const Command* find_command(std::string_view name) {
+  for (const Command& c : kCommands) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+int rlrun_main(int argc, char** argv) {
+  // OpenMP threads that spin while waiting steal the cores OpenBLAS and other processes of the
+  // run need (measured: SmolLM2 decode 1.3 tokens/s with spinning, 20.8 passive, on 2 busy
+  // cores). Set before the OpenMP runtime starts; an explicit user setting wins; workers inherit it.
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+  Args args(argv + 1, argv + argc);
+  if (args.empty() || is_help(args[0])) {
+    print_overview();
+    return args.empty() ? kExitUsage : kExitOk;
+  }
+  if (args[0] == "--version") args[0] = "version";
+  const Command* command = find_command(args[0]);
+  if (command == nullptr) {
+    // `rlrun CONFIG ...` runs the default command when the first argument names a file.
+    const Command* fallback = find_command("run");
+    if (fallback != nullptr && std::filesystem::exists(args[0])) {
+      command = fallback;
+    } else {
+      std::fprintf(stderr, "rlrun: `%s` is neither a command nor a config file; see `rlrun --help`\n",
+                   args[0].c_str());
+      return kExitUsage;
+    }
+  } else {
+    args.erase(args.begin());
+  }
+  for (const std::string& a : args) {
+    if (is_help(a) && a != "help") {
+      std::printf("%.*s", static_cast<int>(command->usage.size()), command->usage.data());
+      return kExitOk;
+    }
+  }
+  log::set_process_name(std::string(command->name));
+  return command->run(args);
+}
+
+}  // namespace rlrun::orchestrator

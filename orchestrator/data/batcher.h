@@ -1,0 +1,42 @@
+// batcher.h - finished samples -> one TrainBatch per trainer rank (design step 6).
+//
+// Each sequence is prompt + completion, never split. packer.h places sequences into rows
+// (first-fit-decreasing) and deals rows to ranks; this file lays the rows out as the protocol's
+// token-aligned arrays. Every rank's batch has the same row_len: the longest packed row, rounded
+// up to pad_to_multiple_of (never beyond seq_len), so short batches do not pay for seq_len.
+//   input_ids      prompt then completion tokens; padding 0
+//   position_ids   0, 1, ... restarting per sequence (and per padding segment)
+//   cu_seqlens     sequence boundaries; a row's padding tail, and each padding row, is a segment
+//   loss_mask      1 on completion tokens only
+//   advantages     the sequence's advantage on all its tokens (0 on padding)
+//   rollout_logprobs  the rollout log-prob of each completion token (0 elsewhere)
+// The trainer shifts these into next-token targets (trainer_inputs.h).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/protocol/protocol.h"
+#include "orchestrator/data/packer.h"
+
+namespace rlrun::orchestrator {
+
+struct TrainSequence {
+  std::span<const int32_t> prompt;
+  std::span<const int32_t> completion;
+  std::span<const float> logprobs;  // one per completion token
+  float advantage = 0;
+};
+
+struct BatchBuild {
+  std::vector<TrainBatch> per_rank;   // per_rank[r] goes to trainer rank r
+  std::vector<int> dropped_too_long;  // indices of sequences longer than seq_len (not packed)
+  int64_t tokens = 0;                 // real tokens packed (prompt + completion)
+  int64_t loss_tokens = 0;            // completion tokens packed
+};
+
+// `options` as for pack_sequences. At least one sequence must fit, else per_rank is empty.
+BatchBuild build_train_batches(std::span<const TrainSequence> sequences, const PackOptions& options, uint64_t step);
+
+}  // namespace rlrun::orchestrator

@@ -1,0 +1,134 @@
+// `rlrun rollout`: one rollout worker process (started by the orchestrator's launcher).
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/config/config.h"
+#include "common/observe/log.h"
+#include "common/observe/timeline.h"
+#include "engine/backend.h"
+#include "engine/io/model_io.h"
+#include "engine/model/model.h"
+#include "orchestrator/cli/cli_args.h"
+#include "orchestrator/cli/commands.h"
+#include "orchestrator/roles/model_from_config.h"
+#include "orchestrator/roles/rollout_hooks.h"
+#include "orchestrator/run/control_plane.h"
+#include "orchestrator/run/rendezvous.h"
+#include "rollout/scheduler.h"
+#include "rollout/worker.h"
+
+namespace rlrun::orchestrator {
+
+namespace {
+
+rollout::SchedulerOptions scheduler_options(const Config& c, const engine::Model& model) {
+  rollout::SchedulerOptions o;
+  o.max_num_seqs = c.max_num_seqs;
+  o.max_model_len = c.max_model_len;
+  o.kv_block_size = c.kv_block_size;
+  o.kv_num_blocks = rollout::kv_blocks_for_budget(model, o, c.kv_cache_memory_mb << 20);
+  return o;
+}
+
+RolloutHooksFactory& hooks_factory() {
+  static RolloutHooksFactory factory;
+  return factory;
+}
+
+// weight_group_epoch < 0: no weight-sync group yet; the first WeightSyncBegin names the one to join.
+int serve(const Config& config, rollout::WorkerOptions options, int weight_group_epoch) {
+  if (config.backend != BackendKind::kCpu) {
+    log::error("rollout: only backend cpu is implemented for rollout workers so far");
+    return kExitUsage;
+  }
+  const int threads = static_cast<int>(config.cpu_threads_per_worker);
+  Result<std::unique_ptr<engine::Backend>> backend = engine::create_backend("cpu", threads);
+  if (!backend.ok()) return log::error(backend.status().message()), kExitFailed;
+  Result<std::unique_ptr<engine::Model>> model = engine::Model::create(**backend, model_config_from(config.model));
+  if (!model.ok()) return log::error(str("rollout: ", model.status().message())), kExitUsage;
+  if (!config.model.checkpoint.empty()) {
+    // load_config() took the model's shape from the checkpoint's config.json.
+    if (Status s = engine::load_weights(**model, config.model.checkpoint); !s.ok())
+      return log::error(str("rollout: ", s.message())), kExitUsage;
+  } else {
+    // Same seed and init as the trainer's random start; every run's first weight sync replaces it.
+    (*model)->weights().init_random(static_cast<uint64_t>(config.seed), static_cast<float>(config.model.init_std));
+  }
+  Result<std::unique_ptr<rollout::Scheduler>> scheduler =
+      rollout::Scheduler::create(**model, scheduler_options(config, **model));
+  if (!scheduler.ok()) return log::error(str("rollout: ", scheduler.status().message())), kExitUsage;
+  options.heartbeat_interval_seconds = config.heartbeat_interval_seconds;
+  options.heartbeat_timeout_seconds = config.heartbeat_timeout_seconds;
+  options.max_weight_bucket_bytes = config.weight_broadcast_bucket_mb << 20;
+  // The weight-sync group (trainer rank 0 + every rollout worker), formed through the
+  // orchestrator's rendezvous store: the run's first workers join epoch 0 before registering; a
+  // replacement (epoch -1), and every member after a member died, joins the epoch a
+  // WeightSyncBegin names.
+  options.join_weight_group = [&config, endpoint = options.orchestrator, index = options.index,
+                                security = options.control_security](uint32_t epoch) {
+    return join_group(endpoint, worker_name(Role::kRollout, index), weight_sync_group(config, index + 1, static_cast<int>(epoch)),
+                      security);
+  };
+  std::unique_ptr<engine::Communicator> weight_comm;
+  if (weight_group_epoch >= 0) {
+    Result<std::unique_ptr<engine::Communicator>> joined = options.join_weight_group(weight_group_epoch);
+    if (joined.ok()) {
+      weight_comm = std::move(*joined);
+      options.weight_group_epoch = weight_group_epoch;
+    } else {  // a member died while the group formed: the orchestrator re-forms it at the first sync
+      log::warn(str("rollout ", options.index, ": ", joined.status().message(), "; joining at the first sync"));
+    }
+  }
+  rollout::Worker worker(**scheduler, weight_comm.get(), options);
+  const Status s = worker.run();
+  if (!s.ok()) return log::error(s.message()), kExitFailed;
+  log::info(str("rollout ", options.index, ": ", worker.summary().exit_reason, "; ", worker.summary().results_sent,
+                " results sent"));
+  return kExitOk;
+}
+
+}  // namespace
+
+int cmd_rollout(const Args& args) {
+  static constexpr FlagSpec kFlags[] = {
+      {"--orchestrator", true}, {"--index", true}, {"--config", true}, {"--host", true},
+      {"--weight-group-epoch", true}, {kControlKeysFlag, true}, {"--incarnation", true}, {"--timeline", true}};
+  Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
+  if (!parsed.ok()) return report_usage_error("rollout", parsed.status());
+  Result<std::string> path = parsed->worker_config_path();
+  if (!path.ok()) return report_usage_error("rollout", path.status());
+  if (!parsed->has("--orchestrator"))
+    return report_usage_error("rollout", invalid_argument("missing --orchestrator tcp://HOST:PORT; see --help"));
+  if (!parsed->has("--index")) return report_usage_error("rollout", invalid_argument("missing --index I; see --help"));
+  Result<int64_t> index = parsed->integer("--index", 0, 0, 1 << 20);
+  if (!index.ok()) return report_usage_error("rollout", index.status());
+  // --incarnation N: the Nth replacement of this worker (0: started with the run).
+  Result<int64_t> incarnation = parsed->integer("--incarnation", 0, 0, 1 << 20);
+  if (!incarnation.ok()) return report_usage_error("rollout", incarnation.status());
+  Result<int64_t> epoch = parsed->integer("--weight-group-epoch", -1, -1, INT32_MAX);
+  if (!epoch.ok()) return report_usage_error("rollout", epoch.status());
+  Result<Config> config = load_config(*path, parsed->overrides);
+  if (!config.ok()) return report_config_errors("rollout", config.status());
+  log::set_min_level(config->log_level);
+  rollout::WorkerOptions options;
+  options.orchestrator = parsed->value("--orchestrator");
+  options.index = static_cast<int32_t>(*index);
+  options.host = parsed->value("--host");
+  Result<SecurityOptions> security = worker_control_security(parsed->value(kControlKeysFlag));
+  if (!security.ok()) return report_usage_error("rollout", security.status());
+  options.control_security = std::move(*security);
+  std::unique_ptr<rollout::WorkerHooks> hooks;
+  if (hooks_factory()) hooks = hooks_factory()(options.index, static_cast<int>(*incarnation));
+  options.hooks = hooks.get();
+  if (parsed->has("--timeline")) {
+    const Status s = global_timeline().open(parsed->value("--timeline"), worker_name(Role::kRollout, *index));
+    if (!s.ok()) log::warn(str("rollout ", *index, ": no timeline: ", s.message()));
+  }
+  const int code = serve(*config, options, static_cast<int>(*epoch));
+  global_timeline().close();
+  return code;
+}
+
+void set_rollout_hooks_factory(RolloutHooksFactory factory) { hooks_factory() = std::move(factory); }
+
+}  // namespace rlrun::orchestrator

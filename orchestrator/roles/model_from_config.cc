@@ -1,0 +1,34 @@
+#include "orchestrator/roles/model_from_config.h"
+
+namespace rlrun::orchestrator {
+
+extern const std::string_view kBuiltinTokenizerJson;  // builtin_tokenizer.cc.in
+
+engine::ModelConfig model_config_from(const ModelSection& model) {
+  engine::ModelConfig m;
+  m.architecture = std::string(enum_name(model.architecture));
+  m.hidden_size = model.hidden_size;
+  m.num_layers = model.num_layers;
+  m.num_heads = model.num_heads;
+  m.num_kv_heads = model.num_kv_heads;
+  m.intermediate_size = model.intermediate_size;
+  m.vocab_size = model.vocab_size;
+  m.rope_theta = model.rope_theta;
+  m.rms_norm_eps = model.rms_norm_eps;
+  m.tie_embeddings = model.tie_embeddings;
+  m.qkv_bias = model.qkv_bias;
+  m.max_position = model.max_position;
+  // bos/eos ids belong to the tokenizer; the engine fills them when it loads one.
+  return m;
+}
+
+}  // namespace rlrun::orchestrator
+
+namespace rlrun::orchestrator {
+
+Result<engine::Tokenizer> tokenizer_from(const ModelSection& model) {
+  if (!model.tokenizer.empty()) return engine::Tokenizer::load(model.tokenizer);
+  return engine::Tokenizer::from_json(kBuiltinTokenizerJson, "the built-in small tokenizer");
+}
+
+}  // namespace rlrun::orchestrator

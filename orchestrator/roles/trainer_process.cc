@@ -1,0 +1,302 @@
+// trainer_process.cc - the trainer rank's setup and its control-plane service loop.
+#include "orchestrator/roles/trainer_process.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+
+#include "common/clock.h"
+#include "common/observe/log.h"
+#include "common/observe/memory.h"
+#include "common/observe/timeline.h"
+#include "common/protocol/control_plane.h"
+#include "engine/backend.h"
+#include "engine/io/model_io.h"
+#include "engine/model/model.h"
+#include "orchestrator/cli/commands.h"
+#include "orchestrator/roles/model_from_config.h"
+#include "orchestrator/run/rendezvous.h"
+#include "orchestrator/run/state.h"
+#include "trainer/lr_schedule.h"
+#include "trainer/model_adapter.h"
+#include "trainer/train_step.h"
+#include "trainer/trainer_inputs.h"
+
+namespace rlrun::orchestrator {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Everything a trainer rank holds, built in dependency order (members destroyed in reverse).
+struct TrainerRank {
+  std::unique_ptr<engine::Backend> backend;
+  std::unique_ptr<engine::Model> model;
+  std::unique_ptr<trainer::ModelAdapter> adapter;
+  std::unique_ptr<engine::Communicator> dp;       // null with one rank
+  std::unique_ptr<engine::Communicator> weights;  // rank 0 only; null while not in a group
+  int64_t weights_epoch = -1;                     // the epoch of `weights`
+  PeakMemoryTracker memory;
+  std::unique_ptr<trainer::Trainer> trainer;
+};
+
+Status build_rank(const Config& config, const TrainerProcessOptions& options, TrainerRank& r) {
+  RLRUN_ASSIGN_OR_RETURN(r.backend, engine::create_backend(enum_name(config.backend),
+                                                           static_cast<int>(config.cpu_threads_per_worker)));
+  engine::ModelOptions model_options;
+  model_options.gradient_checkpointing = config.gradient_checkpointing;
+  RLRUN_ASSIGN_OR_RETURN(r.model, engine::Model::create(*r.backend, model_config_from(config.model), model_options));
+  if (!config.model.checkpoint.empty()) {
+    // load_config() took the model's shape from the checkpoint's config.json.
+    RLRUN_RETURN_IF_ERROR(engine::load_weights(*r.model, config.model.checkpoint));
+  } else {
+    // The rollout workers draw the same initial weights from the same seed.
+    r.model->weights().init_random(static_cast<uint64_t>(config.seed), static_cast<float>(config.model.init_std));
+  }
+  r.adapter = std::make_unique<trainer::ModelAdapter>(*r.model);
+  const std::string identity = worker_name(Role::kTrainer, options.rank);
+  if (config.trainer_num_workers > 1) {
+    RLRUN_ASSIGN_OR_RETURN(r.dp, join_group(options.orchestrator, identity, data_parallel_group(config, options.rank),
+                                          options.control_security));
+  }
+  if (options.rank == 0) {
+    // Not fatal: a rollout worker that died while the group formed leaves it incomplete; the
+    // orchestrator's first WeightSyncBegin then names a new epoch and the group re-forms.
+    Result<std::unique_ptr<engine::Communicator>> weights =
+        join_group(options.orchestrator, identity, weight_sync_group(config, 0), options.control_security);
+    if (weights.ok()) {
+      r.weights = std::move(*weights);
+      r.weights_epoch = 0;
+    } else {
+      log::warn(str(identity, ": ", weights.status().message(), "; joining the weight group at the first sync"));
+    }
+  }
+  RLRUN_ASSIGN_OR_RETURN(trainer::LrScheduleKind kind, trainer::parse_lr_schedule_kind(enum_name(config.lr_scheduler)));
+  const trainer::LrScheduleConfig schedule{kind, config.warmup_steps, config.min_lr_ratio};
+  const int64_t total = config.number_of_steps * config.number_of_minibatches;
+  const double base = config.learning_rate;
+  RLRUN_ASSIGN_OR_RETURN(trainer::TrainerOptions trainer_options,
+                         trainer::trainer_options_from_config(config, [=](int64_t step) {
+                           return trainer::learning_rate(step, total, base, schedule);
+                         }));
+  RLRUN_ASSIGN_OR_RETURN(r.trainer, trainer::Trainer::create(trainer_options, *r.adapter, r.dp.get(),
+                                                             r.weights.get(), &r.memory));
+  return Status();
+}
+
+// The service loop over one connection to the orchestrator.
+class TrainerLoop {
+ public:
+  // `version`: the weight version the rank holds (a resumed checkpoint's step, else 0).
+  TrainerLoop(const Config& config, const TrainerProcessOptions& options, TrainerRank& rank, uint64_t version)
+      : config_(config), options_(options), rank_(rank), version_(version) {}
+
+  Status connect_and_register() {
+    ControlClient::Options co;
+    co.endpoint = options_.orchestrator;
+    co.identity = worker_name(Role::kTrainer, options_.rank);
+    co.socket.security = options_.control_security;
+    Register reg;
+    reg.role = Role::kTrainer;
+    reg.rank = options_.rank;
+    reg.devices = {rank_.backend->name()};
+    RLRUN_ASSIGN_OR_RETURN(RegisteredClient registered,
+                           rlrun::connect_and_register(co, reg, to_ms(config_.heartbeat_timeout_seconds)));
+    client_ = std::move(registered.client);
+    worker_id_ = registered.assigned_id;
+    return Status();
+  }
+
+  // ok after Shutdown; unavailable when the orchestrator went silent.
+  Status serve() {
+    const auto interval = to_ms(config_.heartbeat_interval_seconds);
+    last_heard_ = Clock::now();
+    send_heartbeat();  // memory figures from the start, even for a run shorter than an interval
+    while (true) {
+      Result<Message> m = client_->receive(interval);
+      if (m.ok()) {
+        last_heard_ = Clock::now();
+        if (!handle(*m)) return Status();
+        last_heard_ = Clock::now();  // time spent training is not silence
+      } else if (Clock::now() - last_heard_ > to_ms(config_.heartbeat_timeout_seconds)) {
+        return unavailable(str("nothing heard from the orchestrator for ", config_.heartbeat_timeout_seconds,
+                               " s (heartbeat_timeout_seconds)"));
+      }
+      if (Clock::now() - last_heartbeat_ >= interval) send_heartbeat();
+    }
+  }
+
+ private:
+  bool handle(const Message& m) {
+    if (const TrainBatch* batch = m.get<TrainBatch>()) {
+      train(*batch, m.correlation_id);
+    } else if (const WeightSyncBegin* begin = m.get<WeightSyncBegin>()) {
+      send_weights(*begin, m.correlation_id);
+    } else if (const SaveCheckpoint* save = m.get<SaveCheckpoint>()) {
+      save_checkpoint(*save, m.correlation_id);
+    } else if (const Shutdown* s = m.get<Shutdown>()) {
+      log::info(str("trainer ", options_.rank, ": shutdown (", s->reason, ")"));
+      return false;
+    } else if (m.get<Heartbeat>() == nullptr && m.get<ErrorReply>() == nullptr) {
+      send(ErrorReply{StatusCode::kInvalidArgument, static_cast<uint16_t>(m.kind()),
+                      str("a trainer does not serve ", message_kind_name(m.kind()), " messages")},
+           m.correlation_id);
+    }
+    return true;
+  }
+
+  void train(const TrainBatch& batch, uint64_t correlation_id) {
+    ScopedSpan span("train_step", "trainer");
+    span.arg("step", static_cast<int64_t>(batch.step));
+    Result<std::vector<trainer::MicroBatch>> micro = trainer::micro_batches_from_train_batch(batch);
+    Result<trainer::StepReport> report =
+        micro.ok() ? rank_.trainer->train(*micro, batch.supervised ? trainer::TrainObjective::kSupervised
+                                                                   : trainer::TrainObjective::kPolicy)
+                   : Result<trainer::StepReport>(micro.status());
+    if (!report.ok()) {
+      log::error(str("trainer ", options_.rank, ": step ", batch.step, " failed: ", report.status().message()));
+      send(ErrorReply{report.status().code(), static_cast<uint16_t>(MessageKind::kTrainBatch),
+                      str("trainer ", options_.rank, ": step ", batch.step, ": ", report.status().message())},
+           correlation_id);
+      return;
+    }
+    if (!batch.supervised) ++version_;  // warm-start steps come before version 0
+    send(trainer::train_result(batch, *report, version_), correlation_id);
+  }
+
+  void send_weights(const WeightSyncBegin& begin, uint64_t correlation_id) {
+    const uint64_t version = begin.version;
+    WeightSyncEnd end{version, true, ""};
+    if (options_.rank == 0) {
+      ScopedSpan span("weight_send", "trainer");
+      Status s = join_weight_group(begin.group_epoch);
+      if (s.ok()) {
+        Result<trainer::WeightSendReport> sent = rank_.trainer->send_weights(version);
+        s = sent.status();
+      }
+      if (!s.ok()) {
+        end.ok = false;
+        end.error = str("trainer 0: weight send of version ", version, ": ", s.message());
+        log::error(end.error);
+        // A failed collective leaves the group out of step, and the next sync names a new epoch:
+        // leave it now, which closes its sockets, so the members still waiting for this root's
+        // bytes fail at once instead of at the group's timeout.
+        rank_.trainer->set_weight_comm(nullptr);
+        rank_.weights.reset();
+        rank_.weights_epoch = -1;
+      }
+    }
+    send(end, correlation_id);
+  }
+
+  void save_checkpoint(const SaveCheckpoint& request, uint64_t correlation_id) {
+    ScopedSpan span("checkpoint_save", "trainer");
+    span.arg("step", static_cast<int64_t>(request.step));
+    const auto start = Clock::now();
+    CheckpointSaved reply;
+    reply.step = request.step;
+    Result<std::string> dir = Result<std::string>(invalid_argument(
+        str("trainer ", options_.rank, ": asked to save step ", request.step, " but holds step ", version_)));
+    if (request.step == version_) {
+      trainer::CheckpointExtras extras;
+      extras.loader_state.assign(request.orchestrator_state.begin(), request.orchestrator_state.end());
+      dir = rank_.trainer->save_checkpoint(checkpoint_root(config_.run_dir), static_cast<int64_t>(request.step),
+                                           extras, config_.checkpoint_keep_last);
+    }
+    reply.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (dir.ok()) {
+      reply.dir = *dir;
+    } else {
+      reply.ok = false;
+      reply.error = str("trainer ", options_.rank, ": ", dir.status().message());
+      log::error(reply.error);
+    }
+    send(reply, correlation_id);
+  }
+
+  // Leaves the current weight group for "weights-<epoch>" unless already in it. After any failed
+  // sync the orchestrator names a new epoch (a failed collective leaves a group out of step).
+  Status join_weight_group(uint32_t epoch) {
+    if (rank_.weights != nullptr && rank_.weights_epoch == epoch) return Status();
+    rank_.trainer->set_weight_comm(nullptr);
+    rank_.weights.reset();
+    rank_.weights_epoch = -1;
+    const std::string identity = worker_name(Role::kTrainer, options_.rank);
+    RLRUN_ASSIGN_OR_RETURN(rank_.weights, join_group(options_.orchestrator, identity,
+                                                     weight_sync_group(config_, 0, static_cast<int>(epoch)),
+                                                     options_.control_security));
+    rank_.weights_epoch = epoch;
+    rank_.trainer->set_weight_comm(rank_.weights.get());
+    log::info(str(identity, ": joined weight group epoch ", epoch));
+    return Status();
+  }
+
+  void send_heartbeat() {
+    Heartbeat hb;
+    hb.worker_id = worker_id_;
+    hb.weight_version = version_;
+    if (Result<ProcessMemory> mem = read_process_memory(); mem.ok()) {
+      hb.memory_bytes = static_cast<uint64_t>(mem->resident_bytes);
+      hb.peak_memory_bytes = static_cast<uint64_t>(mem->peak_resident_bytes);
+    }
+    send(hb, ++heartbeats_);
+    last_heartbeat_ = Clock::now();
+  }
+
+  template <WireMessage T> void send(const T& message, uint64_t correlation_id = 0) {
+    const Status s = client_->send(message, correlation_id);
+    if (!s.ok()) log::warn(str("trainer ", options_.rank, ": could not send ", message_kind_name(T::kKind), ": ", s.message()));
+  }
+
+  const Config& config_;
+  const TrainerProcessOptions& options_;
+  TrainerRank& rank_;
+  std::unique_ptr<ControlClient> client_;
+  uint32_t worker_id_ = 0;
+  uint64_t version_;  // weight version: trainer steps completed
+  uint64_t heartbeats_ = 0;
+  Clock::time_point last_heard_, last_heartbeat_;
+};
+
+}  // namespace
+
+int run_trainer_process(const Config& config, const TrainerProcessOptions& options) {
+  const std::string name = worker_name(Role::kTrainer, options.rank);
+  if (!options.timeline_path.empty()) {
+    const Status s = global_timeline().open(options.timeline_path, name);
+    if (!s.ok()) log::warn(str(name, ": no timeline: ", s.message()));
+  }
+  TrainerRank rank;
+  Status s = build_rank(config, options, rank);
+  if (!s.ok()) {
+    log::error(str(name, ": ", s.message()));
+    return kExitFailed;
+  }
+  uint64_t version = 0;
+  if (!options.resume_from.empty()) {
+    const auto start = Clock::now();
+    Result<trainer::CheckpointInfo> info = rank.trainer->load_checkpoint(options.resume_from);
+    if (!info.ok()) {
+      log::error(str(name, ": ", info.status().message()));
+      return kExitFailed;
+    }
+    version = static_cast<uint64_t>(info->step);
+    log::info(str(name, ": resumed from ", info->dir, " (step ", info->step, ", optimizer step ", info->optimizer_step,
+                  ") in ", std::chrono::duration<double>(Clock::now() - start).count(), " s"));
+  }
+  TrainerLoop loop(config, options, rank, version);
+  s = loop.connect_and_register();
+  if (s.ok()) {
+    log::info(str(name, ": registered with ", options.orchestrator, "; serving"));
+    s = loop.serve();
+  }
+  global_timeline().close();
+  if (!s.ok()) {
+    log::error(str(name, ": ", s.message()));
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+}  // namespace rlrun::orchestrator

@@ -1,0 +1,123 @@
+// run/checkpoint.cc - the orchestrator's side of checkpoints: when to save, what it records for a
+// resume (run/state.h), and continuing from it.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+
+#include "common/clock.h"
+#include "common/observe/log.h"
+#include "common/observe/timeline.h"
+#include "orchestrator/run/orchestrator.h"
+#include "trainer/checkpoint.h"
+#include "trainer/checkpoint_files.h"
+
+namespace rlrun::orchestrator {
+
+void Orchestrator::resume_from(const ResumeState& s) {
+  resumed_ = s;
+  last_step_state_ = s;
+  last_checkpoint_step_ = s.steps_completed;
+  outcome_.steps_completed = trainer_step_ = s.steps_completed;
+  next_group_ = s.next_group;
+  next_request_ = s.next_request;
+  // The prompt stream from the same seed, advanced past what the saved run drew.
+  prompts_.skip(s.task_draws);
+  outcome_.prompts_skipped = s.prompts_skipped;
+  outcome_.tokens_generated = s.tokens_generated;
+  outcome_.tokens_trained = s.tokens_trained;
+  outcome_.step_reward_means = s.step_reward_means;
+  outcome_.accuracy_before = s.accuracy_before;
+  outcome_.trainer_idle_seconds = s.trainer_idle_seconds;
+  for (WorkerSlot& w : workers_) {
+    auto it = s.rollout_idle_seconds.find(w.name);
+    if (it != s.rollout_idle_seconds.end()) w.idle_seconds = it->second;
+  }
+  metrics_.trainer_step->Set(static_cast<double>(s.steps_completed));
+}
+
+ResumeState Orchestrator::capture_state() const {
+  ResumeState s;
+  s.steps_completed = outcome_.steps_completed;
+  s.task_draws = prompts_.consumed();
+  s.next_group = next_group_;
+  s.next_request = next_request_;
+  s.prompts_skipped = outcome_.prompts_skipped;
+  s.tokens_generated = outcome_.tokens_generated;
+  s.tokens_trained = outcome_.tokens_trained;
+  s.step_reward_means = outcome_.step_reward_means;
+  s.accuracy_before = outcome_.accuracy_before;
+  s.loop_seconds = loop_seconds();
+  s.trainer_idle_seconds = outcome_.trainer_idle_seconds;
+  for (const WorkerSlot& w : workers_)
+    if (w.role == Role::kRollout) s.rollout_idle_seconds[w.name] = w.idle_seconds;
+  SampleLedger::Summary now = ledger_.summary();
+  // Generated and waiting for a batch (max_async_rollout > 0): a resumed run never trains these.
+  if (now.lost > 0) now.discarded["unused_at_resume"] += now.lost;
+  s.samples = resumed_ ? add_samples(resumed_->samples, now) : now;
+  return s;
+}
+
+Status Orchestrator::save_checkpoint(const ResumeState& state) {
+  ScopedSpan span("checkpoint", "orchestrator");
+  span.arg("step", state.steps_completed);
+  const auto start = Clock::now();
+  const std::string text = resume_state_json(state);
+  SaveCheckpoint request;
+  request.step = static_cast<uint64_t>(state.steps_completed);
+  request.orchestrator_state = std::vector<uint8_t>(text.begin(), text.end());
+  checkpoints_saved_.clear();
+  size_t ranks = 0;
+  for (const WorkerSlot& w : workers_) {
+    if (w.role != Role::kTrainer) continue;
+    RLRUN_RETURN_IF_ERROR(server_.send(w.name, request));
+    ++ranks;
+  }
+  // A save is collective over the trainer ranks: wait for every one (an interrupt waits too).
+  const bool was_committing = committing_;
+  committing_ = true;
+  Status waited;
+  while (waited.ok() && checkpoints_saved_.size() < ranks) waited = tick(kTick, looping_ && !stopped_by_interrupt_);
+  committing_ = was_committing;
+  RLRUN_RETURN_IF_ERROR(waited);
+  double trainer_seconds = 0;
+  std::string dir;
+  for (const auto& [rank, saved] : checkpoints_saved_) {
+    if (!saved.ok) return internal_error(str("checkpoint of step ", state.steps_completed, " failed: ", saved.error));
+    if (saved.step != request.step)
+      return internal_error(str("trainer ", rank, " saved step ", saved.step, " when asked for ", request.step));
+    trainer_seconds = std::max(trainer_seconds, saved.seconds);
+    if (rank == 0) dir = saved.dir;
+  }
+  last_checkpoint_step_ = state.steps_completed;
+  log::info(str("checkpoint ", dir, " saved in ", trainer_seconds, " s (", seconds_since(start),
+                " s for the orchestrator)"));
+  return Status();
+}
+
+Status Orchestrator::checkpoint_if_due() {
+  const int64_t every = config_.checkpoint_every, step = outcome_.steps_completed;
+  if (every <= 0 || (step % every != 0 && step != config_.number_of_steps)) return Status();
+  return save_checkpoint(*last_step_state_);
+}
+
+Status Orchestrator::checkpoint_on_interrupt() {
+  if (config_.checkpoint_every <= 0 || !last_step_state_) return Status();
+  if (last_step_state_->steps_completed <= last_checkpoint_step_) return Status();  // saved already
+  log::info(str("interrupted: saving a checkpoint of step ", last_step_state_->steps_completed, " before stopping"));
+  return save_checkpoint(*last_step_state_);
+}
+
+Orchestrator::BatchIdentity Orchestrator::batch_identity(const std::vector<Group>& batch) {
+  BatchIdentity identity;
+  trainer::Fnv1a64 hash;
+  for (const Group& g : batch) {
+    identity.group_ids.push_back(g.id);
+    hash.update(g.problem.prompt.data(), g.problem.prompt.size() + 1);  // with the NUL: prompts stay apart
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016" PRIx64, hash.value);
+  identity.prompt_hash = hex;
+  return identity;
+}
+
+}  // namespace rlrun::orchestrator

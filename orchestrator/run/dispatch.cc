@@ -1,0 +1,421 @@
+// run/dispatch.cc - the sample path: dispatch, results, rewards and advantages, batches, evaluation.
+#include <algorithm>
+#include <cmath>
+
+#include "common/clock.h"
+#include "common/observe/log.h"
+#include "common/observe/timeline.h"
+#include "orchestrator/data/batcher.h"
+#include "orchestrator/run/orchestrator.h"
+#include "trainer/advantages.h"
+
+namespace rlrun::orchestrator {
+
+namespace {
+
+using std::chrono::milliseconds;
+constexpr int kMaxPromptTries = 100;  // consecutive too-long prompts before giving up a turn
+
+}  // namespace
+
+int64_t Orchestrator::outstanding_groups() const {
+  return static_cast<int64_t>(groups_.size() + ready_.size()) + training_groups_;
+}
+
+int Orchestrator::free_rollout_worker() const {
+  int best = -1, best_free = 0;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const WorkerSlot& w = workers_[i];
+    if (w.role != Role::kRollout || w.state != WorkerState::kReady) continue;
+    const int free = static_cast<int>(config_.max_concurrent_prompts_per_server) - w.lanes_used;
+    if (free > best_free) best = static_cast<int>(i), best_free = free;
+  }
+  return best;
+}
+
+void Orchestrator::send_request(uint64_t group_id, uint32_t first, uint32_t count, int worker) {
+  const Group& g = groups_.at(group_id);
+  GenerateRequest req;
+  req.request_id = next_request_++;
+  req.prompt_ids = g.prompt_ids;
+  req.num_samples = count;
+  req.first_sample_index = first;
+  req.temperature = static_cast<float>(config_.temperature);
+  req.top_p = static_cast<float>(config_.top_p);
+  req.max_tokens = static_cast<uint32_t>(config_.max_tokens);
+  req.stop_token_ids = stop_ids_;
+  req.seed = static_cast<uint64_t>(config_.seed) * 1000003u + req.request_id;
+  WorkerSlot& w = workers_[worker];
+  const Status s = server_.send(w.name, req);
+  if (!s.ok()) log::warn(str("dispatch to ", w.name, ": ", s.message()));  // results never come: counted in flight
+  requests_[req.request_id] = Request{group_id, first, count, 0, worker, g.dispatch_version, false, false};
+  ++w.lanes_used;
+  if (w.failure_record >= 0) {  // a replacement: when it took work (build/bench/fault_recovery_bench reads it)
+    double& first_request = outcome_.worker_failures[w.failure_record].replacement_first_request_at;
+    if (first_request == 0)
+      first_request = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
+}
+
+Status Orchestrator::send_eval_request(uint64_t problem, int worker) {
+  GenerateRequest req;
+  req.request_id = next_request_++;
+  req.prompt_ids = tokenizer_.encode(task_.eval_set()[problem].prompt);
+  req.temperature = 0.0f;  // greedy
+  req.max_tokens = static_cast<uint32_t>(config_.max_tokens);
+  req.stop_token_ids = stop_ids_;
+  req.min_weight_version = static_cast<uint64_t>(trainer_step_);
+  requests_[req.request_id] = Request{problem, 0, 1, 0, worker, static_cast<uint64_t>(trainer_step_), true, false};
+  ++workers_[worker].lanes_used;
+  return server_.send(workers_[worker].name, req);  // not delivered: the request times out on that worker
+}
+
+bool Orchestrator::start_group() {
+  for (int tries = 0; tries < kMaxPromptTries; ++tries) {
+    Group g;
+    Prompt prompt = prompts_.next();
+    g.problem = std::move(prompt.problem);
+    g.prompt_ids = std::move(prompt.ids);
+    const int64_t n = static_cast<int64_t>(g.prompt_ids.size());
+    if (n == 0 || n > config_.max_prompt_tokens || n + config_.max_tokens > config_.max_model_len) {
+      if (++outcome_.prompts_skipped == 1)
+        log::warn(str("skipping a prompt of ", n, " tokens (max_prompt_tokens ", config_.max_prompt_tokens,
+                      ", max_model_len ", config_.max_model_len, " with max_tokens ", config_.max_tokens,
+                      "); skipped prompts are counted in summary.json"));
+      continue;
+    }
+    g.id = next_group_++;
+    g.dispatch_version = static_cast<uint64_t>(trainer_step_);
+    g.samples.resize(group_size_);
+    for (uint32_t i = 0; i < group_size_; ++i) ledger_.dispatched(sample_id(g.id, i));
+    const uint64_t id = g.id;
+    groups_.emplace(id, std::move(g));
+    if (config_.enable_individual_sample_lanes) {
+      for (uint32_t i = 0; i < group_size_; ++i) pending_samples_.emplace_back(id, i);
+    } else {
+      send_request(id, 0, group_size_, free_rollout_worker());
+    }
+    return true;
+  }
+  return false;
+}
+
+void Orchestrator::dispatch() {
+  while (true) {
+    if (config_.enable_individual_sample_lanes && !pending_samples_.empty()) {
+      const int w = free_rollout_worker();
+      if (w < 0) return;
+      const auto [group, index] = pending_samples_.front();
+      pending_samples_.pop_front();
+      send_request(group, index, 1, w);
+      continue;
+    }
+    if (!gate_.may_dispatch(outstanding_groups())) return;
+    if (!config_.enable_individual_sample_lanes && free_rollout_worker() < 0) return;
+    if (!start_group()) return;
+  }
+}
+
+void Orchestrator::cancel_off_policy() {
+  std::map<int, Cancel> by_worker;
+  for (auto& [id, r] : requests_) {
+    if (r.eval || r.cancel_sent || !gate_.should_cancel(r.dispatch_version, trainer_step_)) continue;
+    r.cancel_sent = true;
+    by_worker[r.worker].request_ids.push_back(id);
+  }
+  for (auto& [worker, cancel] : by_worker) {
+    cancel.reason = "off_policy";
+    log::info(str("cancelling ", cancel.request_ids.size(), " request(s) on ", workers_[worker].name,
+                  ": more than max_off_policy_steps = ", config_.max_off_policy_steps, " weight updates old"));
+    (void)server_.send(workers_[worker].name, cancel);
+  }
+}
+
+void Orchestrator::on_result(const GenerateResult& result) {
+  auto it = requests_.find(result.request_id);
+  if (it == requests_.end() || result.sample_index < it->second.first ||
+      result.sample_index >= it->second.first + it->second.count) {
+    log::warn(str("ignoring a result for unknown request ", result.request_id, " sample ", result.sample_index));
+    return;
+  }
+  Request& req = it->second;
+  if (++req.returned == req.count) {
+    --workers_[req.worker].lanes_used;
+  }
+  const bool ok = result.finish_reason == FinishReason::kStop || result.finish_reason == FinishReason::kLength;
+  std::vector<int32_t> tokens(result.token_ids.begin(), result.token_ids.end());
+  outcome_.tokens_generated += static_cast<int64_t>(tokens.size());
+  metrics_.tokens_generated->Increment(static_cast<double>(tokens.size()));
+  engine::DecodeOptions decode_options;
+  decode_options.skip_special_tokens = true;
+  if (req.eval) {
+    const Problem& p = task_.eval_set()[req.group];
+    Result<std::string> text = tokenizer_.decode(tokens, decode_options);
+    eval_rewards_[req.group] = ok && text.ok() && task_.correct(p, *text) ? 1.0 : 0.0;
+    if (req.returned == req.count) requests_.erase(it);
+    return;
+  }
+  const uint64_t group_id = req.group;
+  if (req.returned == req.count) requests_.erase(it);
+  auto g = groups_.find(group_id);
+  if (g == groups_.end()) return;  // RLRUN invariant: a group lives until all its samples return
+  Group& group = g->second;
+  Sample& s = group.samples[result.sample_index];
+  if (s.returned) return;
+  s.returned = true;
+  ++group.returned;
+  const uint64_t id = sample_id(group_id, result.sample_index);
+  if (result.finish_reason == FinishReason::kCancelled) {
+    ledger_.cancelled(id);
+    metrics_.cancelled->Increment();
+    group.failed = true;
+  } else if (!ok) {
+    ledger_.discarded(id, "generation_error");
+    metrics_.count_discard("generation_error");
+    log::warn(str("generation failed for group ", group_id, ": ", result.error));
+    group.failed = true;
+  } else {
+    ledger_.generated(id);
+    s.completion = std::move(tokens);
+    s.logprobs.assign(result.logprobs.begin(), result.logprobs.end());
+    s.version = result.first_weight_version;
+    Result<std::string> text = tokenizer_.decode(s.completion, decode_options);
+    s.reward = text.ok() ? task_.reward(group.problem, *text) : 0.0;
+  }
+  if (group.returned == static_cast<int>(group_size_)) {
+    finish_group(group);
+    groups_.erase(g);
+  }
+}
+
+void Orchestrator::finish_group(Group& group) {
+  auto discard_all = [&](const std::string& reason) {
+    for (uint32_t i = 0; i < group_size_; ++i) {
+      if (ledger_.state(sample_id(group.id, i)) != SampleState::kGenerated) continue;
+      ledger_.discarded(sample_id(group.id, i), reason);
+      metrics_.count_discard(reason);
+    }
+  };
+  if (group.failed) return discard_all("group_incomplete");
+  std::vector<float> rewards(group_size_), advantages(group_size_);
+  for (uint32_t i = 0; i < group_size_; ++i) rewards[i] = static_cast<float>(group.samples[i].reward);
+  if (config_.discard_group_zero_advantage && trainer::group_has_zero_spread(rewards)) {
+    if (!keep_zero_spread_) return discard_zero_spread(rewards[0], discard_all);
+    ++outcome_.zero_spread_kept;  // past max_zero_spread_rounds: it fills the waiting step's batch
+  }
+  const Result<trainer::Algorithm> algorithm = trainer::parse_algorithm(enum_name(config_.algorithm));
+  const Status s = algorithm.ok() ? trainer::compute_group_advantages(*algorithm, rewards, advantages)
+                                  : algorithm.status();
+  if (!s.ok()) {
+    log::warn(str("group ", group.id, ": ", s.message()));
+    return discard_all("advantage_error");
+  }
+  for (uint32_t i = 0; i < group_size_; ++i) group.samples[i].advantage = advantages[i];
+  ready_.push_back(std::move(group));
+}
+
+void Orchestrator::discard_zero_spread(float reward, const std::function<void(const std::string&)>& discard_all) {
+  discard_all("zero_advantage");
+  ++zero_spread_.discarded;
+  zero_spread_.failed += reward <= 0.0f;
+  zero_spread_.solved += reward >= 1.0f;
+  const int64_t batch = config_.prompts_batch_size_for_trainer;
+  const int64_t bound = config_.max_zero_spread_rounds * batch;
+  if (bound == 0) {  // waiting without bound, as asked: still say why no batch forms
+    if (zero_spread_.discarded >= 10 * batch)
+      zero_spread_log_.write(log::Level::kWarn,
+                             str("step ", outcome_.steps_completed + 1, ": ", zero_spread_.discarded,
+                                 " groups in a row had no reward spread and were discarded (", zero_spread_.solved,
+                                 " solved by every sample); max_zero_spread_rounds = 0 waits without bound"));
+    return;
+  }
+  if (zero_spread_.discarded < bound) return;
+  // A policy that never (or always) solves the task gives no group a reward spread: past the bound
+  // the step stops waiting, and the log says which case it is.
+  if (ready_.empty() && zero_spread_.failed == zero_spread_.discarded) {
+    no_batch_error_ = str(zero_spread_.discarded, " groups in a row earned no reward and were discarded for no reward ",
+                          "spread (discard_group_zero_advantage; max_zero_spread_rounds = ", config_.max_zero_spread_rounds,
+                          " batches), so no batch can form: the policy never succeeds. ",
+                          "Start from a model that solves some prompts (more format_warm_start_steps, a pretrained ",
+                          "model.checkpoint), make the task easier, or set discard_group_zero_advantage: false");
+    return;
+  }
+  keep_zero_spread_ = true;
+  zero_spread_log_.write(
+      log::Level::kWarn,
+      str("step ", outcome_.steps_completed + 1, ": ", zero_spread_.discarded, " groups had no reward spread (",
+          zero_spread_.solved, " solved by every sample), more than max_zero_spread_rounds = ",
+          config_.max_zero_spread_rounds, " batches: the step fills its batch with such groups (advantage 0) ",
+          "instead of waiting. ",
+          2 * zero_spread_.solved > zero_spread_.discarded
+              ? "The policy solves most prompts every time: the task is learned; stop here or make it harder"
+              : "Few groups teach anything: consider a larger group_size or an easier task"));
+}
+
+bool Orchestrator::take_batch(std::vector<Group>& out) {
+  const size_t want = static_cast<size_t>(config_.prompts_batch_size_for_trainer);
+  while (out.size() < want && !ready_.empty()) {
+    Group g = std::move(ready_.front());
+    ready_.pop_front();
+    bool stale = false;
+    for (const Sample& s : g.samples) stale = stale || gate_.too_stale(s.version, trainer_step_);
+    if (!stale) {
+      out.push_back(std::move(g));
+      continue;
+    }
+    for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(g.id, i), "stale");
+    metrics_.count_discard("stale", group_size_);
+  }
+  if (out.size() == want) return true;
+  for (auto it = out.rbegin(); it != out.rend(); ++it) ready_.push_front(std::move(*it));  // keep order
+  out.clear();
+  return false;
+}
+
+BatchBuild Orchestrator::pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards) {
+  std::vector<TrainSequence> sequences;
+  std::vector<uint64_t> ids;
+  double reward_sum = 0, reward_sq = 0, adv_abs = 0;
+  for (const Group& g : batch) {
+    for (uint32_t i = 0; i < group_size_; ++i) {
+      const Sample& s = g.samples[i];
+      sequences.push_back(TrainSequence{g.prompt_ids, s.completion, s.logprobs, s.advantage});
+      ids.push_back(sample_id(g.id, i));
+      reward_sum += s.reward;
+      reward_sq += s.reward * s.reward;
+      adv_abs += std::fabs(s.advantage);
+      metrics_.sample_staleness->Observe(static_cast<double>(StalenessGate::staleness(s.version, trainer_step_)));
+    }
+  }
+  const double n = static_cast<double>(sequences.size());
+  rewards.mean = reward_sum / n;
+  rewards.std = std::sqrt(std::max(0.0, reward_sq / n - rewards.mean * rewards.mean));
+  rewards.advantage_abs_mean = adv_abs / n;
+  PackOptions pack{config_.seq_len, config_.pad_to_multiple_of, static_cast<int>(config_.trainer_num_workers),
+                   static_cast<int>(config_.micro_batch_rows)};
+  BatchBuild build = build_train_batches(sequences, pack, step);
+  std::vector<bool> dropped(ids.size(), false);
+  for (int i : build.dropped_too_long) {
+    dropped[i] = true;
+    ledger_.discarded(ids[i], "too_long");
+    metrics_.count_discard("too_long");
+  }
+  if (!build.dropped_too_long.empty())
+    log::warn(str("step ", step, ": ", build.dropped_too_long.size(), " sample(s) longer than seq_len = ",
+                  config_.seq_len, " dropped (counted as discarded: too_long)"));
+  training_samples_.clear();
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (!dropped[i]) training_samples_.push_back(ids[i]);
+  return build;
+}
+
+Status Orchestrator::run_step() {
+  const uint64_t step = static_cast<uint64_t>(outcome_.steps_completed) + 1;
+  // ---- wait for a batch
+  const auto wait_start = Clock::now();
+  std::vector<Group> batch;
+  {
+    ScopedSpan span("wait_batch", "orchestrator");
+    trainer_waiting_ = true;
+    while (!take_batch(batch)) {
+      RLRUN_RETURN_IF_ERROR(tick(kTick, true));
+      if (!no_batch_error_.empty()) return invalid_argument(no_batch_error_);
+    }
+    trainer_waiting_ = false;
+    zero_spread_ = {};  // the next step's wait starts afresh
+    keep_zero_spread_ = false;
+  }
+  const double wait_s = seconds_since(wait_start);
+  // ---- pack and send
+  RewardStats rewards;
+  BatchBuild build = pack_batch(batch, step, rewards);
+  if (build.per_rank.empty()) {
+    log::warn(str("step ", step, ": no sample fits seq_len; waiting for another batch"));
+    return Status();
+  }
+  training_groups_ = static_cast<int64_t>(batch.size());
+  committing_ = true;  // from here the step completes even after a SIGINT (run/orchestrator.h)
+  const auto train_start = Clock::now();
+  {
+    ScopedSpan span("train", "orchestrator");
+    span.arg("step", static_cast<int64_t>(step));
+    RLRUN_RETURN_IF_ERROR(train(build, str("trainer step ", step), true));
+  }
+  const double train_s = seconds_since(train_start);
+  RLRUN_RETURN_IF_ERROR(weight_sync(step));
+  // ---- the step is done: weights of version `step` are everywhere
+  trainer_step_ = static_cast<int64_t>(step);
+  training_groups_ = 0;
+  for (uint64_t id : training_samples_) ledger_.trained(id);
+  training_samples_.clear();
+  outcome_.steps_completed = static_cast<int64_t>(step);
+  outcome_.tokens_trained += build.tokens;
+  outcome_.step_reward_means.push_back(rewards.mean);
+  metrics_.tokens_trained->Increment(static_cast<double>(build.tokens));
+  metrics_.reward_mean->Set(rewards.mean);
+  metrics_.reward_std->Set(rewards.std);
+  metrics_.advantage_abs_mean->Set(rewards.advantage_abs_mean);
+  metrics_.trainer_step->Set(static_cast<double>(step));
+  metrics_.step_wait_seconds->Observe(wait_s);
+  metrics_.step_train_seconds->Observe(train_s);
+  metrics_.step_weight_sync_seconds->Observe(last_sync_seconds_);
+  std::optional<double> accuracy;  // task.eval_every: between steps, never after the last (run() does that)
+  if (config_.task.eval_every > 0 && static_cast<int64_t>(step) % config_.task.eval_every == 0 &&
+      static_cast<int64_t>(step) < config_.number_of_steps) {
+    RLRUN_ASSIGN_OR_RETURN(accuracy, evaluate(str("at step ", step).c_str()));
+  }
+  write_step_line(train_results_[0].metrics, wait_s, train_s, last_sync_seconds_, rewards.mean, rewards.std,
+                  build.tokens, batch_identity(batch), accuracy);
+  print_progress(rewards.mean);
+  last_step_state_ = capture_state();
+  RLRUN_RETURN_IF_ERROR(checkpoint_if_due());
+  committing_ = false;
+  return Status();
+}
+
+Status Orchestrator::train(const BatchBuild& build, const std::string& what, bool allow_dispatch) {
+  train_results_.clear();
+  train_error_.clear();
+  const auto started = Clock::now();
+  for (const TrainBatch& b : build.per_rank) RLRUN_RETURN_IF_ERROR(server_.send(worker_name(Role::kTrainer, b.rank), b));
+  while (train_results_.size() < build.per_rank.size()) {
+    if (!train_error_.empty()) return internal_error(str(what, " failed: ", train_error_));
+    RLRUN_RETURN_IF_ERROR(check_train_timeout(what, started));
+    RLRUN_RETURN_IF_ERROR(tick(kTick, allow_dispatch));
+  }
+  return Status();
+}
+
+Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
+  const std::vector<Problem>& problems = task_.eval_set();
+  if (problems.empty() || config_.task.eval_size == 0) return std::optional<double>();
+  ScopedSpan span("eval", "orchestrator");
+  eval_rewards_.clear();
+  std::vector<int> rollouts;  // ready ones; the problems of a dead worker are dispatched again
+  for (size_t i = 0; i < workers_.size(); ++i)
+    if (workers_[i].role == Role::kRollout && workers_[i].state == WorkerState::kReady)
+      rollouts.push_back(static_cast<int>(i));
+  size_t sent = 0;
+  for (size_t p = 0; p < problems.size(); ++p) {
+    const size_t n = tokenizer_.encode(problems[p].prompt).size();
+    if (n == 0 || static_cast<int64_t>(n) + config_.max_tokens > config_.max_model_len) {
+      eval_rewards_[p] = 0.0;  // cannot be asked: counts as wrong
+      continue;
+    }
+    if (rollouts.empty()) {
+      requeued_eval_.push_back(p);
+      continue;
+    }
+    const int w = rollouts[sent++ % rollouts.size()];
+    if (Status s = send_eval_request(p, w); !s.ok()) log::warn(str("evaluation request to ", workers_[w].name, ": ", s.message()));
+  }
+  while (eval_rewards_.size() < problems.size()) RLRUN_RETURN_IF_ERROR(tick(kTick, false));
+  double correct = 0;
+  for (const auto& [p, reward] : eval_rewards_) correct += reward > 0.5 ? 1 : 0;
+  const double accuracy = correct / static_cast<double>(problems.size());
+  log::info(str("eval ", when, ": accuracy ", accuracy, " on ", problems.size(), " held-out problems (greedy)"));
+  metrics_.eval_accuracy->Set(accuracy);
+  return std::optional<double>(accuracy);
+}
+
+}  // namespace rlrun::orchestrator

@@ -1,0 +1,68 @@
+// run/metrics.h - the orchestrator's Prometheus metrics (design "Observability").
+//
+// Idle time is a counter, so rate() gives an idle fraction: rlrun_trainer_idle_seconds_total
+// (the trainer waiting for a batch) and rlrun_rollout_idle_seconds_total{worker} (a rollout
+// worker with no work in its lanes, or held back by the staleness gate), both from the
+// orchestrator's view. Metrics live as long as the registry (the MetricsServer's).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/observe/metrics.h"
+#include "common/protocol/protocol.h"
+
+namespace rlrun::orchestrator {
+
+struct RunMetrics {
+  RunMetrics(prometheus::Registry& registry, const std::vector<std::string>& rollout_workers,
+             const std::vector<std::string>& processes);
+
+  prometheus::Counter* trainer_idle_seconds;
+  std::map<std::string, prometheus::Counter*> rollout_idle_seconds;  // by worker name
+  prometheus::Histogram* step_wait_seconds;
+  prometheus::Histogram* step_train_seconds;
+  prometheus::Histogram* step_weight_sync_seconds;
+  prometheus::Gauge* queue_depth;     // finished groups waiting for a batch
+  prometheus::Gauge* in_flight_groups;
+  prometheus::Gauge* async_level;
+  prometheus::Gauge* trainer_step;
+  prometheus::Histogram* sample_staleness;  // versions between sampling and training
+  prometheus::Family<prometheus::Counter>* discarded;  // {reason}
+  prometheus::Counter* cancelled;
+  prometheus::Counter* tokens_generated;
+  prometheus::Counter* tokens_trained;
+  prometheus::Gauge* reward_mean;
+  prometheus::Gauge* reward_std;
+  prometheus::Gauge* advantage_abs_mean;
+  prometheus::Gauge* eval_accuracy;   // held-out exact-match accuracy of the last evaluation
+  prometheus::Counter* weight_sync_seconds;
+  prometheus::Counter* weight_sync_bytes;
+  std::map<std::string, prometheus::Gauge*> memory_bytes;       // by process, from heartbeats
+  std::map<std::string, prometheus::Gauge*> peak_memory_bytes;  // by process
+
+  // What a rollout worker reports of itself in its heartbeats, labelled {worker}.
+  struct RolloutGauges {
+    prometheus::Gauge* running;           // sequences in the KV cache
+    prometheus::Gauge* waiting;           // sequences queued (new or preempted)
+    prometheus::Gauge* kv_blocks_used;
+    prometheus::Gauge* kv_blocks_free;
+    prometheus::Gauge* tokens_per_second;
+    prometheus::Gauge* weight_version;
+    prometheus::Gauge* weight_update_seconds;  // the last update's duration
+    prometheus::Counter* preemptions;
+    prometheus::Counter* engine_idle_seconds;  // the worker's own view: no sequence to run
+    uint64_t last_preemptions = 0;
+    double last_engine_idle_seconds = 0;
+  };
+  std::map<std::string, RolloutGauges> rollout;  // by worker name
+
+  prometheus::Family<prometheus::Counter>* worker_restarts;  // {worker}: rlrun_worker_restarts_total
+
+  void count_discard(const std::string& reason, double n = 1);
+  void count_worker_restart(const std::string& worker);
+  void observe_rollout(const std::string& worker, const Heartbeat& hb);
+};
+
+}  // namespace rlrun::orchestrator

@@ -1,0 +1,342 @@
+// run/orchestrator.cc - the orchestrator's lifecycle: registration, the tick, steps, weight sync.
+#include "orchestrator/run/orchestrator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/observe/log.h"
+#include "common/observe/memory.h"
+#include "common/observe/timeline.h"
+#include "orchestrator/roles/model_from_config.h"
+
+namespace rlrun::orchestrator {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+// Workers build models and join groups before registering: generous on a loaded machine.
+constexpr std::chrono::seconds kRegistrationTimeout{300};
+
+}  // namespace
+
+Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher& launcher, RunMetrics& metrics,
+                           Task& task, const engine::Tokenizer& tokenizer, std::vector<WorkerSlot> workers,
+                           const std::string& metrics_jsonl, const std::atomic<int>& interrupted)
+    : config_(config), server_(server), launcher_(launcher), metrics_(metrics), task_(task), tokenizer_(tokenizer),
+      workers_(std::move(workers)), metrics_jsonl_(metrics_jsonl), interrupted_(interrupted),
+      gate_(GateOptions{config.max_async_rollout, config.max_off_policy_steps, config.prompts_batch_size_for_trainer}),
+      group_size_(static_cast<uint32_t>(config.group_size)),
+      prompts_(task, tokenizer, config.enable_prompt_prefetch ? config.prompt_prefetch_buffer_size : 0) {
+  for (const char* name : {"<|endoftext|>", "<|im_end|>", "</s>", "<|eot_id|>"}) {
+    if (auto id = tokenizer_.token_to_id(name)) stop_ids_.push_back(*id);
+  }
+  last_tick_ = Clock::now();
+  weight_bytes_ = model_config_from(config.model).num_parameters() * static_cast<int64_t>(sizeof(float));
+}
+
+WorkerSlot* Orchestrator::worker_by_name(const std::string& name) {
+  for (WorkerSlot& w : workers_)
+    if (w.name == name) return &w;
+  return nullptr;
+}
+
+Status Orchestrator::blame_dead_worker(const Status& failure) {
+  if (worker_died_) return failure;  // it names the dead worker already
+  // A collective fails on the survivors as soon as one member dies, often before the launcher
+  // sees the death: give it a moment, then name the dead worker as the cause (a trainer; a
+  // rollout worker's death does not stop the run, supervise() restarts it).
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < deadline) {
+    if (Status dead = supervise(); !dead.ok()) {
+      log::warn(str("a worker died, and with it: ", failure.message()));
+      return dead;
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return failure;
+}
+
+void Orchestrator::handle_heartbeat(const Incoming& in, const Heartbeat& hb) {
+  (void)server_.send(in.peer, hb, in.message.correlation_id);  // the echo proves we live
+  auto mem = metrics_.memory_bytes.find(in.peer);
+  if (mem != metrics_.memory_bytes.end()) mem->second->Set(static_cast<double>(hb.memory_bytes));
+  auto peak = metrics_.peak_memory_bytes.find(in.peer);
+  if (peak != metrics_.peak_memory_bytes.end()) peak->second->Set(static_cast<double>(hb.peak_memory_bytes));
+  int64_t& best = outcome_.peak_memory_bytes[in.peer];
+  best = std::max(best, static_cast<int64_t>(hb.peak_memory_bytes));
+  metrics_.observe_rollout(in.peer, hb);  // no-op for trainers
+}
+
+Status Orchestrator::handle_register(const Incoming& in, const Register& reg) {
+  WorkerSlot* w = worker_by_name(in.peer);
+  const bool matches = w != nullptr && w->role == reg.role && w->rank == reg.rank;
+  if (!matches) {
+    log::warn(str("ignoring Register from unexpected peer `", in.peer, "` (", role_name(reg.role), " ", reg.rank, ")"));
+    return server_.send(in.peer, ErrorReply{StatusCode::kInvalidArgument, static_cast<uint16_t>(MessageKind::kRegister),
+                                            "not a worker of this run"}, in.message.correlation_id);
+  }
+  w->registered = true;
+  w->last_heard = Clock::now();
+  if (w->state == WorkerState::kStarting) w->state = WorkerState::kNeedsWeights;
+  RegisterAck ack;
+  ack.assigned_id = static_cast<uint32_t>(w - workers_.data());
+  log::info(str(w->name, " registered (pid ", reg.pid, " on ", reg.host, ")"));
+  return server_.send(in.peer, ack, in.message.correlation_id);
+}
+
+Status Orchestrator::handle(const Incoming& in) {
+  if (rendezvous_.handle(server_, in)) return Status();
+  const Message& m = in.message;
+  if (const auto* reg = m.get<Register>()) return handle_register(in, *reg);
+  WorkerSlot* from = worker_by_name(in.peer);
+  if (from != nullptr && from->state == WorkerState::kDead) return Status();  // sent before it died
+  if (from != nullptr) from->last_heard = Clock::now();
+  if (const auto* hb = m.get<Heartbeat>()) {
+    handle_heartbeat(in, *hb);
+  } else if (const auto* result = m.get<GenerateResult>()) {
+    on_result(*result);
+  } else if (const auto* tr = m.get<TrainResult>()) {
+    train_results_[static_cast<int>(tr->rank)] = *tr;
+    // The step's resident peaks: sharper than the heartbeats' samples.
+    int64_t& best = outcome_.peak_memory_bytes[in.peer];
+    for (const char* key : {"memory_forward_backward_rss_peak_bytes", "memory_optimizer_rss_peak_bytes"}) {
+      auto it = tr->metrics.find(key);
+      if (it != tr->metrics.end()) best = std::max(best, static_cast<int64_t>(it->second));
+    }
+    for (const char* phase : {"forward_backward", "optimizer"}) {
+      auto it = tr->metrics.find(str("memory_", phase, "_backend_peak_bytes"));
+      if (it == tr->metrics.end()) continue;
+      int64_t& phase_best = outcome_.phase_peak_bytes[in.peer][phase];
+      phase_best = std::max(phase_best, static_cast<int64_t>(it->second));
+    }
+  } else if (const auto* end = m.get<WeightSyncEnd>()) {
+    on_sync_end(in.peer, *end);
+  } else if (const auto* saved = m.get<CheckpointSaved>()) {
+    if (const WorkerSlot* w = worker_by_name(in.peer); w != nullptr && w->role == Role::kTrainer)
+      checkpoints_saved_[w->rank] = *saved;
+  } else if (const auto* err = m.get<ErrorReply>()) {
+    if (err->request_kind == static_cast<uint16_t>(MessageKind::kTrainBatch)) {
+      train_error_ = str(in.peer, ": ", err->message);
+    } else if (const WorkerSlot* w = worker_by_name(in.peer);
+               err->request_kind == static_cast<uint16_t>(MessageKind::kSaveCheckpoint) && w != nullptr) {
+      checkpoints_saved_[w->rank] = CheckpointSaved{0, false, str(in.peer, ": ", err->message), "", 0};
+    } else {
+      log::warn(str(in.peer, " reported an error: ", err->message));
+    }
+  } else {
+    log::warn(str("unexpected ", message_kind_name(m.kind()), " from ", in.peer));
+  }
+  return Status();
+}
+
+Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
+  const int interrupts = interrupted_.load();
+  if (interrupts >= 2) return unavailable("interrupted twice (SIGINT/SIGTERM): stopped at once, without a checkpoint");
+  if (interrupts == 1 && !committing_) {
+    stopped_by_interrupt_ = true;
+    return unavailable("interrupted (SIGINT/SIGTERM)");
+  }
+  Result<Incoming> in = server_.poll(wait);
+  inbox_backlogged_ = false;
+  for (int n = 1; in.ok(); ++n) {
+    RLRUN_RETURN_IF_ERROR(handle(*in));
+    if (n == 1000) {  // the rest next turn (not polled: a polled message must be handled)
+      inbox_backlogged_ = true;
+      break;
+    }
+    in = server_.poll(milliseconds(0));
+  }
+  rendezvous_.expire(server_);
+  RLRUN_RETURN_IF_ERROR(supervise());
+  RLRUN_RETURN_IF_ERROR(advance_sync());
+  dispatch_requeued();  // already admitted work first, also while dispatch is held
+  if (allow_dispatch) {
+    cancel_off_policy();
+    dispatch();
+  }
+  const double dt = seconds_since(last_tick_);
+  last_tick_ = Clock::now();
+  if (looping_) {
+    if (trainer_waiting_) {
+      outcome_.trainer_idle_seconds += dt;
+      metrics_.trainer_idle_seconds->Increment(dt);
+    }
+    for (WorkerSlot& w : workers_) {
+      if (w.role != Role::kRollout || w.lanes_used > 0) continue;
+      w.idle_seconds += dt;
+      metrics_.rollout_idle_seconds[w.name]->Increment(dt);
+    }
+  }
+  metrics_.queue_depth->Set(static_cast<double>(ready_.size()));
+  metrics_.in_flight_groups->Set(static_cast<double>(groups_.size()));
+  metrics_.async_level->Set(static_cast<double>(gate_.current_async_level(outstanding_groups())));
+  return Status();
+}
+
+Status Orchestrator::wait_for_registration() {
+  ScopedSpan span("wait_for_workers", "orchestrator");
+  const auto deadline = Clock::now() + kRegistrationTimeout;
+  while (true) {
+    bool all = true;
+    for (const WorkerSlot& w : workers_) all = all && w.registered;
+    if (all) return Status();
+    if (Clock::now() > deadline) {
+      for (const WorkerSlot& w : workers_) {
+        if (!w.registered)
+          return timeout_error(str("worker ", w.name, " did not register within ", kRegistrationTimeout.count(),
+                                   " s; see its log: ", w.log_path));
+      }
+    }
+    RLRUN_RETURN_IF_ERROR(tick(milliseconds(50), false));
+  }
+}
+
+Status Orchestrator::run() {
+  RLRUN_RETURN_IF_ERROR(wait_for_registration());
+  // A resumed run continues from warm-started weights; a fresh one learns the answer format first.
+  if (!resumed_) RLRUN_RETURN_IF_ERROR(format_warm_start());
+  // Every rollout worker starts from the trainer's weights (model.checkpoint or init, then the
+  // format warm-start: version 0; a resumed run's checkpoint: its step).
+  RLRUN_RETURN_IF_ERROR(weight_sync(static_cast<uint64_t>(trainer_step_)));
+  if (!resumed_) {  // a resumed run has its accuracy before training from the checkpoint
+    RLRUN_ASSIGN_OR_RETURN(outcome_.accuracy_before, evaluate("before training"));
+  }
+  looping_ = true;
+  loop_start_ = last_tick_ = Clock::now();
+  while (outcome_.steps_completed < config_.number_of_steps) {
+    const Status s = run_step();
+    if (s.ok()) continue;
+    if (stopped_by_interrupt_) {
+      const Status saved = checkpoint_on_interrupt();
+      if (!saved.ok()) log::error(str("no checkpoint at the interrupt: ", saved.message()));
+      evaluate_at_stop("the run was interrupted");
+      return s;
+    }
+    if (!no_batch_error_.empty()) {
+      evaluate_at_stop("no batch could form");
+      return s;
+    }
+    return blame_dead_worker(s);
+  }
+  outcome_.loop_seconds = loop_seconds();
+  looping_ = false;
+  RLRUN_ASSIGN_OR_RETURN(outcome_.accuracy_after, evaluate("after training"));
+  return Status();
+}
+
+void Orchestrator::shutdown_workers(const std::string& reason) {
+  accepting_exits_ = true;
+  for (const WorkerSlot& w : workers_) {
+    if (w.registered) (void)server_.send(w.name, Shutdown{reason});
+  }
+}
+
+void Orchestrator::write_step_line(const std::map<std::string, double>& trainer_metrics, double wait_s,
+                                   double train_s, double sync_s, double reward_mean, double reward_std,
+                                   int64_t tokens, const BatchIdentity& batch,
+                                   std::optional<double> eval_accuracy) {
+  // ordered: the keys in the order a person reads them; a non-finite double dumps as null.
+  nlohmann::ordered_json line = {{"step", outcome_.steps_completed},
+                                 {"reward_mean", reward_mean},
+                                 {"reward_std", reward_std},
+                                 {"wait_seconds", wait_s},
+                                 {"train_seconds", train_s},
+                                 {"weight_sync_seconds", sync_s},
+                                 {"tokens_trained", tokens},
+                                 {"tokens_generated_total", outcome_.tokens_generated},
+                                 {"async_level", gate_.current_async_level(outstanding_groups())},
+                                 {"discarded_total", ledger_.summary().discarded_total()},
+                                 {"group_ids", batch.group_ids},
+                                 {"prompt_hash", batch.prompt_hash}};
+  if (eval_accuracy) line["eval_accuracy"] = *eval_accuracy;
+  line["trainer"] = trainer_metrics;
+  std::ofstream out(metrics_jsonl_, std::ios::app);
+  out << line.dump() << '\n';
+  if (!out) log::warn(str("could not append to ", metrics_jsonl_));
+}
+
+double Orchestrator::loop_seconds() const {
+  return (resumed_ ? resumed_->loop_seconds : 0.0) + (looping_ ? seconds_since(loop_start_) : 0.0);
+}
+
+void Orchestrator::print_progress(double reward_mean) {
+  const double loop = std::max(1e-9, loop_seconds());
+  double rollout_idle = 0;
+  int rollouts = 0;
+  for (const WorkerSlot& w : workers_) {
+    if (w.role != Role::kRollout) continue;
+    rollout_idle += w.idle_seconds / loop;
+    ++rollouts;
+  }
+  rollout_idle = rollouts ? rollout_idle / rollouts : 0;
+  const std::string line =
+      str("step ", outcome_.steps_completed, "/", config_.number_of_steps, "  reward ", reward_mean, "  tok/s gen ",
+          static_cast<int64_t>(outcome_.tokens_generated / loop), " train ",
+          static_cast<int64_t>(outcome_.tokens_trained / loop), "  idle trainer ",
+          static_cast<int>(100 * outcome_.trainer_idle_seconds / loop), "% rollout ",
+          static_cast<int>(100 * rollout_idle), "%");
+  if (isatty(STDERR_FILENO)) {
+    std::fprintf(stderr, "\r\033[K%s", line.c_str());
+    if (outcome_.steps_completed == config_.number_of_steps) std::fprintf(stderr, "\n");
+  } else {
+    log::info(line);
+  }
+}
+
+void Orchestrator::evaluate_at_stop(const std::string& why) {
+  const int64_t done = outcome_.steps_completed;
+  if (!looping_) {  // stopped in the warm-start or before: "after" would say nothing about RL
+    outcome_.accuracy_after_note = str("not measured: ", why, " before the RL steps began");
+    return;
+  }
+  outcome_.loop_seconds = loop_seconds();
+  looping_ = trainer_waiting_ = false;
+  committing_ = true;  // a first interrupt does not cut the evaluation short; a second one does (tick)
+  Result<std::optional<double>> accuracy = evaluate(str("after step ", done, " (", why, ")").c_str());
+  committing_ = false;
+  if (!accuracy.ok()) {
+    outcome_.accuracy_after_note = str("not measured: ", why, ", then the evaluation stopped: ", accuracy.status().message());
+    return;
+  }
+  outcome_.accuracy_after = *accuracy;
+  outcome_.accuracy_after_note = str("measured after step ", done, " of ", config_.number_of_steps, ": ", why);
+}
+
+RunOutcome Orchestrator::finish() {
+  // Whatever was generated and will not be trained now is accounted for, by reason.
+  for (const Group& g : ready_) {
+    for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(g.id, i), "unused_at_exit");
+  }
+  ready_.clear();
+  for (uint64_t id : training_samples_) ledger_.discarded(id, "step_not_completed");
+  training_samples_.clear();
+  for (const auto& [id, g] : groups_) {
+    for (uint32_t i = 0; i < group_size_; ++i) {
+      if (g.samples[i].returned && ledger_.state(sample_id(id, i)) == SampleState::kGenerated)
+        ledger_.discarded(sample_id(id, i), "unused_at_exit");
+    }
+  }
+  if (looping_) outcome_.loop_seconds = loop_seconds();
+  outcome_.samples = resumed_ ? add_samples(resumed_->samples, ledger_.summary()) : ledger_.summary();
+  double idle = 0;
+  int rollouts = 0;
+  for (const WorkerSlot& w : workers_) {
+    if (w.role != Role::kRollout) continue;
+    idle += outcome_.loop_seconds > 0 ? w.idle_seconds / outcome_.loop_seconds : 0;
+    ++rollouts;
+  }
+  outcome_.rollout_idle_fraction = rollouts ? idle / rollouts : 0;
+  if (Result<ProcessMemory> mem = read_process_memory(); mem.ok())
+    outcome_.peak_memory_bytes["orchestrator"] = mem->peak_resident_bytes;
+  return outcome_;
+}
+
+}  // namespace rlrun::orchestrator

@@ -1,0 +1,321 @@
+// run/orchestrator.h - the orchestrator's data loop (design "A sample's life", steps 1-8).
+//
+// One thread runs everything through the ControlServer: worker registration, heartbeat echoes,
+// the rendezvous store, dispatch of groups to rollout lanes, results -> reward -> group
+// advantages, the staleness gate, batches to the trainer ranks and the weight sync after each
+// step. Every wait (for registration, a batch, train results, a sync, an evaluation) is a loop of
+// tick(): receive and handle messages, notice exited workers, dispatch what the gate allows and
+// cancel what is too far off-policy. So rollout keeps generating while the trainer trains.
+//
+// Step s (1-based) trains on policy version s - 1; after it, trainer rank 0 sends version s to
+// every rollout worker (WeightSyncBegin to each, WeightSyncEnd from each).
+//
+// Checkpoints (run/checkpoint.cc): with checkpoint_every N, after every N-th step and the last
+// one, every trainer rank gets SaveCheckpoint with the orchestrator's ResumeState (run/state.h)
+// and the loop waits for CheckpointSaved from each. A SIGINT/SIGTERM does not cut a step in its
+// train or weight sync: the step completes, then (checkpoint_every > 0) the last completed step
+// is saved and run() returns "interrupted".
+//
+// Rollout worker failures (run/supervise.cc): a worker that exits, goes silent for
+// heartbeat_timeout_seconds, or leaves a request unanswered for rollout_request_timeout_seconds is
+// killed; its requests go back to be dispatched to the others (same groups, same sample ids), and
+// a replacement starts after worker_restart_backoff_seconds (doubling), at most
+// max_worker_restarts times per worker. A death breaks the weight group "weights-<epoch>", so the
+// next sync round (run/weight_sync.cc) names a new epoch: trainer rank 0, the survivors and the
+// replacement join it, the replacement receives the current weights, and only then takes requests.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/config/config.h"
+#include "common/observe/log.h"
+#include "common/protocol/control_plane.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "orchestrator/data/batcher.h"
+#include "orchestrator/data/prompt_source.h"
+#include "orchestrator/data/sample_ledger.h"
+#include "orchestrator/data/staleness_gate.h"
+#include "orchestrator/launch/launcher.h"
+#include "orchestrator/run/metrics.h"
+#include "orchestrator/run/rendezvous.h"
+#include "orchestrator/run/state.h"
+#include "orchestrator/tasks/tasks.h"
+
+namespace rlrun::orchestrator {
+
+// What summary.json reports (run/report.h writes it).
+struct RunOutcome {
+  int64_t steps_completed = 0;
+  SampleLedger::Summary samples;
+  std::vector<double> step_reward_means;  // per completed step
+  std::optional<double> accuracy_before, accuracy_after;
+  // When accuracy_after was not taken at the end of all steps: when it was, or why it is missing.
+  std::string accuracy_after_note;
+  double loop_seconds = 0;          // from the first dispatch to the end of the last step
+  double trainer_idle_seconds = 0;  // trainer waiting for a batch, within loop_seconds
+  double rollout_idle_fraction = 0; // mean over rollout workers
+  int64_t tokens_generated = 0;
+  int64_t tokens_trained = 0;
+  int64_t prompts_skipped = 0;      // prompts longer than max_prompt_tokens / max_model_len
+  int64_t zero_spread_kept = 0;     // groups with no reward spread trained past max_zero_spread_rounds
+  std::map<std::string, int64_t> peak_memory_bytes;  // by process, from heartbeats
+  // Trainer processes: the backend's peak bytes per phase ("forward_backward", "optimizer"),
+  // from TrainResult: what `rlrun plan --compare` sets beside the plan.
+  std::map<std::string, std::map<std::string, int64_t>> phase_peak_bytes;
+  // One per rollout worker failure; times are Unix seconds (0: did not happen).
+  struct WorkerFailure {
+    std::string worker, reason;
+    double detected_at = 0;
+    double replacement_started_at = 0;
+    double replacement_ready_at = 0;       // it had the current weights
+    double replacement_first_request_at = 0;
+  };
+  std::vector<WorkerFailure> worker_failures;
+  int64_t worker_restarts = 0;
+  std::string exit = "ok";
+};
+
+// A worker's life as the orchestrator sees it. Only kReady rollout workers get requests.
+enum class WorkerState : uint8_t {
+  kStarting,      // launched, not registered yet
+  kNeedsWeights,  // registered; has not finished a weight sync yet
+  kReady,
+  kDead,          // exited or killed; a replacement starts at restart_at
+};
+
+struct WorkerSlot {
+  std::string name;      // "trainer-0", "rollout-1": also the control-plane identity
+  Role role = Role::kTrainer;
+  int rank = 0;
+  std::string log_path;
+  bool registered = false;
+  int lanes_used = 0;    // rollout: requests in flight
+  double idle_seconds = 0;
+  ProcessSpec spec{};    // how it was started: a replacement starts the same way
+  WorkerState state = WorkerState::kStarting;
+  int restarts = 0;
+  bool awaiting_exit = false;  // killed by the orchestrator: its exit is not a new failure
+  std::chrono::steady_clock::time_point last_heard{}, started_at{}, restart_at{};
+  int failure_record = -1;     // index of its last failure in RunOutcome::worker_failures
+};
+
+class Orchestrator {
+ public:
+  // Everything passed must outlive the Orchestrator. `workers` are the launched processes.
+  Orchestrator(const Config& config, ControlServer& server, Launcher& launcher, RunMetrics& metrics,
+               Task& task, const engine::Tokenizer& tokenizer, std::vector<WorkerSlot> workers,
+               const std::string& metrics_jsonl, const std::atomic<int>& interrupted);
+
+  // Registration, evaluation, number_of_steps steps, evaluation. Errors name the worker at fault.
+  Status run();
+  // Continues the run of a checkpoint (call before run()): step count, ids, the prompt stream's
+  // position and the summary's counters. run() then syncs weight version steps_completed to the
+  // rollout workers (the trainers loaded the checkpoint) and skips the evaluation before training.
+  void resume_from(const ResumeState& state);
+  // Tells every registered worker to exit (best effort, no wait).
+  void shutdown_workers(const std::string& reason);
+  // The outcome so far; call after run() (whatever it returned) to fill summary.json.
+  RunOutcome finish();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Sample {
+    std::vector<int32_t> completion;
+    std::vector<float> logprobs;
+    uint64_t version = 0;  // oldest weight version that sampled a token
+    double reward = 0;
+    float advantage = 0;
+    bool returned = false;
+  };
+  struct Group {
+    uint64_t id = 0;
+    Problem problem;
+    std::vector<int32_t> prompt_ids;
+    uint64_t dispatch_version = 0;
+    std::vector<Sample> samples;
+    int returned = 0;
+    bool failed = false;  // a sample was cancelled or failed: no advantages for the group
+  };
+  struct Request {
+    uint64_t group = 0;  // eval: index into the eval set
+    uint32_t first = 0, count = 0, returned = 0;
+    int worker = 0;      // index into workers_
+    uint64_t dispatch_version = 0;
+    bool eval = false;
+    bool cancel_sent = false;
+    Clock::time_point sent_at = Clock::now();
+  };
+  // One weight sync over the group "weights-<epoch>": trainer rank 0 and every rollout worker.
+  struct SyncRound {
+    uint64_t version = 0;
+    uint32_t epoch = 0;
+    std::set<std::string> waiting;    // members whose WeightSyncEnd has not come
+    std::vector<std::string> errors;  // "member: error"
+    bool saw_death = false;           // a member died: the round fails, a later one retries
+    Clock::time_point start, sender_answered_at;
+    bool failed() const { return saw_death || !errors.empty(); }
+  };
+
+  // ---- run/orchestrator.cc: lifecycle and messages
+  // How long a waiting loop's tick() polls for messages before it looks at everything else.
+  static constexpr std::chrono::milliseconds kTick{20};
+  Status tick(std::chrono::milliseconds wait, bool dispatch);
+  Status handle(const Incoming& in);
+  Status handle_register(const Incoming& in, const Register& reg);
+  void handle_heartbeat(const Incoming& in, const Heartbeat& hb);
+  // `failure`, or the death of a worker that caused it (a step failing on the ranks that outlived
+  // another) when one shows within a short grace.
+  Status blame_dead_worker(const Status& failure);
+  Status wait_for_registration();
+  Status run_step();
+  Status format_warm_start();  // warm_start.cc
+  // Sends build's batches to the trainer ranks and ticks until every rank answers; `what` names
+  // the step in errors.
+  Status train(const BatchBuild& build, const std::string& what, bool allow_dispatch);
+  // Which prompts a step trained, for metrics.jsonl: group ids and an FNV-1a 64 hash of the
+  // prompts' texts in batch order, as 16 hex digits (a resumed run must train the same ones).
+  struct BatchIdentity {
+    std::vector<uint64_t> group_ids;
+    std::string prompt_hash;
+  };
+  static BatchIdentity batch_identity(const std::vector<Group>& batch);  // run/checkpoint.cc
+  void write_step_line(const std::map<std::string, double>& trainer_metrics, double wait_s, double train_s,
+                       double sync_s, double reward_mean, double reward_std, int64_t tokens,
+                       const BatchIdentity& batch, std::optional<double> eval_accuracy);
+  void print_progress(double reward_mean);
+  double loop_seconds() const;  // this process's loop time plus that of the parts resumed from
+  WorkerSlot* worker_by_name(const std::string& name);
+
+  // ---- run/checkpoint.cc
+  ResumeState capture_state() const;  // as of now: call when a step has just completed
+  Status save_checkpoint(const ResumeState& state);
+  Status checkpoint_if_due();         // after a step
+  Status checkpoint_on_interrupt();   // the last completed step, unless it was just saved
+
+  // ---- run/weight_sync.cc: weight sync rounds
+  // Blocks (ticking) until every rollout worker holds `version`, re-forming the group as needed.
+  Status weight_sync(uint64_t version);
+  Status advance_sync();  // in tick: finishes, times out or starts a round
+  void start_round(uint64_t version);
+  void on_sync_end(const std::string& peer, const WeightSyncEnd& end);
+  Status finish_round();
+  bool group_complete() const;  // every rollout worker registered and alive
+
+  // ---- run/supervise.cc: rollout worker failures, restarts, timeouts
+  Status supervise();  // in tick
+  // Kills (unless it exited) and schedules the restart of workers_[index], or fails the run when
+  // its restarts are used up. `why`: "killed by signal 9 (SIGKILL)", "silent for 12 s", ...
+  Status fail_worker(int index, const std::string& why, bool exited);
+  void requeue_requests_of(int index);
+  Status restart_worker(int index);
+  void dispatch_requeued();
+  // The train step in flight (`what`) has run longer than train_step_timeout_seconds: the run stops.
+  Status check_train_timeout(const std::string& what, Clock::time_point started) const;
+
+  // ---- run/dispatch.cc: the sample path
+  void dispatch();
+  bool start_group();
+  void send_request(uint64_t group_id, uint32_t first, uint32_t count, int worker);
+  Status send_eval_request(uint64_t problem, int worker);
+  void cancel_off_policy();
+  void on_result(const GenerateResult& result);
+  void finish_group(Group& group);
+  // Discards a group with no reward spread (every sample earned `reward`) and applies
+  // max_zero_spread_rounds to the step waiting for a batch.
+  void discard_zero_spread(float reward, const std::function<void(const std::string&)>& discard_all);
+  struct RewardStats {
+    double mean = 0, std = 0, advantage_abs_mean = 0;
+  };
+  // Packs `batch` into one TrainBatch per rank; too-long samples are discarded and counted, the
+  // rest become training_samples_.
+  BatchBuild pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards);
+  // Takes prompts_batch_size_for_trainer ready groups (discarding stale ones): false if too few.
+  bool take_batch(std::vector<Group>& out);
+  Result<std::optional<double>> evaluate(const char* when);
+  // The held-out accuracy summary.json promises, when the run stops before its last step (`why`:
+  // an interrupt, no batch): the rollout workers still serve. Fills accuracy_after and its note.
+  void evaluate_at_stop(const std::string& why);
+  int64_t outstanding_groups() const;
+  int free_rollout_worker() const;  // index of the ready rollout worker with most free lanes, or -1
+  uint64_t sample_id(uint64_t group, uint32_t index) const { return group * group_size_ + index; }
+
+  const Config& config_;
+  ControlServer& server_;
+  Launcher& launcher_;
+  RunMetrics& metrics_;
+  Task& task_;
+  const engine::Tokenizer& tokenizer_;
+  std::vector<WorkerSlot> workers_;
+  std::string metrics_jsonl_;
+  const std::atomic<int>& interrupted_;
+
+  RendezvousService rendezvous_;
+  StalenessGate gate_;
+  SampleLedger ledger_;
+  uint32_t group_size_;
+  std::vector<int32_t> stop_ids_;
+  bool accepting_exits_ = false;  // after shutdown_workers: exits are expected
+  // This turn left messages unread: a heartbeat may be among them, so silence is not judged.
+  bool inbox_backlogged_ = false;
+
+  std::map<uint64_t, Group> groups_;  // in flight (not all samples back)
+  std::deque<Group> ready_;           // scored, waiting for a batch
+  std::map<uint64_t, Request> requests_;
+  std::deque<std::pair<uint64_t, uint32_t>> pending_samples_;  // individual lanes: (group, index)
+  int64_t training_groups_ = 0;       // groups in the batch being trained or synced
+  std::vector<uint64_t> training_samples_;
+  uint64_t next_group_ = 0, next_request_ = 1;
+  int64_t trainer_step_ = 0;          // steps completed and synced = weight version
+  // Groups discarded for no reward spread while the current step waits for its batch (reset when
+  // it has one); max_zero_spread_rounds bounds them (discard_zero_spread).
+  struct ZeroSpreadWindow {
+    int64_t discarded = 0, failed = 0, solved = 0;  // failed: every sample earned 0; solved: 1
+  } zero_spread_;
+  bool keep_zero_spread_ = false;  // past the bound: zero-spread groups fill the step's batch
+  std::string no_batch_error_;     // past the bound with nothing to learn from: run_step stops the run
+  log::RateLimited zero_spread_log_{std::chrono::seconds(60)};
+  PromptSource prompts_;  // the only caller of task_.next_train(); consumed() is the data position
+
+  // Checkpoints and resume (run/checkpoint.cc).
+  std::optional<ResumeState> resumed_;          // the state this run continues from
+  std::optional<ResumeState> last_step_state_;  // captured when the last step completed
+  int64_t last_checkpoint_step_ = 0;
+  bool committing_ = false;         // in a step's train + sync or a save: an interrupt waits
+  bool stopped_by_interrupt_ = false;
+  bool worker_died_ = false;        // supervise() reported a trainer's death
+  std::map<int, CheckpointSaved> checkpoints_saved_;  // by rank
+
+  // Per-step waits.
+  std::map<int, TrainResult> train_results_;  // by rank
+  std::string train_error_;
+  // Weight sync rounds (run/weight_sync.cc).
+  std::optional<SyncRound> round_;
+  std::optional<uint64_t> sync_target_;  // the version weight_sync() waits for
+  uint64_t synced_version_ = 0;          // the version every ready worker holds
+  bool weights_started_ = false;         // the first weight_sync() was called
+  uint32_t weight_epoch_ = 0;            // of the weight group's last formation
+  bool group_broken_ = false;            // a member died or a round failed: the next round re-forms
+
+  // Work of dead workers, dispatched again before new groups (run/supervise.cc).
+  std::deque<std::pair<uint64_t, uint32_t>> requeued_;  // (group, sample index)
+  std::deque<uint64_t> requeued_eval_;                   // eval problem indices
+  std::map<uint64_t, double> eval_rewards_;         // eval problem index -> reward
+
+  RunOutcome outcome_;
+  Clock::time_point last_tick_, loop_start_;
+  bool looping_ = false, trainer_waiting_ = false;
+  double last_sync_seconds_ = 0;
+  int64_t weight_bytes_ = 0;  // f32 parameters sent per sync (flat buffer)
+};
+
+}  // namespace rlrun::orchestrator

@@ -1,0 +1,114 @@
+// run/report.cc - summary.json text.
+#include "orchestrator/run/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
+
+namespace rlrun::orchestrator {
+
+namespace {
+
+using Json = nlohmann::ordered_json;  // keys in the order a person reads them
+
+// null for a missing or non-finite value (JSON has no NaN).
+Json number(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
+Json optional_number(const std::optional<double>& v) { return v ? number(*v) : Json(nullptr); }
+
+// Mean of the first (or last) 10% of values, at least one value; null when there are none.
+Json tenth_mean(const std::vector<double>& v, bool last) {
+  if (v.empty()) return nullptr;
+  const size_t k = std::max<size_t>(1, (v.size() + 9) / 10);
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) sum += last ? v[v.size() - 1 - i] : v[i];
+  return number(sum / static_cast<double>(k));
+}
+
+// "processes": one entry per worker (`role`, `rank`, resident `peak_memory_bytes`, and for
+// trainers the backend's `backend_peak_bytes` and `phase_peak_bytes`), the keys `rlrun plan
+// --compare` reads (orchestrator/plan/memory_report.h).
+Json processes_json(const RunOutcome& o) {
+  Json out = Json::array();
+  for (const auto& [process, rss] : o.peak_memory_bytes) {
+    const size_t dash = process.rfind('-');
+    if (dash == std::string::npos) continue;  // the orchestrator itself
+    Json entry = {{"role", process.substr(0, dash)},
+                  {"rank", std::stoll(process.substr(dash + 1))},
+                  {"peak_memory_bytes", rss}};
+    auto phases = o.phase_peak_bytes.find(process);
+    if (phases != o.phase_peak_bytes.end() && !phases->second.empty()) {
+      int64_t backend_peak = 0;
+      Json per_phase = Json::object();
+      for (const auto& [phase, n] : phases->second) {
+        backend_peak = std::max(backend_peak, n);
+        per_phase[phase] = n;
+      }
+      entry["backend_peak_bytes"] = backend_peak;
+      entry["phase_peak_bytes"] = per_phase;
+    }
+    out.push_back(entry);
+  }
+  return out;
+}
+
+// "worker_failures": one entry per rollout worker failure, times in Unix seconds (null: did not
+// happen): when it was detected, when its replacement started, had the weights, took a request.
+Json failures_json(const RunOutcome& o) {
+  auto at = [](double t) { return t > 0 ? Json(std::round(t * 1000) / 1000) : Json(nullptr); };  // ms
+  Json out = Json::array();
+  for (const RunOutcome::WorkerFailure& f : o.worker_failures) {
+    out.push_back({{"worker", f.worker},
+                   {"reason", f.reason},
+                   {"detected_at", at(f.detected_at)},
+                   {"replacement_started_at", at(f.replacement_started_at)},
+                   {"replacement_ready_at", at(f.replacement_ready_at)},
+                   {"replacement_first_request_at", at(f.replacement_first_request_at)}});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string summary_json(const RunOutcome& o, double wall_seconds) {
+  const SampleLedger::Summary& s = o.samples;
+  const double loop = o.loop_seconds > 0 ? o.loop_seconds : 0;
+  auto per_loop_second = [&](double v) { return loop > 0 ? number(v / loop) : Json(nullptr); };
+  Json eval = {{"accuracy_before", optional_number(o.accuracy_before)},
+               {"accuracy_after", optional_number(o.accuracy_after)}};
+  if (!o.accuracy_after_note.empty()) eval["accuracy_after_note"] = o.accuracy_after_note;
+  const Json summary = {
+      {"steps_completed", o.steps_completed},
+      {"wall_seconds", number(wall_seconds)},
+      {"samples",
+       {{"generated", s.generated},
+        {"trained", s.trained},
+        {"discarded", Json(s.discarded)},
+        {"cancelled", s.cancelled},
+        {"in_flight_at_exit", s.in_flight},
+        {"lost", s.lost},
+        {"anomalies", s.anomalies}}},
+      {"reward_mean", {{"first", tenth_mean(o.step_reward_means, false)}, {"last", tenth_mean(o.step_reward_means, true)}}},
+      {"eval", eval},
+      {"trainer_idle_fraction", per_loop_second(o.trainer_idle_seconds)},
+      {"rollout_idle_fraction", loop > 0 ? number(o.rollout_idle_fraction) : Json(nullptr)},
+      {"tokens_per_second",
+       {{"generated", per_loop_second(static_cast<double>(o.tokens_generated))},
+        {"trained", per_loop_second(static_cast<double>(o.tokens_trained))}}},
+      {"peak_memory_bytes", Json(o.peak_memory_bytes)},
+      {"processes", processes_json(o)},
+      {"worker_restarts", o.worker_restarts},
+      {"worker_failures", failures_json(o)},
+      {"prompts_skipped", o.prompts_skipped},
+      {"zero_spread_groups_kept", o.zero_spread_kept},
+      {"exit", o.exit}};
+  return summary.dump(2) + "\n";
+}
+
+Status write_summary(const std::string& path, const RunOutcome& outcome, double wall_seconds) {
+  return write_file_atomic(path, summary_json(outcome, wall_seconds));
+}
+
+}  // namespace rlrun::orchestrator

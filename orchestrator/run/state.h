@@ -1,0 +1,67 @@
+// run/state.h - what the orchestrator needs to resume a run from a trainer checkpoint.
+//
+// Every checkpoint of a run (<run_dir>/checkpoints/step-XXXXXX/, trainer/checkpoint.h) carries
+// the orchestrator's ResumeState as the manifest's loader_state: the orchestrator sends it with
+// SaveCheckpoint and trainer rank 0 writes it into trainer_state.json before COMPLETE, so the
+// weights, the optimizer and the data position are saved together or not at all.
+//
+// Data order: the prompt stream is reproduced by drawing `task_draws` problems from a task built
+// from the same seed and throwing them away; group and request ids continue where they stopped
+// (sampling seeds derive from request ids). At max_async_rollout 0 nothing is in flight when a
+// step completes, so the resumed run trains exactly the prompts an uninterrupted run would have
+// (and, generation being deterministic, the same completions). At max_async_rollout > 0 the groups
+// in flight or waiting at the checkpoint are not redrawn: the resumed run goes on with the next
+// prompts of the stream, and the generated samples of those groups count as discarded
+// (unused_at_resume) in the resumed run's summary.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "orchestrator/data/sample_ledger.h"
+
+namespace rlrun::orchestrator {
+
+struct ResumeState {
+  int64_t steps_completed = 0;     // = the checkpoint's step and the weight version
+  uint64_t task_draws = 0;         // Task::next_train() calls made so far
+  uint64_t next_group = 0;         // next group id
+  uint64_t next_request = 1;       // next request id
+  int64_t prompts_skipped = 0;
+  int64_t tokens_generated = 0, tokens_trained = 0;
+  std::vector<double> step_reward_means;
+  std::optional<double> accuracy_before;
+  double loop_seconds = 0, trainer_idle_seconds = 0;
+  std::map<std::string, double> rollout_idle_seconds;  // by worker name
+  // Final states only (generated, trained, discarded by reason, cancelled); in-flight and
+  // lost are about the running process and start from zero.
+  SampleLedger::Summary samples;
+};
+
+std::string resume_state_json(const ResumeState& state);
+// Untrusted text (a file): errors name `where` and the field.
+Result<ResumeState> parse_resume_state(const std::string& json_text, const std::string& where);
+
+// The ledger counts of a run made of a resumed part after `before`.
+SampleLedger::Summary add_samples(const SampleLedger::Summary& before, const SampleLedger::Summary& now);
+
+// "<run_dir>/checkpoints": where the trainer ranks write and `rlrun --resume` looks.
+std::string checkpoint_root(const std::string& run_dir);
+
+// The newest COMPLETE checkpoint of the run in `run_dir` and its ResumeState. not_found, saying
+// what to do, when there is none.
+struct ResumePoint {
+  std::string dir;
+  ResumeState state;
+};
+Result<ResumePoint> find_resume_point(const std::string& run_dir);
+
+// Keeps only the metrics.jsonl lines of steps <= `steps` (a resumed run redoes the later ones),
+// rewriting the file atomically. A missing file is fine.
+Status truncate_metrics_jsonl(const std::string& path, int64_t steps);
+
+}  // namespace rlrun::orchestrator

@@ -1,0 +1,193 @@
+// The control-plane rendezvous store: a real ControlServer serving RendezvousService on a thread,
+// worker threads forming Gloo groups through ControlPlaneStore.
+#include "orchestrator/run/rendezvous.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+namespace rlrun::orchestrator {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The orchestrator's side: a ControlServer whose loop serves only the store.
+class StoreServer {
+ public:
+  StoreServer() {
+    auto server = ControlServer::bind({});
+    EXPECT_TRUE(server.ok()) << server.status().message();
+    server_ = std::move(*server);
+    endpoint_ = server_->endpoint();
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        Result<Incoming> in = server_->poll(20ms);
+        if (in.ok()) {
+          EXPECT_TRUE(service_.handle(*server_, *in)) << message_kind_name(in->message.kind());
+        }
+        service_.expire(*server_);
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (const std::string& prefix : to_abandon_) service_.abandon(*server_, prefix);
+        to_abandon_.clear();
+      }
+    });
+  }
+  // RendezvousService::abandon, on the server's thread.
+  void abandon(const std::string& prefix) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    to_abandon_.push_back(prefix);
+  }
+  ~StoreServer() {
+    stop_ = true;
+    thread_.join();
+  }
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  std::unique_ptr<ControlServer> server_;
+  RendezvousService service_;
+  std::string endpoint_;
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::vector<std::string> to_abandon_;
+  std::thread thread_;
+};
+
+// Group members listen where their peers can reach them: loopback with a loopback orchestrator,
+// else the address this machine reaches the orchestrator's host from.
+TEST(Rendezvous, MembersListenOnTheAddressThatReachesTheOrchestrator) {
+  auto address = [](const std::string& endpoint) {
+    auto a = local_address_toward(endpoint);
+    return a.ok() ? *a : a.status().to_string();
+  };
+  EXPECT_EQ(address("tcp://127.0.0.1:5555"), "127.0.0.1");
+  EXPECT_EQ(address("tcp://localhost:5555"), "127.0.0.1");
+  // A numeric address of this machine's own (the route to it starts and ends here).
+  const std::string self = address("tcp://192.0.2.1:9");  // TEST-NET-1: only the route is looked up
+  if (self.find('.') != std::string::npos && self.find(' ') == std::string::npos) {
+    EXPECT_EQ(address(str("tcp://", self, ":9")), self);
+  }
+  auto bad = local_address_toward("ipc:///tmp/x");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("ipc:///tmp/x"), std::string::npos);
+}
+
+TEST(Rendezvous, SetThenGetAndWaitingGet) {
+  StoreServer server;
+  auto a = ControlPlaneStore::connect(server.endpoint(), "a");
+  auto b = ControlPlaneStore::connect(server.endpoint(), "b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  // b asks before a sets: the reply waits on the server until the key exists.
+  std::thread getter([&] {
+    auto v = (*b)->get("k1", 10000ms);
+    ASSERT_TRUE(v.ok()) << v.status().message();
+    EXPECT_EQ(std::string(v->begin(), v->end()), std::string("\x00\x01value", 7));
+  });
+  std::this_thread::sleep_for(100ms);
+  const std::string bytes("\x00\x01value", 7);
+  ASSERT_TRUE((*a)->set("k1", std::vector<char>(bytes.begin(), bytes.end())).ok());
+  getter.join();
+  auto again = (*a)->get("k1", 0ms);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->size(), 7u);
+}
+
+TEST(Rendezvous, MissingKeyTimesOutNamingIt) {
+  StoreServer server;
+  auto store = ControlPlaneStore::connect(server.endpoint(), "lonely");
+  ASSERT_TRUE(store.ok());
+  const auto start = std::chrono::steady_clock::now();
+  auto v = (*store)->get("never/set", 200ms);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(v.status().message().find("never/set"), std::string::npos) << v.status().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
+}
+
+TEST(Rendezvous, TwoGlooGroupsFormThroughTheControlPlane) {
+  StoreServer server;
+  Config config;
+  config.trainer_num_workers = 2;
+  config.inference_num_workers = 2;
+  // "dp": 2 trainer ranks; "weights-0": trainer rank 0 + 2 rollout workers. Groups share the
+  // store; keys are prefixed by group name, so they must not collide.
+  std::vector<std::thread> threads;
+  std::atomic<int> done{0};
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto dp = join_group(server.endpoint(), str("trainer-", r), data_parallel_group(config, r));
+      ASSERT_TRUE(dp.ok()) << dp.status().message();
+      std::vector<float> x = {1.0f + r};
+      ASSERT_TRUE((*dp)->all_reduce_sum(x.data(), 1, engine::CommDType::kF32).ok());
+      EXPECT_FLOAT_EQ(x[0], 3.0f);
+      ++done;
+    });
+  }
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      const std::string who = r == 0 ? "trainer-0" : str("rollout-", r - 1);
+      auto weights = join_group(server.endpoint(), who, weight_sync_group(config, r));
+      ASSERT_TRUE(weights.ok()) << weights.status().message();
+      EXPECT_EQ((*weights)->size(), 3);
+      std::vector<int32_t> v = {r == 0 ? 42 : -1};
+      ASSERT_TRUE((*weights)->broadcast(v.data(), 1, engine::CommDType::kI32, 0).ok());
+      EXPECT_EQ(v[0], 42);
+      ++done;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(done.load(), 5);
+}
+
+// A member died before joining a re-formed weight group: abandoning the group's keys makes the
+// others' join fail at once, not at the join timeout.
+TEST(Rendezvous, AbandonedWeightGroupFailsTheJoinAtOnce) {
+  StoreServer server;
+  Config config;
+  config.inference_num_workers = 1;
+  config.heartbeat_timeout_seconds = 60;  // the re-formed group's join timeout: far beyond the check below
+  const auto start = std::chrono::steady_clock::now();
+  std::thread trainer([&] {
+    auto weights = join_group(server.endpoint(), "trainer-0", weight_sync_group(config, 0, 1));
+    EXPECT_FALSE(weights.ok());
+  });
+  std::this_thread::sleep_for(300ms);
+  server.abandon(weight_group_key_prefix(1));
+  trainer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  // Later joins of that epoch fail at once too; another epoch is untouched.
+  auto late = join_group(server.endpoint(), "rollout-0", weight_sync_group(config, 1, 1));
+  EXPECT_FALSE(late.ok());
+  std::vector<std::thread> members;
+  for (int r = 0; r < 2; ++r)
+    members.emplace_back([&, r] { EXPECT_TRUE(join_group(server.endpoint(), str("m", r), weight_sync_group(config, r, 2)).ok()); });
+  for (auto& t : members) t.join();
+}
+
+// A member that stops taking part (a stopped process) fails the others' collective within
+// heartbeat_timeout_seconds, not the join timeout.
+TEST(Rendezvous, WeightGroupCollectiveFailsWithinTheHeartbeatTimeout) {
+  StoreServer server;
+  Config config;
+  config.inference_num_workers = 1;
+  config.heartbeat_timeout_seconds = 1;
+  std::unique_ptr<engine::Communicator> silent;
+  std::thread trainer([&] {
+    auto weights = join_group(server.endpoint(), "trainer-0", weight_sync_group(config, 0, 0));
+    ASSERT_TRUE(weights.ok()) << weights.status().message();
+    silent = std::move(*weights);  // joined, but never broadcasts
+  });
+  auto receiver = join_group(server.endpoint(), "rollout-0", weight_sync_group(config, 1, 0));
+  trainer.join();
+  ASSERT_TRUE(receiver.ok()) << receiver.status().message();
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int32_t> v = {0};
+  const Status s = (*receiver)->broadcast(v.data(), 1, engine::CommDType::kI32, 0);
+  EXPECT_FALSE(s.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+}  // namespace
+}  // namespace rlrun::orchestrator

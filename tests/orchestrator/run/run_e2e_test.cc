@@ -1,0 +1,213 @@
+// `rlrun CONFIG` end to end: the real binary on configs/tiny.yaml, with its trainer and rollout
+// worker processes, on loopback. Checks the outputs a user and a dashboard rely on.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/orchestrator/cli_test_util.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace rlrun::orchestrator {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string read_file(const fs::path& p) { return testing::read_all(p.string()); }
+
+// Runs rlrun from the source folder (the config's relative paths) and returns its exit code.
+int run_rlrun(const std::string& args, const fs::path& output) {
+  const std::string cmd = std::string("cd '") + RLRUN_SOURCE_DIR + "' && '" + RLRUN_BINARY + "' " + args + " > '" +
+                          output.string() + "' 2>&1";
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+class RunEndToEnd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("rlrun_e2e_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override {
+    if (HasFailure()) return;  // keep the run folder and outputs to look at
+    fs::remove_all(dir_);
+    for (const char* suffix : {".out", ".bad", ".big"}) fs::remove(dir_.string() + suffix);
+  }
+  fs::path dir_;
+};
+
+TEST_F(RunEndToEnd, TinyConfigRunsEveryStepAndAccountsForEverySample) {
+  const fs::path run = dir_ / "run";
+  const int code = run_rlrun("configs/tiny.yaml --run-dir '" + run.string() +
+                                 "' --set metrics_bind=127.0.0.1:0 --set task.eval_size=4"
+                                 " --set heartbeat_timeout_seconds=60"
+                                 // a random model rarely earns a reward: keep zero-spread groups
+                                 " --set discard_group_zero_advantage=false",
+                             dir_.string() + ".out");
+  const std::string output = read_file(dir_.string() + ".out");
+  ASSERT_EQ(code, 0) << output;
+
+  const json summary = json::parse(read_file(run / "summary.json"));
+  for (const char* key : {"steps_completed", "wall_seconds", "samples", "reward_mean", "eval", "trainer_idle_fraction",
+                          "rollout_idle_fraction", "tokens_per_second", "peak_memory_bytes", "worker_restarts", "exit"})
+    EXPECT_TRUE(summary.contains(key)) << key;
+  EXPECT_EQ(summary["exit"], "ok");
+  EXPECT_EQ(summary["steps_completed"], 3);
+  const json& samples = summary["samples"];
+  EXPECT_EQ(samples["lost"], 0);
+  EXPECT_GT(samples["generated"].get<int64_t>(), 0);
+  EXPECT_GT(samples["trained"].get<int64_t>(), 0);
+  int64_t discarded = 0;
+  for (const auto& [reason, n] : samples["discarded"].items()) discarded += n.get<int64_t>();
+  // Every generated sample was trained or discarded (a failed generation is discarded without
+  // having been generated).
+  EXPECT_EQ(samples["trained"].get<int64_t>() + discarded - samples["discarded"].value("generation_error", 0),
+            samples["generated"].get<int64_t>())
+      << summary.dump(2);
+  EXPECT_TRUE(summary["eval"]["accuracy_before"].is_number());
+  EXPECT_TRUE(summary["eval"]["accuracy_after"].is_number());
+  EXPECT_TRUE(summary["peak_memory_bytes"].contains("trainer-0"));
+  const double idle = summary["trainer_idle_fraction"].get<double>();
+  EXPECT_GE(idle, 0.0);
+  EXPECT_LE(idle, 1.0);
+
+  std::ifstream metrics(run / "metrics.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(metrics, line)) {
+    const json step = json::parse(line);
+    EXPECT_EQ(step["step"], ++lines);
+    EXPECT_TRUE(step["trainer"].contains("loss")) << line;
+  }
+  EXPECT_EQ(lines, 3);
+
+  const json timeline = json::parse(read_file(run / "timeline.json"));
+  ASSERT_TRUE(timeline.is_array());
+  std::set<std::string> processes, spans;
+  for (const json& e : timeline) {
+    if (e.value("name", "") == "process_name") processes.insert(e["args"]["name"].get<std::string>());
+    if (e.value("ph", "") == "X") spans.insert(e["name"].get<std::string>());
+  }
+  EXPECT_TRUE(processes.count("orchestrator"));
+  EXPECT_TRUE(processes.count("trainer-0"));
+  EXPECT_TRUE(processes.count("rollout-0"));
+  for (const char* span : {"wait_batch", "train", "weight_sync", "train_step", "weight_send", "generate", "weight_update"})
+    EXPECT_TRUE(spans.count(span)) << span;
+  EXPECT_TRUE(fs::exists(run / "config.yaml"));
+  EXPECT_TRUE(fs::exists(run / "logs" / "trainer-0.log"));
+  EXPECT_TRUE(fs::exists(run / "logs" / "rollout-0.log"));
+}
+
+// Starts a long tiny run in the background; returns once it has trained a step. The run's pid is
+// in dir/pid, its exit code lands in dir/code, its output in dir/out.
+void start_long_run(const fs::path& dir, const std::string& sets = "") {
+  fs::create_directories(dir);
+  const std::string cmd = std::string("cd '") + RLRUN_SOURCE_DIR + "' && (sh -c 'echo $$ > \"" + (dir / "pid").string() +
+                          "\"; exec \"" + RLRUN_BINARY + "\" configs/tiny.yaml --run-dir \"" + (dir / "run").string() +
+                          "\" --set number_of_steps=1000000 --set discard_group_zero_advantage=false" + sets + "' > '" +
+                          (dir / "out").string() + "' 2>&1; echo $? > '" + (dir / "code").string() + "') &";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  for (int i = 0; i < 6000 && read_file(dir / "run" / "metrics.jsonl").empty(); ++i) ::usleep(10000);
+  ASSERT_FALSE(read_file(dir / "run" / "metrics.jsonl").empty()) << read_file(dir / "out");
+}
+
+// Waits for the background run's exit code.
+int wait_exit(const fs::path& dir) {
+  for (int i = 0; i < 3000 && read_file(dir / "code").empty(); ++i) ::usleep(10000);
+  const std::string code = read_file(dir / "code");
+  return code.empty() ? -1 : std::atoi(code.c_str());
+}
+
+// The pid the orchestrator logged for `worker` at registration ("rollout-0 registered (pid N").
+int logged_pid(const std::string& out, const std::string& worker) {
+  const std::string key = worker + " registered (pid ";
+  const size_t at = out.find(key);
+  return at == std::string::npos ? -1 : std::atoi(out.c_str() + at + key.size());
+}
+
+// Without restarts (tests/orchestrator/run/fault_test.cc has the restarts).
+TEST_F(RunEndToEnd, CrashedWorkerWithoutRestartsStopsTheRunNamingItAndItsLog) {
+  start_long_run(dir_, " --set max_worker_restarts=0");
+  const int pid = logged_pid(read_file(dir_ / "out"), "rollout-0");
+  ASSERT_GT(pid, 0) << read_file(dir_ / "out");
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  EXPECT_EQ(wait_exit(dir_), 1);
+  const json summary = json::parse(read_file(dir_ / "run" / "summary.json"));
+  const std::string exit = summary["exit"];
+  EXPECT_NE(exit.find("rollout-0"), std::string::npos) << exit;
+  EXPECT_NE(exit.find("logs/rollout-0.log"), std::string::npos) << exit;
+  EXPECT_EQ(summary["samples"]["lost"], 0);
+  EXPECT_GT(summary["steps_completed"].get<int64_t>(), 0);
+}
+
+TEST_F(RunEndToEnd, InterruptWritesTheSummaryAndStopsTheWorkers) {
+  start_long_run(dir_);
+  const int orchestrator = std::atoi(read_file(dir_ / "pid").c_str());
+  const int trainer = logged_pid(read_file(dir_ / "out"), "trainer-0");
+  ASSERT_GT(orchestrator, 0);
+  ASSERT_GT(trainer, 0);
+  ASSERT_EQ(::kill(orchestrator, SIGINT), 0);
+  EXPECT_EQ(wait_exit(dir_), 1);
+  const json summary = json::parse(read_file(dir_ / "run" / "summary.json"));
+  EXPECT_EQ(summary["exit"], "interrupted");
+  EXPECT_EQ(summary["samples"]["lost"], 0);
+  for (int i = 0; i < 300 && ::kill(trainer, 0) == 0; ++i) ::usleep(10000);
+  EXPECT_NE(::kill(trainer, 0), 0) << "trainer-0 outlived the run";
+}
+
+// A stopped trainer holds the step in training, which the first interrupt waits for; the second
+// stops the run at once, and summary.json is still written.
+TEST_F(RunEndToEnd, SecondInterruptStopsAtOnceAndStillWritesTheSummary) {
+  start_long_run(dir_);
+  const int orchestrator = std::atoi(read_file(dir_ / "pid").c_str());
+  const int trainer = logged_pid(read_file(dir_ / "out"), "trainer-0");
+  ASSERT_GT(orchestrator, 0);
+  ASSERT_GT(trainer, 0);
+  ASSERT_EQ(::kill(trainer, SIGSTOP), 0);
+  ::usleep(500000);  // the orchestrator now waits for a step that cannot finish
+  ASSERT_EQ(::kill(orchestrator, SIGINT), 0);
+  ::usleep(300000);
+  EXPECT_TRUE(read_file(dir_ / "code").empty()) << "the first interrupt must wait for the step in training";
+  ASSERT_EQ(::kill(orchestrator, SIGINT), 0);
+  EXPECT_EQ(wait_exit(dir_), 1) << read_file(dir_ / "out");
+  const json summary = json::parse(read_file(dir_ / "run" / "summary.json"));
+  EXPECT_EQ(summary["exit"], "interrupted");
+  EXPECT_EQ(summary["samples"]["lost"], 0);
+  for (int i = 0; i < 300 && ::kill(trainer, 0) == 0; ++i) ::usleep(10000);
+  EXPECT_NE(::kill(trainer, 0), 0) << "the stopped trainer-0 outlived the run";
+}
+
+TEST_F(RunEndToEnd, BadConfigExitsTwoNamingTheKey) {
+  const int code = run_rlrun("configs/tiny.yaml --set max_async_rollot=1 --run-dir '" + (dir_ / "bad").string() + "'",
+                             dir_.string() + ".bad");
+  const std::string output = read_file(dir_.string() + ".bad");
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_NE(output.find("max_async_rollot"), std::string::npos) << output;
+  EXPECT_FALSE(fs::exists(dir_ / "bad" / "summary.json"));
+}
+
+TEST_F(RunEndToEnd, PlanThatCannotFitIsRefusedBeforeAnythingStarts) {
+  // a ~0.3B-parameter model planned for a 0.25 GiB GPU: no trainer rank fits
+  const std::string sets = " --set backend=cuda --set device_memory_gb=0.25 --set model.hidden_size=1024"
+                           " --set model.num_layers=24 --set model.intermediate_size=4096";
+  const int code = run_rlrun("configs/tiny.yaml" + sets + " --run-dir '" + (dir_ / "big").string() + "'",
+                             dir_.string() + ".big");
+  const std::string output = read_file(dir_.string() + ".big");
+  EXPECT_EQ(code, 3) << output;
+  EXPECT_NE(output.find("levers, cheapest first"), std::string::npos) << output;
+  EXPECT_NE(output.find("gradient_checkpointing=true"), std::string::npos) << output;
+  EXPECT_FALSE(fs::exists(dir_ / "big")) << "nothing may start, not even the run folder";
+}
+
+}  // namespace
+}  // namespace rlrun::orchestrator

@@ -1,0 +1,150 @@
+// ResumeState: the orchestrator's part of a checkpoint survives a round trip, bad text is an
+// error naming the file, the newest COMPLETE checkpoint is the one resumed, metrics.jsonl keeps
+// only the steps the checkpoint holds.
+#include "orchestrator/run/state.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "common/atomic_file.h"
+#include "tests/common/config_test_util.h"
+#include "trainer/checkpoint.h"
+
+namespace rlrun::orchestrator {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+ResumeState sample_state() {
+  ResumeState s;
+  s.steps_completed = 7;
+  s.task_draws = 31;
+  s.next_group = 16;
+  s.next_request = 40;
+  s.prompts_skipped = 2;
+  s.tokens_generated = 1234;
+  s.tokens_trained = 987;
+  s.step_reward_means = {0.25, std::nan(""), 0.5};
+  s.accuracy_before = 0.125;
+  s.loop_seconds = 12.5;
+  s.trainer_idle_seconds = 3.25;
+  s.rollout_idle_seconds = {{"rollout-0", 1.5}};
+  s.samples.generated = 60;
+  s.samples.trained = 56;
+  s.samples.discarded = {{"zero_advantage", 4}};
+  s.samples.cancelled = 1;
+  return s;
+}
+
+TEST(RunState, RoundTrip) {
+  const ResumeState s = sample_state();
+  const Result<ResumeState> back = parse_resume_state(resume_state_json(s), "x");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->steps_completed, 7);
+  EXPECT_EQ(back->task_draws, 31u);
+  EXPECT_EQ(back->next_group, 16u);
+  EXPECT_EQ(back->next_request, 40u);
+  EXPECT_EQ(back->prompts_skipped, 2);
+  EXPECT_EQ(back->tokens_generated, 1234);
+  EXPECT_EQ(back->tokens_trained, 987);
+  ASSERT_EQ(back->step_reward_means.size(), 3u);
+  EXPECT_EQ(back->step_reward_means[0], 0.25);
+  EXPECT_TRUE(std::isnan(back->step_reward_means[1])) << "NaN travels as null";
+  EXPECT_EQ(back->accuracy_before, 0.125);
+  EXPECT_EQ(back->loop_seconds, 12.5);
+  EXPECT_EQ(back->trainer_idle_seconds, 3.25);
+  EXPECT_EQ(back->rollout_idle_seconds, s.rollout_idle_seconds);
+  EXPECT_EQ(back->samples.generated, 60);
+  EXPECT_EQ(back->samples.trained, 56);
+  EXPECT_EQ(back->samples.discarded, s.samples.discarded);
+  EXPECT_EQ(back->samples.cancelled, 1);
+
+  ResumeState none = s;
+  none.accuracy_before.reset();
+  EXPECT_FALSE(parse_resume_state(resume_state_json(none), "x")->accuracy_before.has_value());
+}
+
+TEST(RunState, BadTextNamesTheFileAndTheField) {
+  EXPECT_THAT(parse_resume_state("null", "ck/trainer_state.json").status().message(),
+              HasSubstr("ck/trainer_state.json: the orchestrator state is not a JSON object"));
+  EXPECT_THAT(parse_resume_state("{\"format\": 1}", "f").status().message(), HasSubstr("f: orchestrator state has no `steps_completed`"));
+  EXPECT_THAT(parse_resume_state("{\"format\": 9}", "f").status().message(), HasSubstr("format 9"));
+  std::string text = resume_state_json(sample_state());
+  text.replace(text.find("\"task_draws\":31"), 15, "\"task_draws\":\"a\"");
+  EXPECT_THAT(parse_resume_state(text, "f").status().message(), HasSubstr("task_draws"));
+  EXPECT_FALSE(parse_resume_state("{\"format\": 1, \"steps_completed\": ", "f").ok());
+}
+
+TEST(RunState, SamplesOfTheResumedPartAddUp) {
+  SampleLedger::Summary before, now;
+  before.generated = 10;
+  before.trained = 8;
+  before.discarded = {{"zero_advantage", 2}};
+  now.generated = 5;
+  now.trained = 4;
+  now.discarded = {{"zero_advantage", 1}, {"too_long", 1}};
+  now.in_flight = 3;
+  const SampleLedger::Summary sum = add_samples(before, now);
+  EXPECT_EQ(sum.generated, 15);
+  EXPECT_EQ(sum.trained, 12);
+  EXPECT_EQ(sum.discarded.at("zero_advantage"), 3);
+  EXPECT_EQ(sum.discarded.at("too_long"), 1);
+  EXPECT_EQ(sum.in_flight, 3) << "in flight is about the running process";
+}
+
+// Writes a complete-looking checkpoint of `step` (only what find_resume_point reads).
+void fake_checkpoint(const std::string& run, int64_t step, bool complete, const ResumeState& state) {
+  const std::string dir = trainer::checkpoint_dir(checkpoint_root(run), step);
+  fs::create_directories(dir);
+  const std::string manifest = str("{\"step\": ", step, ", \"optimizer_step\": ", step,
+                                   ", \"rng_state\": \"\", \"loader_state\": ", resume_state_json(state), "}");
+  ASSERT_TRUE(write_file_atomic(dir + "/trainer_state.json", manifest).ok());
+  if (complete) {
+    ASSERT_TRUE(write_file_atomic(dir + "/COMPLETE", "complete\n").ok());
+  }
+}
+
+TEST(RunState, ResumesTheNewestCompleteCheckpoint) {
+  testing::TempDir tmp;
+  const std::string run = tmp.path() + "/run";
+  EXPECT_THAT(find_resume_point(run).status().message(), HasSubstr("does not exist"));
+  fs::create_directories(run);
+  Result<ResumePoint> none = find_resume_point(run);
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(none.status().message(), HasSubstr("no complete checkpoint under " + run + "/checkpoints"));
+
+  ResumeState s = sample_state();
+  s.steps_completed = 2;
+  fake_checkpoint(run, 2, true, s);
+  s.steps_completed = 4;
+  fake_checkpoint(run, 4, true, s);
+  s.steps_completed = 6;
+  fake_checkpoint(run, 6, false, s);  // torn: no COMPLETE
+  Result<ResumePoint> point = find_resume_point(run);
+  ASSERT_TRUE(point.ok()) << point.status().message();
+  EXPECT_EQ(point->dir, trainer::checkpoint_dir(checkpoint_root(run), 4));
+  EXPECT_EQ(point->state.steps_completed, 4);
+
+  s.steps_completed = 3;  // a state that does not belong to its checkpoint
+  fake_checkpoint(run, 8, true, s);
+  EXPECT_THAT(find_resume_point(run).status().message(), HasSubstr("of step 3 but the checkpoint of step 8"));
+}
+
+TEST(RunState, MetricsKeepOnlyTheCheckpointedSteps) {
+  testing::TempDir tmp;
+  const std::string path = tmp.path() + "/metrics.jsonl";
+  EXPECT_TRUE(truncate_metrics_jsonl(path, 3).ok()) << "no file yet: nothing to do";
+  ASSERT_TRUE(write_file_atomic(path, "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n{\"step\":4}\n{\"step\":5,\"x\n").ok());
+  ASSERT_TRUE(truncate_metrics_jsonl(path, 2).ok());
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "{\"step\":1}\n{\"step\":2}\n");
+}
+
+}  // namespace
+}  // namespace rlrun::orchestrator

@@ -1,0 +1,215 @@
+#include "orchestrator/tasks/tasks.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <unordered_set>
+
+namespace rlrun::orchestrator {
+namespace {
+
+std::unique_ptr<Task> task(const std::string& name, int eval_size = 32) {
+  TaskSpec spec;
+  spec.name = name;
+  spec.eval_size = eval_size;
+  auto t = make_task(spec);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  return std::move(t).value();
+}
+
+TEST(Tasks, ExtractAnswerTakesTrimmedFirstLine) {
+  EXPECT_EQ(extract_answer("  42 \nmore"), "42");
+  EXPECT_EQ(extract_answer("7"), "7");
+  EXPECT_EQ(extract_answer(""), "");
+}
+
+TEST(Tasks, ArithmeticRewardsExactAnswerOnly) {
+  auto t = task("arithmetic");
+  Problem p = t->next_train();
+  ASSERT_FALSE(p.answer.empty());
+  // the answer is the true value of the prompt
+  const std::string expr = p.prompt.substr(0, p.prompt.size() - 1);
+  const size_t op = expr.find_first_of("+-", 1);
+  const long a = std::stol(expr.substr(0, op)), b = std::stol(expr.substr(op + 1));
+  EXPECT_EQ(std::stol(p.answer), expr[op] == '+' ? a + b : a - b);
+  EXPECT_EQ(t->reward(p, p.answer + "\n"), 1.0);
+  EXPECT_EQ(t->reward(p, p.answer + "0"), 0.0);
+  EXPECT_EQ(t->reward(p, ""), 0.0);
+}
+
+TEST(Tasks, EvalSetIsHeldOutFromTraining) {
+  for (const char* name : {"arithmetic", "reverse", "sort", "countdown"}) {
+    auto t = task(name, 40);
+    ASSERT_EQ(t->eval_set().size(), 40u) << name;
+    std::unordered_set<std::string> eval;
+    for (const Problem& p : t->eval_set()) eval.insert(p.prompt);
+    for (int i = 0; i < 2000; ++i) ASSERT_FALSE(eval.count(t->next_train().prompt)) << name;
+  }
+}
+
+TEST(Tasks, ReverseAndSort) {
+  auto r = task("reverse");
+  Problem p = r->next_train();
+  std::string s = p.prompt.substr(8, p.prompt.size() - 9);  // "reverse " ... ":"
+  EXPECT_EQ(p.answer, std::string(s.rbegin(), s.rend()));
+  EXPECT_EQ(r->reward(p, p.answer), 1.0);
+  auto so = task("sort");
+  Problem q = so->next_train();
+  EXPECT_TRUE(std::is_sorted(q.answer.begin(), q.answer.end()));
+  EXPECT_EQ(so->reward(q, q.answer), 1.0);
+  EXPECT_EQ(so->reward(q, q.answer + "z"), 0.0);
+}
+
+// Format warm-start answers have a correct answer's shape and are right only by chance.
+TEST(Tasks, FormatExamplesHaveTheAnswersShapeAndChanceAccuracy) {
+  std::mt19937_64 rng(3);
+  for (const char* name : {"arithmetic", "reverse", "sort", "countdown"}) {
+    auto t = task(name);
+    int right = 0;
+    const int n = 2000;
+    for (int i = 0; i < n; ++i) {
+      const Problem p = t->next_train();
+      const std::optional<std::string> text = t->format_example(p, rng);
+      ASSERT_TRUE(text.has_value()) << name;
+      right += t->correct(p, *text);
+      if (std::string(name) == "arithmetic") {
+        EXPECT_EQ(text->size(), p.answer.size()) << p.prompt << " -> " << *text;
+        EXPECT_EQ(text->find_first_not_of("0123456789"), std::string::npos) << *text;
+      } else if (std::string(name) == "countdown") {
+        // every given number appears
+        for (int64_t x : p.numbers) EXPECT_NE(text->find(std::to_string(x)), std::string::npos) << *text;
+      } else {
+        ASSERT_EQ(text->size(), p.answer.size()) << p.prompt;
+        for (char c : *text) EXPECT_NE(p.answer.find(c), std::string::npos) << p.prompt << " -> " << *text;
+      }
+    }
+    EXPECT_LT(right, n / 4) << name << ": the format examples carry the answers";
+  }
+  TaskSpec spec;
+  spec.name = "reverse";
+  spec.min_length = spec.max_length = 4;
+  auto fixed = make_task(spec);
+  ASSERT_TRUE(fixed.ok());
+  std::set<std::string> seen;  // the order is random, not a fixed function of the answer
+  const Problem p = (*fixed)->next_train();
+  for (int i = 0; i < 50; ++i) seen.insert(*(*fixed)->format_example(p, rng));
+  EXPECT_GT(seen.size(), 10u);
+}
+
+TEST(Tasks, PartialCreditScoresCharactersButAccuracyIsExact) {
+  TaskSpec spec;
+  spec.name = "reverse";
+  spec.partial_credit = true;
+  auto t = make_task(spec);
+  ASSERT_TRUE(t.ok());
+  Problem p{"reverse abcd:", "dcba", {}, 0};
+  EXPECT_DOUBLE_EQ((*t)->reward(p, "dcba\n"), 1.0);
+  EXPECT_DOUBLE_EQ((*t)->reward(p, "dcxa"), 0.75);
+  EXPECT_DOUBLE_EQ((*t)->reward(p, "dc"), 0.5);        // missing characters count wrong
+  EXPECT_DOUBLE_EQ((*t)->reward(p, "dcbaaaaa"), 0.5);  // so do extra ones
+  EXPECT_DOUBLE_EQ((*t)->reward(p, ""), 0.0);
+  EXPECT_TRUE((*t)->correct(p, "dcba"));
+  EXPECT_FALSE((*t)->correct(p, "dcxa"));
+  spec.partial_credit = false;
+  auto exact = make_task(spec);
+  EXPECT_DOUBLE_EQ((*exact)->reward(p, "dcxa"), 0.0);
+}
+
+TEST(Tasks, CountdownChecksValueAndNumbersUsed) {
+  Problem p{"numbers 3 5 7 target 22:", "", {3, 5, 7}, 22};
+  auto t = task("countdown");
+  EXPECT_EQ(t->reward(p, "3*5+7"), 1.0);
+  EXPECT_EQ(t->reward(p, "(7+5)*3-14"), 0.0);  // 14 is not given
+  EXPECT_EQ(t->reward(p, "7*3+1"), 0.0);       // 1 is not given
+  EXPECT_EQ(t->reward(p, "5*5-3"), 0.0);       // 5 used twice
+  EXPECT_EQ(t->reward(p, "3*5+7=22"), 0.0);    // not an expression
+  EXPECT_EQ(t->reward(p, "44/2"), 0.0);
+  // generated problems are solvable by their own reference solution
+  for (int i = 0; i < 200; ++i) {
+    Problem g = t->next_train();
+    EXPECT_EQ(t->reward(g, g.answer), 1.0) << g.prompt << " " << g.answer;
+  }
+}
+
+TEST(Tasks, SameSeedSameProblems) {
+  auto a = task("countdown"), b = task("countdown");
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(a->next_train().prompt, b->next_train().prompt);
+}
+
+class JsonlTaskTest : public ::testing::Test {
+ protected:
+  std::string write(const std::string& name, const std::string& text) {
+    auto path = std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "_" + name);
+    std::ofstream(path) << text;
+    files_.push_back(path);
+    return path.string();
+  }
+  void TearDown() override {
+    for (auto& f : files_) std::filesystem::remove(f);
+  }
+  std::vector<std::filesystem::path> files_;
+};
+
+TEST_F(JsonlTaskTest, ReadsRowsAndHoldsOutTheLastOnes) {
+  std::string rows;
+  for (int i = 0; i < 10; ++i) rows += "{\"prompt\": \"q" + std::to_string(i) + "\", \"answer\": \"" + std::to_string(i) + "\", \"source\": \"x\"}\n";
+  TaskSpec spec;
+  spec.name = "jsonl";
+  spec.dataset = write("ok.jsonl", rows);
+  spec.eval_size = 3;
+  auto t = make_task(spec);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ((*t)->eval_set().size(), 3u);
+  EXPECT_EQ((*t)->eval_set()[0].prompt, "q7");
+  for (int i = 0; i < 30; ++i) {
+    Problem p = (*t)->next_train();
+    EXPECT_NE(p.prompt, "q8");
+    EXPECT_EQ((*t)->reward(p, p.answer), 1.0);
+  }
+}
+
+TEST_F(JsonlTaskTest, ErrorsNameFileAndLine) {
+  TaskSpec spec;
+  spec.name = "jsonl";
+  spec.dataset = write("bad.jsonl", "{\"prompt\": \"a\", \"answer\": \"b\"}\n{\"prompt\": 3, \"answer\": \"b\"}\n");
+  auto t = make_task(spec);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("bad.jsonl:2: missing string field \"prompt\""), std::string::npos)
+      << t.status().message();
+  spec.dataset = write("broken.jsonl", "{\"prompt\": \"a\", \"answer\": \"b\"}\n{not json\n");
+  t = make_task(spec);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("broken.jsonl:2: not valid JSON"), std::string::npos) << t.status().message();
+  spec.dataset = "/nonexistent/data.jsonl";
+  EXPECT_FALSE(make_task(spec).ok());
+  spec.dataset = "";
+  EXPECT_NE(make_task(spec).status().message().find("task.dataset"), std::string::npos);
+}
+
+// task.prompt_field / task.answer_field name the fields of a row (datasets rarely say "prompt").
+TEST_F(JsonlTaskTest, FieldNamesComeFromTheConfig) {
+  TaskSpec spec;
+  spec.name = "jsonl";
+  spec.prompt_field = "question";
+  spec.answer_field = "solution";
+  std::string rows;
+  for (int i = 0; i < 4; ++i) rows += "{\"question\": \"q" + std::to_string(i) + "\", \"solution\": \"" + std::to_string(i) + "\"}\n";
+  spec.dataset = write("fields.jsonl", rows);
+  spec.eval_size = 1;
+  auto t = make_task(spec);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ((*t)->eval_set()[0].prompt, "q3");
+  EXPECT_EQ((*t)->eval_set()[0].answer, "3");
+  spec.answer_field = "answer";
+  t = make_task(spec);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("fields.jsonl:1: missing string field \"answer\" (task.answer_field)"),
+            std::string::npos)
+      << t.status().message();
+}
+
+}  // namespace
+}  // namespace rlrun::orchestrator
