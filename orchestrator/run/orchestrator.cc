@@ -118,7 +118,7 @@ Status Orchestrator::handle(const Incoming& in) {
       phase_best = std::max(phase_best, static_cast<int64_t>(it->second));
     }
   } else if (const auto* end = m.get<WeightSyncEnd>()) {
-    on_sync_end(in.peer, *end);
+    sync_.on_end(in.peer, end->ok, end->error, Clock::now());
   } else if (const auto* saved = m.get<CheckpointSaved>()) {
     if (const WorkerSlot* w = worker_by_name(in.peer); w != nullptr && w->role == Role::kTrainer)
       checkpoints_saved_[w->rank] = *saved;

@@ -49,6 +49,7 @@
 #include "orchestrator/run/metrics.h"
 #include "orchestrator/run/rendezvous.h"
 #include "orchestrator/run/state.h"
+#include "orchestrator/run/sync_rounds.h"
 #include "orchestrator/tasks/tasks.h"
 
 namespace rlrun::orchestrator {
@@ -155,16 +156,6 @@ class Orchestrator {
     bool cancel_sent = false;
     Clock::time_point sent_at = Clock::now();
   };
-  // One weight sync over the group "weights-<epoch>": trainer rank 0 and every rollout worker.
-  struct SyncRound {
-    uint64_t version = 0;
-    uint32_t epoch = 0;
-    std::set<std::string> waiting;    // members whose WeightSyncEnd has not come
-    std::vector<std::string> errors;  // "member: error"
-    bool saw_death = false;           // a member died: the round fails, a later one retries
-    Clock::time_point start, sender_answered_at;
-    bool failed() const { return saw_death || !errors.empty(); }
-  };
 
   // ---- run/orchestrator.cc: lifecycle and messages
   // How long a waiting loop's tick() polls for messages before it looks at everything else.
@@ -207,7 +198,6 @@ class Orchestrator {
   Status weight_sync(uint64_t version);
   Status advance_sync();  // in tick: finishes, times out or starts a round
   void start_round(uint64_t version);
-  void on_sync_end(const std::string& peer, const WeightSyncEnd& end);
   Status finish_round();
   bool group_complete() const;  // every rollout worker registered and alive
 
@@ -298,13 +288,7 @@ class Orchestrator {
   // Per-step waits.
   std::map<int, TrainResult> train_results_;  // by rank
   std::string train_error_;
-  // Weight sync rounds (run/weight_sync.cc).
-  std::optional<SyncRound> round_;
-  std::optional<uint64_t> sync_target_;  // the version weight_sync() waits for
-  uint64_t synced_version_ = 0;          // the version every ready worker holds
-  bool weights_started_ = false;         // the first weight_sync() was called
-  uint32_t weight_epoch_ = 0;            // of the weight group's last formation
-  bool group_broken_ = false;            // a member died or a round failed: the next round re-forms
+  SyncRounds sync_;  // weight-sync rounds: target version, epoch, the round in flight (run/weight_sync.cc)
 
   // Work of dead workers, dispatched again before new groups (run/supervise.cc).
   std::deque<std::pair<uint64_t, uint32_t>> requeued_;  // (group, sample index)

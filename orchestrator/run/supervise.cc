@@ -61,7 +61,7 @@ Status Orchestrator::supervise() {
     WorkerSlot& w = workers_[i];
     if (w.role != Role::kRollout) continue;
     const bool alive = w.state == WorkerState::kNeedsWeights || w.state == WorkerState::kReady;
-    const bool syncing = round_ && round_->waiting.count(w.name);  // blocked in a collective: bounded there
+    const bool syncing = sync_.waits_for(w.name);  // blocked in a collective: bounded there
     if (alive && !syncing && !inbox_backlogged_ && seconds_since(w.last_heard) > heartbeat_timeout) {
       RLRUN_RETURN_IF_ERROR(fail_worker(static_cast<int>(i), str("silent for ", seconds_since(w.last_heard),
                                                                  " s (heartbeat_timeout_seconds = ", heartbeat_timeout, ")"),
@@ -76,7 +76,7 @@ Status Orchestrator::supervise() {
   }
   for (const auto& [id, r] : requests_) {
     if (inbox_backlogged_ || seconds_since(r.sent_at) <= config_.rollout_request_timeout_seconds) continue;
-    if (round_ && round_->waiting.count(workers_[r.worker].name)) continue;  // blocked in a sync: bounded there
+    if (sync_.waits_for(workers_[r.worker].name)) continue;  // blocked in a sync: bounded there
     // Ends the loop: fail_worker erases from requests_.
     return fail_worker(r.worker, str("left request ", id, " unanswered for ", seconds_since(r.sent_at),
                                      " s (rollout_request_timeout_seconds = ", config_.rollout_request_timeout_seconds,
@@ -96,12 +96,9 @@ Status Orchestrator::fail_worker(int index, const std::string& why, bool exited)
   requeue_requests_of(index);
   w.state = WorkerState::kDead;
   w.registered = false;
-  group_broken_ = true;
-  if (round_) {  // it was a member: the round cannot succeed; unblock the others' join now
-    round_->waiting.erase(w.name);
-    round_->saw_death = true;
-    rendezvous_.abandon(server_, weight_group_key_prefix(static_cast<int>(round_->epoch)));
-  }
+  // A member of a round in flight: the round cannot succeed; unblock the others' join now.
+  if (std::optional<uint32_t> epoch = sync_.member_died(w.name))
+    rendezvous_.abandon(server_, weight_group_key_prefix(static_cast<int>(*epoch)));
   w.failure_record = static_cast<int>(outcome_.worker_failures.size());
   outcome_.worker_failures.push_back({w.name, why, unix_now(), 0, 0, 0});
   const int max_restarts = static_cast<int>(config_.max_worker_restarts);

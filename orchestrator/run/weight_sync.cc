@@ -7,7 +7,8 @@
 // epoch and every member joins that group first. A member that dies during a round breaks it: the
 // others fail within the group's timeouts (rendezvous.h), the round ends failed without stopping
 // the run, and a new one starts once the replacement registered. A round that fails with every
-// member alive stops the run with the members' errors.
+// member alive stops the run with the members' errors. The rounds' state and rules are
+// SyncRounds (sync_rounds.h); this file does their I/O.
 #include "common/clock.h"
 #include "common/observe/log.h"
 #include "common/observe/timeline.h"
@@ -26,9 +27,8 @@ Status Orchestrator::weight_sync(uint64_t version) {
   ScopedSpan span("weight_sync", "orchestrator");
   span.arg("version", static_cast<int64_t>(version));
   const auto start = Clock::now();
-  weights_started_ = true;
-  sync_target_ = version;
-  while (sync_target_) RLRUN_RETURN_IF_ERROR(tick(kTick, looping_));
+  sync_.want(version);
+  while (sync_.target()) RLRUN_RETURN_IF_ERROR(tick(kTick, looping_));
   last_sync_seconds_ = seconds_since(start);
   metrics_.weight_sync_seconds->Increment(last_sync_seconds_);
   metrics_.weight_sync_bytes->Increment(static_cast<double>(weight_bytes_));
@@ -36,46 +36,28 @@ Status Orchestrator::weight_sync(uint64_t version) {
 }
 
 void Orchestrator::start_round(uint64_t version) {
-  const bool reformed = group_broken_;
-  if (group_broken_) ++weight_epoch_;
-  group_broken_ = false;
-  SyncRound round;
-  round.version = version;
-  round.epoch = weight_epoch_;
-  round.start = Clock::now();
+  std::set<std::string> members;
+  for (const WorkerSlot& w : workers_) {
+    if (w.role == Role::kRollout || w.rank == 0) members.insert(w.name);
+  }
+  const auto now = Clock::now();
+  const SyncRounds::Round& round = sync_.begin(version, members, now);
   WeightSyncBegin begin;
   begin.version = version;
   begin.bucket_bytes = static_cast<uint64_t>(config_.weight_broadcast_bucket_mb) << 20;
   begin.metadata_cached = true;  // the layout travels over the weight group itself
-  begin.group_epoch = weight_epoch_;
-  for (const WorkerSlot& w : workers_) {
-    if (w.role == Role::kTrainer && w.rank != 0) continue;
-    const Status s = server_.send(w.name, begin);
-    if (s.ok()) {
-      round.waiting.insert(w.name);
-    } else {
-      round.errors.push_back(str(w.name, ": WeightSyncBegin not delivered: ", s.message()));
-      if (w.role == Role::kTrainer) round.sender_answered_at = round.start;
-    }
+  begin.group_epoch = round.epoch;
+  if (round.reformed)
+    log::info(str("weight sync of version ", version, " re-forms the weight group as weights-", round.epoch));
+  for (const std::string& name : members) {
+    if (const Status s = server_.send(name, begin); !s.ok()) sync_.not_delivered(name, s.message(), now);
   }
-  if (reformed)
-    log::info(str("weight sync of version ", version, " re-forms the weight group as weights-", weight_epoch_));
-  round_ = std::move(round);
-}
-
-void Orchestrator::on_sync_end(const std::string& peer, const WeightSyncEnd& end) {
-  if (!round_ || round_->waiting.erase(peer) == 0) return;  // a round that already ended
-  if (peer == "trainer-0") round_->sender_answered_at = Clock::now();
-  if (end.ok) return;
-  round_->errors.push_back(str(peer, ": ", end.error));
 }
 
 Status Orchestrator::finish_round() {
-  const SyncRound round = std::move(*round_);
-  round_.reset();
-  if (!round.failed()) {
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      WorkerSlot& w = workers_[i];
+  const SyncRounds::Outcome round = sync_.finish();
+  if (round.ok) {
+    for (WorkerSlot& w : workers_) {
       if (w.state != WorkerState::kNeedsWeights) continue;
       w.state = WorkerState::kReady;
       if (w.failure_record >= 0) {
@@ -83,12 +65,9 @@ Status Orchestrator::finish_round() {
         log::info(str(w.name, " (restart ", w.restarts, ") has weight version ", round.version, "; taking requests"));
       }
     }
-    synced_version_ = round.version;
-    if (sync_target_ == round.version) sync_target_.reset();
     return Status();
   }
-  group_broken_ = true;
-  if (round.saw_death) {
+  if (round.retry) {
     log::warn(str("weight sync of version ", round.version, " over weights-", round.epoch,
                   " broke (a member died); it runs again once the replacement has registered"));
     return Status();
@@ -99,32 +78,33 @@ Status Orchestrator::finish_round() {
 }
 
 Status Orchestrator::advance_sync() {
-  if (round_) {
-    if (round_->waiting.empty()) return finish_round();
+  if (const SyncRounds::Round* round = sync_.round()) {
+    if (sync_.answered()) return finish_round();
     const double timeout = config_.heartbeat_timeout_seconds;
     // Once the sender (trainer rank 0) answered, a receiver has all the bytes, or a group that
     // the sender left (it fails at once): one still silent heartbeat_timeout_seconds later is hung
     // (a stopped process). The sender itself is bounded by its collectives' timeouts.
-    if (!round_->waiting.count("trainer-0") && seconds_since(round_->sender_answered_at) > timeout) {
-      const std::set<std::string> hung = round_->waiting;
+    if (!sync_.waits_for(kWeightSender) && seconds_since(round->sender_answered_at) > timeout) {
+      const std::set<std::string> hung = round->waiting;
+      const uint64_t version = round->version;
       for (const std::string& name : hung) {
         WorkerSlot* w = worker_by_name(name);
         if (w->role == Role::kTrainer) continue;  // ranks > 0 are not members
         RLRUN_RETURN_IF_ERROR(fail_worker(static_cast<int>(w - workers_.data()),
-                                          str("hung in the weight sync of version ", round_->version, " (",
-                                              timeout, " s after the sender finished)"),
+                                          str("hung in the weight sync of version ", version, " (", timeout,
+                                              " s after the sender finished)"),
                                           false));
       }
-    } else if (round_->waiting.count("trainer-0") && seconds_since(round_->start) > config_.train_step_timeout_seconds) {
-      return timeout_error(str("trainer-0 did not finish the weight sync of version ", round_->version, " within ",
+    } else if (sync_.waits_for(kWeightSender) && seconds_since(round->start) > config_.train_step_timeout_seconds) {
+      return timeout_error(str(kWeightSender, " did not finish the weight sync of version ", round->version, " within ",
                                config_.train_step_timeout_seconds, " s (train_step_timeout_seconds); see its log: ",
-                               worker_by_name("trainer-0")->log_path));
+                               worker_by_name(kWeightSender)->log_path));
     }
-    return round_ && round_->waiting.empty() ? finish_round() : Status();
+    return sync_.answered() ? finish_round() : Status();
   }
   if (!group_complete()) return Status();
-  if (sync_target_) {
-    start_round(*sync_target_);
+  if (sync_.target()) {
+    start_round(*sync_.target());
     return Status();
   }
   // A replacement catches up on the current version, unless the trainer is changing its weights
@@ -132,7 +112,7 @@ Status Orchestrator::advance_sync() {
   bool needs_weights = false;
   for (const WorkerSlot& w : workers_) needs_weights = needs_weights || w.state == WorkerState::kNeedsWeights;
   const bool training = training_groups_ > 0;
-  if (needs_weights && weights_started_ && !training) start_round(synced_version_);
+  if (needs_weights && sync_.started() && !training) start_round(sync_.synced_version());
   return Status();
 }
 
