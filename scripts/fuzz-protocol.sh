@@ -7,7 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${RLRUN_FUZZ_DIR:-$root/build/fuzz}
 mkdir -p "$out/corpus"
 clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -I"$root" \
-  "$root/tests/common/protocol_libfuzzer.cc" \
+  "$root/tests/common/protocol/protocol_libfuzzer.cc" \
   "$root"/common/protocol/{protocol,names,wire_codec}.cc "$root"/common/{status,check}.cc \
   "$root"/common/observe/log.cc \
   -lzmq -o "$out/protocol_fuzzer"

@@ -1,6 +1,6 @@
 // trainer_inputs.h - what a trainer process feeds the Trainer: options from the run config and
 // micro-batches from the orchestrator's TrainBatch message. The only place the trainer reads
-// common/config/config.h and common/protocol.h.
+// common/config/config.h and common/protocol/protocol.h.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // config/load.h - internal to the config loader (config/load.cc, config/checkpoint_shape.cc,
-// config/rules.cc): the state of one load_config() call. Other code uses common/config.h.
+// config/rules.cc): the state of one load_config() call. Other code uses common/config/config.h.
 #pragma once
 
 #include <filesystem>

@@ -89,7 +89,7 @@ std::string render_defaults_yaml() {
          "#\n"
          "# Generated from common/config/keys.def (the one list of keys) by\n"
          "#   rlrun validate --print-defaults > configs/defaults.yaml\n"
-         "# and checked against it by tests/common/config_schema_test.cc. A run config names\n"
+         "# and checked against it by tests/common/config/config_schema_test.cc. A run config names\n"
          "# only the keys it changes (see configs/quickstart.yaml); unknown keys are errors.\n"
          "# Paths (run_dir, model.checkpoint, model.tokenizer, task.dataset, task.eval_dataset) written\n"
          "# in a config file are relative to that file's folder; given with --set, to the working\n"

@@ -132,4 +132,4 @@ inline double dot(const Vec& a, const Vec& b) {
 
 }  // namespace rlrun::engine::testing
 
-#include "op_reference.h"  // IWYU pragma: export
+#include "tests/engine/op_reference.h"  // IWYU pragma: export

@@ -4,7 +4,7 @@
 // tol_scale_ for lower-precision backends.
 #include <cstring>
 
-#include "op_test_util.h"
+#include "tests/engine/op_test_util.h"
 
 namespace rlrun::engine::testing {
 namespace {

@@ -6,7 +6,7 @@
 // reference gradient is accurate to ~1e-9; the backend's analytic gradient must match it within
 // rel_error <= 1e-4 for f32 backends (times tol_scale_ for lower precision). Parameter gradients
 // must ACCUMULATE: they start from a known non-zero value.
-#include "op_test_util.h"
+#include "tests/engine/op_test_util.h"
 
 namespace rlrun::engine::testing {
 namespace {

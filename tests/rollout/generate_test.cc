@@ -7,7 +7,7 @@
 
 #include "engine/tokenizer/tokenizer.h"
 #include "rollout/generate.h"
-#include "tests/engine/model_test_util.h"
+#include "tests/engine/model/model_test_util.h"
 
 namespace rlrun::rollout {
 namespace {

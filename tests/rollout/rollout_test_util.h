@@ -13,7 +13,7 @@
 
 #include "engine/model/model.h"
 #include "rollout/scheduler.h"
-#include "tests/engine/model_test_util.h"
+#include "tests/engine/model/model_test_util.h"
 
 namespace rlrun::rollout::testing {
 

@@ -22,7 +22,7 @@
 #include "engine/io/model_io.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "rollout/generate.h"
-#include "tests/engine/model_test_util.h"
+#include "tests/engine/model/model_test_util.h"
 #include "tests/orchestrator/cli_test_util.h"
 
 namespace rlrun {

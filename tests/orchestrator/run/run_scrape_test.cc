@@ -1,7 +1,7 @@
 // `rlrun CONFIG` watched the way users watch it: this test reads /metrics every 100 ms and a real
 // Prometheus scrapes it every second, from before the workers register, through the format
 // warm-start and the RL steps, to the end. The run must finish cleanly. (A scrape once killed the
-// orchestrator: civetweb's 100 KiB thread stacks minus ~80 KiB of static TLS; common/thread_stack.h.)
+// orchestrator: civetweb's 100 KiB thread stacks minus ~80 KiB of static TLS; common/observe/thread_stack.h.)
 // The run starts in a working directory other than the repository: the config's paths are its own.
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/model/model.h"
-#include "tests/engine/model_test_util.h"
+#include "tests/engine/model/model_test_util.h"
 
 namespace rlrun::engine {
 namespace {

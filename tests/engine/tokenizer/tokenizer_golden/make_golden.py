@@ -1,7 +1,7 @@
 """Writes the tokenizer golden files (<name>.jsonl beside this script) with HF `tokenizers`, the
 reference implementation. Run under the test venv after scripts/fetch-test-models.sh:
 
-  build/pyref/bin/python tests/engine/tokenizer_golden/make_golden.py [--models-dir build/models]
+  build/pyref/bin/python tests/engine/tokenizer/tokenizer_golden/make_golden.py [--models-dir build/models]
 
 Line 1 of each file: {"tokenizer": path relative to the repo, "sha256": of that tokenizer.json,
 "tokenizers_version": ...}. Then one case a line: {"text", "ids", "decoded", "decoded_skip"}

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "common/observe/log.h"
-#include "tests/common/protocol_samples.h"
+#include "tests/common/protocol/protocol_samples.h"
 
 namespace rlrun {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "engine/kv/kv_cache.h"
 #include "engine/model/model.h"
-#include "tests/engine/model_test_util.h"
+#include "tests/engine/model/model_test_util.h"
 
 namespace rlrun::engine {
 namespace {

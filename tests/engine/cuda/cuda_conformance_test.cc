@@ -16,8 +16,8 @@
 #include <numeric>
 
 #include "engine/model/model.h"
-#include "model_test_util.h"
-#include "op_test_util.h"
+#include "tests/engine/model/model_test_util.h"
+#include "tests/engine/op_test_util.h"
 #ifdef RLRUN_HAVE_CUDA
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/device.h"

@@ -1,4 +1,4 @@
-// Golden tests: our tokenizer against HF `tokenizers` (tests/engine/tokenizer_golden/*.jsonl,
+// Golden tests: our tokenizer against HF `tokenizers` (tests/engine/tokenizer/tokenizer_golden/*.jsonl,
 // written by make_golden.py). Every case checks encode, decode (with and without special tokens)
 // and, for some, the decode of every id prefix (partial UTF-8 -> U+FFFD).
 //
@@ -25,7 +25,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-const fs::path kGoldenDir = fs::path(RLRUN_SOURCE_DIR) / "tests/engine/tokenizer_golden";
+const fs::path kGoldenDir = fs::path(RLRUN_SOURCE_DIR) / "tests/engine/tokenizer/tokenizer_golden";
 
 fs::path models_dir() {
   const char* env = std::getenv("RLRUN_MODELS_DIR");
@@ -118,7 +118,7 @@ void run_golden(const std::string& name) {
               encoded_tokens, encode_seconds * 1e3);
   EXPECT_EQ(failures, 0) << name << ": " << failures << " of " << cases << " cases differ from HF tokenizers "
                          << "(if " << path << " was regenerated on purpose, rerun "
-                         << "tests/engine/tokenizer_golden/make_golden.py)";
+                         << "tests/engine/tokenizer/tokenizer_golden/make_golden.py)";
 }
 
 TEST(TokenizerGolden, Tiny) { run_golden("tiny"); }

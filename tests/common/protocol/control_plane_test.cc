@@ -362,7 +362,7 @@ TEST(ControlPlane, FramesOverMaxFrameBytesNeverReachTheServer) {
 
 // ---------------------------------------------------------------- a separate server process
 
-// The test double process (tests/common/control_server_double.cc); killed if the test fails.
+// The test double process (tests/common/protocol/control_server_double.cc); killed if the test fails.
 class ServerProcess {
  public:
   explicit ServerProcess(const std::string& max_frame_bytes) {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "common/protocol/protocol.h"
-#include "tests/common/protocol_samples.h"
+#include "tests/common/protocol/protocol_samples.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include "common/observe/log.h"
 #include "engine/bf16.h"
 #include "engine/io/hf_checkpoint.h"
-#include "tests/engine/hf_reference.h"
+#include "tests/engine/io/hf_reference.h"
 
 namespace rlrun::engine {
 namespace {

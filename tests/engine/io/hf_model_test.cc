@@ -22,7 +22,7 @@
 #include "engine/backend.h"
 #include "engine/io/model_io.h"
 #include "engine/model/model.h"
-#include "tests/engine/hf_reference.h"
+#include "tests/engine/io/hf_reference.h"
 
 namespace rlrun::engine {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "tests/engine/model_test_util.h"
+#include "tests/engine/model/model_test_util.h"
 
 namespace rlrun::engine {
 namespace {

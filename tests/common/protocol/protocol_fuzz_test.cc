@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "common/protocol/protocol.h"
-#include "tests/common/protocol_samples.h"
+#include "tests/common/protocol/protocol_samples.h"
 
 namespace rlrun {
 namespace {
