@@ -20,12 +20,12 @@ const SyncRounds::Round& SyncRounds::begin(uint64_t version, std::set<std::strin
 void SyncRounds::not_delivered(const std::string& member, const std::string& error, Clock::time_point now) {
   if (!round_ || round_->waiting.erase(member) == 0) return;
   round_->errors.push_back(str(member, ": WeightSyncBegin not delivered: ", error));
-  if (member == kWeightSender) round_->sender_answered_at = now;
+  if (member == weight_sender()) round_->sender_answered_at = now;
 }
 
 void SyncRounds::on_end(const std::string& member, bool ok, const std::string& error, Clock::time_point now) {
   if (!round_ || round_->waiting.erase(member) == 0) return;  // a round that already ended
-  if (member == kWeightSender) round_->sender_answered_at = now;
+  if (member == weight_sender()) round_->sender_answered_at = now;
   if (!ok) round_->errors.push_back(str(member, ": ", error));
 }
 

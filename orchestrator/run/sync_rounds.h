@@ -20,9 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "common/protocol/protocol.h"
+
 namespace rlrun::orchestrator {
 
-inline constexpr const char* kWeightSender = "trainer-0";
+// The sender of every round: trainer rank 0 ("trainer-0").
+inline std::string weight_sender() { return worker_name(Role::kTrainer, 0); }
 
 class SyncRounds {
  public:

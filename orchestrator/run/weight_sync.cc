@@ -84,7 +84,7 @@ Status Orchestrator::advance_sync() {
     // Once the sender (trainer rank 0) answered, a receiver has all the bytes, or a group that
     // the sender left (it fails at once): one still silent heartbeat_timeout_seconds later is hung
     // (a stopped process). The sender itself is bounded by its collectives' timeouts.
-    if (!sync_.waits_for(kWeightSender) && seconds_since(round->sender_answered_at) > timeout) {
+    if (!sync_.waits_for(weight_sender()) && seconds_since(round->sender_answered_at) > timeout) {
       const std::set<std::string> hung = round->waiting;
       const uint64_t version = round->version;
       for (const std::string& name : hung) {
@@ -95,10 +95,10 @@ Status Orchestrator::advance_sync() {
                                               " s after the sender finished)"),
                                           false));
       }
-    } else if (sync_.waits_for(kWeightSender) && seconds_since(round->start) > config_.train_step_timeout_seconds) {
-      return timeout_error(str(kWeightSender, " did not finish the weight sync of version ", round->version, " within ",
+    } else if (sync_.waits_for(weight_sender()) && seconds_since(round->start) > config_.train_step_timeout_seconds) {
+      return timeout_error(str(weight_sender(), " did not finish the weight sync of version ", round->version, " within ",
                                config_.train_step_timeout_seconds, " s (train_step_timeout_seconds); see its log: ",
-                               worker_by_name(kWeightSender)->log_path));
+                               worker_by_name(weight_sender())->log_path));
     }
     return sync_.answered() ? finish_round() : Status();
   }
