@@ -317,6 +317,7 @@ Status Orchestrator::run_step() {
   {
     ScopedSpan span("wait_batch", "orchestrator");
     trainer_waiting_ = true;
+    RLRUN_RETURN_IF_ERROR(check_interrupt());  // a ready batch would skip every tick
     while (!take_batch(batch)) {
       RLRUN_RETURN_IF_ERROR(tick(kTick, true));
       if (!no_batch_error_.empty()) return invalid_argument(no_batch_error_);

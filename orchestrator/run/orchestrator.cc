@@ -137,13 +137,18 @@ Status Orchestrator::handle(const Incoming& in) {
   return Status();
 }
 
-Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
+Status Orchestrator::check_interrupt() {
   const int interrupts = interrupted_.load();
   if (interrupts >= 2) return unavailable("interrupted twice (SIGINT/SIGTERM): stopped at once, without a checkpoint");
   if (interrupts == 1 && !committing_) {
     stopped_by_interrupt_ = true;
     return unavailable("interrupted (SIGINT/SIGTERM)");
   }
+  return Status();
+}
+
+Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
+  RLRUN_RETURN_IF_ERROR(check_interrupt());
   Result<Incoming> in = server_.poll(wait);
   inbox_backlogged_ = false;
   for (int n = 1; in.ok(); ++n) {

@@ -161,6 +161,9 @@ class Orchestrator {
   // How long a waiting loop's tick() polls for messages before it looks at everything else.
   static constexpr std::chrono::milliseconds kTick{20};
   Status tick(std::chrono::milliseconds wait, bool dispatch);
+  // An error once SIGINT/SIGTERM came (the first waits while committing_); tick() asks first, and
+  // so does run_step() before it takes a batch, which may be ready without a single tick.
+  Status check_interrupt();
   Status handle(const Incoming& in);
   Status handle_register(const Incoming& in, const Register& reg);
   void handle_heartbeat(const Incoming& in, const Heartbeat& hb);

@@ -62,12 +62,15 @@ TEST(RunStop, NoBatchCanFormStopsAfterTheBoundWithTheReason) {
 }
 
 TEST(RunStop, SigtermStillMeasuresHeldOutAccuracy) {
+  // Also when every batch is ready before the trainer asks: the stop must not need a wait.
   testing::TempDir dir;
   const std::string run = dir.path() + "/run", log = dir.path() + "/rlrun.log";
   const pid_t pid = testing::spawn_in(
       dir.path(),
       {RLRUN_BINARY, quickstart(), "--run-dir", run, "--set", "metrics_bind=127.0.0.1:0", "--set",
-       "format_warm_start_steps=10", "--set", "discard_group_zero_advantage=false", "--set", "task.eval_every=0"},
+       "format_warm_start_steps=10", "--set", "discard_group_zero_advantage=false", "--set", "task.eval_every=0",
+       // rollout runs far ahead: the trainer finds its batch ready, a step without a wait
+       "--set", "max_async_rollout=4"},
       log);
   ASSERT_GT(pid, 0);
   bool ended = false;  // early: the assertion below says why
