@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <tuple>
 
 #include "common/clock.h"
 #include "common/observe/log.h"
@@ -18,8 +19,7 @@ void Orchestrator::resume_from(const ResumeState& s) {
   last_step_state_ = s;
   last_checkpoint_step_ = s.steps_completed;
   outcome_.steps_completed = trainer_step_ = s.steps_completed;
-  next_group_ = s.next_group;
-  next_request_ = s.next_request;
+  dispatcher_.restore_next_ids(s.next_group, s.next_request);
   // The prompt stream from the same seed, advanced past what the saved run drew.
   prompts_.skip(s.task_draws);
   outcome_.prompts_skipped = s.prompts_skipped;
@@ -39,8 +39,7 @@ ResumeState Orchestrator::capture_state() const {
   ResumeState s;
   s.steps_completed = outcome_.steps_completed;
   s.task_draws = prompts_.consumed();
-  s.next_group = next_group_;
-  s.next_request = next_request_;
+  std::tie(s.next_group, s.next_request) = dispatcher_.next_ids();
   s.prompts_skipped = outcome_.prompts_skipped;
   s.tokens_generated = outcome_.tokens_generated;
   s.tokens_trained = outcome_.tokens_trained;

@@ -18,65 +18,21 @@ constexpr int kMaxPromptTries = 100;  // consecutive too-long prompts before giv
 
 }  // namespace
 
-int64_t Orchestrator::outstanding_groups() const {
-  return static_cast<int64_t>(groups_.size() + ready_.size()) + training_groups_;
-}
+int64_t Orchestrator::outstanding_groups() const { return dispatcher_.groups_outstanding() + training_groups_; }
 
-int Orchestrator::free_rollout_worker() const {
-  int best = -1, best_free = 0;
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    const WorkerSlot& w = workers_[i];
-    if (w.role != Role::kRollout || w.state != WorkerState::kReady) continue;
-    const int free = static_cast<int>(config_.max_concurrent_prompts_per_server) - w.lanes_used;
-    if (free > best_free) best = static_cast<int>(i), best_free = free;
-  }
-  return best;
-}
-
-void Orchestrator::send_request(uint64_t group_id, uint32_t first, uint32_t count, int worker) {
-  const Group& g = groups_.at(group_id);
-  GenerateRequest req;
-  req.request_id = next_request_++;
-  req.prompt_ids = g.prompt_ids;
-  req.num_samples = count;
-  req.first_sample_index = first;
-  req.temperature = static_cast<float>(config_.temperature);
-  req.top_p = static_cast<float>(config_.top_p);
-  req.max_tokens = static_cast<uint32_t>(config_.max_tokens);
-  req.stop_token_ids = stop_ids_;
-  req.seed = static_cast<uint64_t>(config_.seed) * 1000003u + req.request_id;
+Status Orchestrator::send_request(int worker, const GenerateRequest& request) {
   WorkerSlot& w = workers_[worker];
-  const Status s = server_.send(w.name, req);
-  if (!s.ok()) log::warn(str("dispatch to ", w.name, ": ", s.message()));  // results never come: counted in flight
-  requests_[req.request_id] = Request{group_id, first, count, 0, worker, g.dispatch_version, false, false};
-  ++w.lanes_used;
   if (w.failure_record >= 0) {  // a replacement: when it took work (build/bench/fault_recovery_bench reads it)
     double& first_request = outcome_.worker_failures[w.failure_record].replacement_first_request_at;
-    if (first_request == 0)
-      first_request = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    if (first_request == 0) first_request = unix_now();
   }
-}
-
-Status Orchestrator::send_eval_request(uint64_t problem, int worker) {
-  GenerateRequest req;
-  req.request_id = next_request_++;
-  req.prompt_ids = tokenizer_.encode(task_.eval_set()[problem].prompt);
-  req.temperature = 0.0f;  // greedy
-  req.max_tokens = static_cast<uint32_t>(config_.max_tokens);
-  req.stop_token_ids = stop_ids_;
-  req.min_weight_version = static_cast<uint64_t>(trainer_step_);
-  requests_[req.request_id] = Request{problem, 0, 1, 0, worker, static_cast<uint64_t>(trainer_step_), true, false};
-  ++workers_[worker].lanes_used;
-  return server_.send(workers_[worker].name, req);  // not delivered: the request times out on that worker
+  return server_.send(w.name, request);
 }
 
 bool Orchestrator::start_group() {
   for (int tries = 0; tries < kMaxPromptTries; ++tries) {
-    Group g;
     Prompt prompt = prompts_.next();
-    g.problem = std::move(prompt.problem);
-    g.prompt_ids = std::move(prompt.ids);
-    const int64_t n = static_cast<int64_t>(g.prompt_ids.size());
+    const int64_t n = static_cast<int64_t>(prompt.ids.size());
     if (n == 0 || n > config_.max_prompt_tokens || n + config_.max_tokens > config_.max_model_len) {
       if (++outcome_.prompts_skipped == 1)
         log::warn(str("skipping a prompt of ", n, " tokens (max_prompt_tokens ", config_.max_prompt_tokens,
@@ -84,17 +40,9 @@ bool Orchestrator::start_group() {
                       "); skipped prompts are counted in summary.json"));
       continue;
     }
-    g.id = next_group_++;
-    g.dispatch_version = static_cast<uint64_t>(trainer_step_);
-    g.samples.resize(group_size_);
-    for (uint32_t i = 0; i < group_size_; ++i) ledger_.dispatched(sample_id(g.id, i));
-    const uint64_t id = g.id;
-    groups_.emplace(id, std::move(g));
-    if (config_.enable_individual_sample_lanes) {
-      for (uint32_t i = 0; i < group_size_; ++i) pending_samples_.emplace_back(id, i);
-    } else {
-      send_request(id, 0, group_size_, free_rollout_worker());
-    }
+    const uint64_t id =
+        dispatcher_.admit(std::move(prompt.problem), std::move(prompt.ids), static_cast<uint64_t>(trainer_step_));
+    for (uint32_t i = 0; i < group_size_; ++i) ledger_.dispatched(sample_id(id, i));
     return true;
   }
   return false;
@@ -102,28 +50,21 @@ bool Orchestrator::start_group() {
 
 void Orchestrator::dispatch() {
   while (true) {
-    if (config_.enable_individual_sample_lanes && !pending_samples_.empty()) {
-      const int w = free_rollout_worker();
-      if (w < 0) return;
-      const auto [group, index] = pending_samples_.front();
-      pending_samples_.pop_front();
-      send_request(group, index, 1, w);
+    if (config_.enable_individual_sample_lanes && dispatcher_.has_pending()) {
+      if (!dispatcher_.send_pending()) return;  // no free lane
       continue;
     }
     if (!gate_.may_dispatch(outstanding_groups())) return;
-    if (!config_.enable_individual_sample_lanes && free_rollout_worker() < 0) return;
+    if (!config_.enable_individual_sample_lanes && dispatcher_.free_worker() < 0) return;
     if (!start_group()) return;
   }
 }
 
 void Orchestrator::cancel_off_policy() {
-  std::map<int, Cancel> by_worker;
-  for (auto& [id, r] : requests_) {
-    if (r.eval || r.cancel_sent || !gate_.should_cancel(r.dispatch_version, trainer_step_)) continue;
-    r.cancel_sent = true;
-    by_worker[r.worker].request_ids.push_back(id);
-  }
-  for (auto& [worker, cancel] : by_worker) {
+  const auto off_policy = [&](uint64_t version) { return gate_.should_cancel(version, trainer_step_); };
+  for (auto& [worker, ids] : dispatcher_.take_off_policy(off_policy)) {
+    Cancel cancel;
+    cancel.request_ids = std::move(ids);
     cancel.reason = "off_policy";
     log::info(str("cancelling ", cancel.request_ids.size(), " request(s) on ", workers_[worker].name,
                   ": more than max_off_policy_steps = ", config_.max_off_policy_steps, " weight updates old"));
@@ -132,39 +73,23 @@ void Orchestrator::cancel_off_policy() {
 }
 
 void Orchestrator::on_result(const GenerateResult& result) {
-  auto it = requests_.find(result.request_id);
-  if (it == requests_.end() || result.sample_index < it->second.first ||
-      result.sample_index >= it->second.first + it->second.count) {
-    log::warn(str("ignoring a result for unknown request ", result.request_id, " sample ", result.sample_index));
-    return;
-  }
-  Request& req = it->second;
-  if (++req.returned == req.count) {
-    --workers_[req.worker].lanes_used;
-  }
+  const Dispatcher::Routed routed = dispatcher_.route(result);
+  if (routed.kind == Dispatcher::Routed::Kind::kIgnored) return;
   const bool ok = result.finish_reason == FinishReason::kStop || result.finish_reason == FinishReason::kLength;
   std::vector<int32_t> tokens(result.token_ids.begin(), result.token_ids.end());
   outcome_.tokens_generated += static_cast<int64_t>(tokens.size());
   metrics_.tokens_generated->Increment(static_cast<double>(tokens.size()));
   engine::DecodeOptions decode_options;
   decode_options.skip_special_tokens = true;
-  if (req.eval) {
-    const Problem& p = task_.eval_set()[req.group];
+  if (routed.kind == Dispatcher::Routed::Kind::kEval) {
+    const Problem& p = task_.eval_set()[routed.problem];
     Result<std::string> text = tokenizer_.decode(tokens, decode_options);
-    eval_rewards_[req.group] = ok && text.ok() && task_.correct(p, *text) ? 1.0 : 0.0;
-    if (req.returned == req.count) requests_.erase(it);
+    eval_rewards_[routed.problem] = ok && text.ok() && task_.correct(p, *text) ? 1.0 : 0.0;
     return;
   }
-  const uint64_t group_id = req.group;
-  if (req.returned == req.count) requests_.erase(it);
-  auto g = groups_.find(group_id);
-  if (g == groups_.end()) return;  // RLRUN invariant: a group lives until all its samples return
-  Group& group = g->second;
-  Sample& s = group.samples[result.sample_index];
-  if (s.returned) return;
-  s.returned = true;
-  ++group.returned;
-  const uint64_t id = sample_id(group_id, result.sample_index);
+  Group& group = *routed.group;
+  Sample& s = group.samples[routed.index];
+  const uint64_t id = sample_id(group.id, routed.index);
   if (result.finish_reason == FinishReason::kCancelled) {
     ledger_.cancelled(id);
     metrics_.cancelled->Increment();
@@ -172,7 +97,7 @@ void Orchestrator::on_result(const GenerateResult& result) {
   } else if (!ok) {
     ledger_.discarded(id, "generation_error");
     metrics_.count_discard("generation_error");
-    log::warn(str("generation failed for group ", group_id, ": ", result.error));
+    log::warn(str("generation failed for group ", group.id, ": ", result.error));
     group.failed = true;
   } else {
     ledger_.generated(id);
@@ -182,13 +107,10 @@ void Orchestrator::on_result(const GenerateResult& result) {
     Result<std::string> text = tokenizer_.decode(s.completion, decode_options);
     s.reward = text.ok() ? task_.reward(group.problem, *text) : 0.0;
   }
-  if (group.returned == static_cast<int>(group_size_)) {
-    finish_group(group);
-    groups_.erase(g);
-  }
+  if (dispatcher_.is_complete(group)) finish_group(dispatcher_.complete(group.id));
 }
 
-void Orchestrator::finish_group(Group& group) {
+void Orchestrator::finish_group(Group group) {
   auto discard_all = [&](const std::string& reason) {
     for (uint32_t i = 0; i < group_size_; ++i) {
       if (ledger_.state(sample_id(group.id, i)) != SampleState::kGenerated) continue;
@@ -211,7 +133,7 @@ void Orchestrator::finish_group(Group& group) {
     return discard_all("advantage_error");
   }
   for (uint32_t i = 0; i < group_size_; ++i) group.samples[i].advantage = advantages[i];
-  ready_.push_back(std::move(group));
+  dispatcher_.push_scored(std::move(group));
 }
 
 void Orchestrator::discard_zero_spread(float reward, const std::function<void(const std::string&)>& discard_all) {
@@ -232,7 +154,7 @@ void Orchestrator::discard_zero_spread(float reward, const std::function<void(co
   if (zero_spread_.discarded < bound) return;
   // A policy that never (or always) solves the task gives no group a reward spread: past the bound
   // the step stops waiting, and the log says which case it is.
-  if (ready_.empty() && zero_spread_.failed == zero_spread_.discarded) {
+  if (dispatcher_.scored().empty() && zero_spread_.failed == zero_spread_.discarded) {
     no_batch_error_ = str(zero_spread_.discarded, " groups in a row earned no reward and were discarded for no reward ",
                           "spread (discard_group_zero_advantage; max_zero_spread_rounds = ", config_.max_zero_spread_rounds,
                           " batches), so no batch can form: the policy never succeeds. ",
@@ -253,23 +175,21 @@ void Orchestrator::discard_zero_spread(float reward, const std::function<void(co
 }
 
 bool Orchestrator::take_batch(std::vector<Group>& out) {
-  const size_t want = static_cast<size_t>(config_.prompts_batch_size_for_trainer);
-  while (out.size() < want && !ready_.empty()) {
-    Group g = std::move(ready_.front());
-    ready_.pop_front();
-    bool stale = false;
-    for (const Sample& s : g.samples) stale = stale || gate_.too_stale(s.version, trainer_step_);
-    if (!stale) {
-      out.push_back(std::move(g));
-      continue;
-    }
+  std::vector<Group> stale;
+  const auto too_stale = [&](const Group& g) {
+    for (const Sample& s : g.samples)
+      if (gate_.too_stale(s.version, trainer_step_)) return true;
+    return false;
+  };
+  std::optional<std::vector<Group>> batch =
+      dispatcher_.take_batch(static_cast<size_t>(config_.prompts_batch_size_for_trainer), too_stale, stale);
+  for (const Group& g : stale) {
     for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(g.id, i), "stale");
     metrics_.count_discard("stale", group_size_);
   }
-  if (out.size() == want) return true;
-  for (auto it = out.rbegin(); it != out.rend(); ++it) ready_.push_front(std::move(*it));  // keep order
-  out.clear();
-  return false;
+  if (!batch) return false;
+  out = std::move(*batch);
+  return true;
 }
 
 BatchBuild Orchestrator::pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards) {
@@ -394,7 +314,7 @@ Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
   eval_rewards_.clear();
   std::vector<int> rollouts;  // ready ones; the problems of a dead worker are dispatched again
   for (size_t i = 0; i < workers_.size(); ++i)
-    if (workers_[i].role == Role::kRollout && workers_[i].state == WorkerState::kReady)
+    if (workers_[i].serves())
       rollouts.push_back(static_cast<int>(i));
   size_t sent = 0;
   for (size_t p = 0; p < problems.size(); ++p) {
@@ -403,12 +323,14 @@ Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
       eval_rewards_[p] = 0.0;  // cannot be asked: counts as wrong
       continue;
     }
+    const uint64_t version = static_cast<uint64_t>(trainer_step_);
     if (rollouts.empty()) {
-      requeued_eval_.push_back(p);
+      dispatcher_.requeue_eval(p, tokenizer_.encode(problems[p].prompt), version);
       continue;
     }
     const int w = rollouts[sent++ % rollouts.size()];
-    if (Status s = send_eval_request(p, w); !s.ok()) log::warn(str("evaluation request to ", workers_[w].name, ": ", s.message()));
+    if (Status s = dispatcher_.send_eval(p, tokenizer_.encode(problems[p].prompt), version, w); !s.ok())
+      log::warn(str("evaluation request to ", workers_[w].name, ": ", s.message()));
   }
   while (eval_rewards_.size() < problems.size()) RLRUN_RETURN_IF_ERROR(tick(kTick, false));
   double correct = 0;

@@ -25,6 +25,28 @@ using std::chrono::milliseconds;
 // Workers build models and join groups before registering: generous on a loaded machine.
 constexpr std::chrono::seconds kRegistrationTimeout{300};
 
+// The end-of-text tokens of the chat families rlrun knows that the tokenizer has.
+std::vector<int32_t> stop_token_ids(const engine::Tokenizer& tokenizer) {
+  std::vector<int32_t> ids;
+  for (const char* name : {"<|endoftext|>", "<|im_end|>", "</s>", "<|eot_id|>"}) {
+    if (auto id = tokenizer.token_to_id(name)) ids.push_back(*id);
+  }
+  return ids;
+}
+
+DispatchOptions dispatch_options(const Config& config, std::vector<int32_t> stop_ids) {
+  DispatchOptions o;
+  o.group_size = static_cast<uint32_t>(config.group_size);
+  o.individual_lanes = config.enable_individual_sample_lanes;
+  o.lanes_per_worker = static_cast<int>(config.max_concurrent_prompts_per_server);
+  o.temperature = static_cast<float>(config.temperature);
+  o.top_p = static_cast<float>(config.top_p);
+  o.max_tokens = static_cast<uint32_t>(config.max_tokens);
+  o.seed = static_cast<uint64_t>(config.seed);
+  o.stop_ids = std::move(stop_ids);
+  return o;
+}
+
 }  // namespace
 
 Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher& launcher, RunMetrics& metrics,
@@ -33,11 +55,12 @@ Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher
     : config_(config), server_(server), launcher_(launcher), metrics_(metrics), task_(task), tokenizer_(tokenizer),
       workers_(std::move(workers)), metrics_jsonl_(metrics_jsonl), interrupted_(interrupted),
       gate_(GateOptions{config.max_async_rollout, config.max_off_policy_steps, config.prompts_batch_size_for_trainer}),
-      group_size_(static_cast<uint32_t>(config.group_size)),
+      group_size_(static_cast<uint32_t>(config.group_size)), stop_ids_(stop_token_ids(tokenizer)),
+      dispatcher_(dispatch_options(config, stop_ids_), workers_,
+                  [this](int worker, const GenerateRequest& request) { return send_request(worker, request); }),
+      supervisor_(SupervisionPolicy{config.heartbeat_timeout_seconds, 300, config.worker_restart_backoff_seconds,
+                                    static_cast<int>(config.max_worker_restarts)}),
       prompts_(task, tokenizer, config.enable_prompt_prefetch ? config.prompt_prefetch_buffer_size : 0) {
-  for (const char* name : {"<|endoftext|>", "<|im_end|>", "</s>", "<|eot_id|>"}) {
-    if (auto id = tokenizer_.token_to_id(name)) stop_ids_.push_back(*id);
-  }
   last_tick_ = Clock::now();
   weight_bytes_ = model_config_from(config.model).num_parameters() * static_cast<int64_t>(sizeof(float));
 }
@@ -162,7 +185,7 @@ Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
   rendezvous_.expire(server_);
   RLRUN_RETURN_IF_ERROR(supervise());
   RLRUN_RETURN_IF_ERROR(advance_sync());
-  dispatch_requeued();  // already admitted work first, also while dispatch is held
+  dispatcher_.send_requeued();  // already admitted work first, also while dispatch is held
   if (allow_dispatch) {
     cancel_off_policy();
     dispatch();
@@ -175,13 +198,13 @@ Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
       metrics_.trainer_idle_seconds->Increment(dt);
     }
     for (WorkerSlot& w : workers_) {
-      if (w.role != Role::kRollout || w.lanes_used > 0) continue;
+      if (w.role != Role::kRollout || dispatcher_.lanes_used(static_cast<int>(&w - workers_.data())) > 0) continue;
       w.idle_seconds += dt;
       metrics_.rollout_idle_seconds[w.name]->Increment(dt);
     }
   }
-  metrics_.queue_depth->Set(static_cast<double>(ready_.size()));
-  metrics_.in_flight_groups->Set(static_cast<double>(groups_.size()));
+  metrics_.queue_depth->Set(static_cast<double>(dispatcher_.scored().size()));
+  metrics_.in_flight_groups->Set(static_cast<double>(dispatcher_.in_flight().size()));
   metrics_.async_level->Set(static_cast<double>(gate_.current_async_level(outstanding_groups())));
   return Status();
 }
@@ -317,13 +340,12 @@ void Orchestrator::evaluate_at_stop(const std::string& why) {
 
 RunOutcome Orchestrator::finish() {
   // Whatever was generated and will not be trained now is accounted for, by reason.
-  for (const Group& g : ready_) {
+  for (const Group& g : dispatcher_.take_scored()) {
     for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(g.id, i), "unused_at_exit");
   }
-  ready_.clear();
   for (uint64_t id : training_samples_) ledger_.discarded(id, "step_not_completed");
   training_samples_.clear();
-  for (const auto& [id, g] : groups_) {
+  for (const auto& [id, g] : dispatcher_.in_flight()) {
     for (uint32_t i = 0; i < group_size_; ++i) {
       if (g.samples[i].returned && ledger_.state(sample_id(id, i)) == SampleState::kGenerated)
         ledger_.discarded(sample_id(id, i), "unused_at_exit");

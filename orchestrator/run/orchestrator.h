@@ -1,28 +1,29 @@
 // run/orchestrator.h - the orchestrator's data loop (design "A sample's life", steps 1-8).
 //
 // One thread runs everything through the ControlServer: worker registration, heartbeat echoes,
-// the rendezvous store, dispatch of groups to rollout lanes, results -> reward -> group
-// advantages, the staleness gate, batches to the trainer ranks and the weight sync after each
-// step. Every wait (for registration, a batch, train results, a sync, an evaluation) is a loop of
-// tick(): receive and handle messages, notice exited workers, dispatch what the gate allows and
-// cancel what is too far off-policy. So rollout keeps generating while the trainer trains.
+// the rendezvous store, dispatch, results -> reward -> group advantages, the staleness gate,
+// batches to the trainer ranks and the weight sync after each step. Every wait (for registration,
+// a batch, train results, a sync, an evaluation) is a loop of tick(): receive and handle messages,
+// notice failed workers, dispatch what the gate allows and cancel what is too far off-policy. So
+// rollout keeps generating while the trainer trains.
+//
+// The Orchestrator does the I/O and composes the parts that have their own state and rules:
+//   Dispatcher       (run/dispatcher.h)   where every sample is: groups, requests, lanes, requeued
+//                                           work, scored groups waiting for a batch
+//   SyncRounds       (run/sync_rounds.h)  weight-sync rounds: target version, epoch, members
+//   WorkerSupervisor (run/supervisor.h)   when a rollout worker has failed and when it restarts
+//   StalenessGate, SampleLedger, PromptSource (data/)
 //
 // Step s (1-based) trains on policy version s - 1; after it, trainer rank 0 sends version s to
-// every rollout worker (WeightSyncBegin to each, WeightSyncEnd from each).
+// every rollout worker (WeightSyncBegin to each, WeightSyncEnd from each). A worker's death breaks
+// the weight group "weights-<epoch>": the next round names a new epoch, and a replacement takes
+// requests only once it holds the current weights.
 //
 // Checkpoints (run/checkpoint.cc): with checkpoint_every N, after every N-th step and the last
 // one, every trainer rank gets SaveCheckpoint with the orchestrator's ResumeState (run/state.h)
 // and the loop waits for CheckpointSaved from each. A SIGINT/SIGTERM does not cut a step in its
 // train or weight sync: the step completes, then (checkpoint_every > 0) the last completed step
 // is saved and run() returns "interrupted".
-//
-// Rollout worker failures (run/supervise.cc): a worker that exits, goes silent for
-// heartbeat_timeout_seconds, or leaves a request unanswered for rollout_request_timeout_seconds is
-// killed; its requests go back to be dispatched to the others (same groups, same sample ids), and
-// a replacement starts after worker_restart_backoff_seconds (doubling), at most
-// max_worker_restarts times per worker. A death breaks the weight group "weights-<epoch>", so the
-// next sync round (run/weight_sync.cc) names a new epoch: trainer rank 0, the survivors and the
-// replacement join it, the replacement receives the current weights, and only then takes requests.
 #pragma once
 
 #include <atomic>
@@ -46,10 +47,13 @@
 #include "orchestrator/data/sample_ledger.h"
 #include "orchestrator/data/staleness_gate.h"
 #include "orchestrator/launch/launcher.h"
+#include "orchestrator/run/dispatcher.h"
 #include "orchestrator/run/metrics.h"
 #include "orchestrator/run/rendezvous.h"
 #include "orchestrator/run/state.h"
+#include "orchestrator/run/supervisor.h"
 #include "orchestrator/run/sync_rounds.h"
+#include "orchestrator/run/worker_slot.h"
 #include "orchestrator/tasks/tasks.h"
 
 namespace rlrun::orchestrator {
@@ -86,30 +90,6 @@ struct RunOutcome {
   std::string exit = "ok";
 };
 
-// A worker's life as the orchestrator sees it. Only kReady rollout workers get requests.
-enum class WorkerState : uint8_t {
-  kStarting,      // launched, not registered yet
-  kNeedsWeights,  // registered; has not finished a weight sync yet
-  kReady,
-  kDead,          // exited or killed; a replacement starts at restart_at
-};
-
-struct WorkerSlot {
-  std::string name;      // "trainer-0", "rollout-1": also the control-plane identity
-  Role role = Role::kTrainer;
-  int rank = 0;
-  std::string log_path;
-  bool registered = false;
-  int lanes_used = 0;    // rollout: requests in flight
-  double idle_seconds = 0;
-  ProcessSpec spec{};    // how it was started: a replacement starts the same way
-  WorkerState state = WorkerState::kStarting;
-  int restarts = 0;
-  bool awaiting_exit = false;  // killed by the orchestrator: its exit is not a new failure
-  std::chrono::steady_clock::time_point last_heard{}, started_at{}, restart_at{};
-  int failure_record = -1;     // index of its last failure in RunOutcome::worker_failures
-};
-
 class Orchestrator {
  public:
   // Everything passed must outlive the Orchestrator. `workers` are the launched processes.
@@ -130,32 +110,8 @@ class Orchestrator {
 
  private:
   using Clock = std::chrono::steady_clock;
-  struct Sample {
-    std::vector<int32_t> completion;
-    std::vector<float> logprobs;
-    uint64_t version = 0;  // oldest weight version that sampled a token
-    double reward = 0;
-    float advantage = 0;
-    bool returned = false;
-  };
-  struct Group {
-    uint64_t id = 0;
-    Problem problem;
-    std::vector<int32_t> prompt_ids;
-    uint64_t dispatch_version = 0;
-    std::vector<Sample> samples;
-    int returned = 0;
-    bool failed = false;  // a sample was cancelled or failed: no advantages for the group
-  };
-  struct Request {
-    uint64_t group = 0;  // eval: index into the eval set
-    uint32_t first = 0, count = 0, returned = 0;
-    int worker = 0;      // index into workers_
-    uint64_t dispatch_version = 0;
-    bool eval = false;
-    bool cancel_sent = false;
-    Clock::time_point sent_at = Clock::now();
-  };
+  using Group = Dispatcher::Group;
+  using Sample = Dispatcher::Sample;
 
   // ---- run/orchestrator.cc: lifecycle and messages
   // How long a waiting loop's tick() polls for messages before it looks at everything else.
@@ -204,25 +160,23 @@ class Orchestrator {
   Status finish_round();
   bool group_complete() const;  // every rollout worker registered and alive
 
-  // ---- run/supervise.cc: rollout worker failures, restarts, timeouts
+  // ---- run/supervise.cc: rollout worker failures, restarts, timeouts (rules: run/supervisor.h)
   Status supervise();  // in tick
   // Kills (unless it exited) and schedules the restart of workers_[index], or fails the run when
   // its restarts are used up. `why`: "killed by signal 9 (SIGKILL)", "silent for 12 s", ...
   Status fail_worker(int index, const std::string& why, bool exited);
-  void requeue_requests_of(int index);
   Status restart_worker(int index);
-  void dispatch_requeued();
   // The train step in flight (`what`) has run longer than train_step_timeout_seconds: the run stops.
   Status check_train_timeout(const std::string& what, Clock::time_point started) const;
 
   // ---- run/dispatch.cc: the sample path
   void dispatch();
   bool start_group();
-  void send_request(uint64_t group_id, uint32_t first, uint32_t count, int worker);
-  Status send_eval_request(uint64_t problem, int worker);
+  // How the Dispatcher's requests leave: through the ControlServer to workers_[worker].
+  Status send_request(int worker, const GenerateRequest& request);
   void cancel_off_policy();
   void on_result(const GenerateResult& result);
-  void finish_group(Group& group);
+  void finish_group(Group group);  // scores a complete group: queued for a batch, or discarded
   // Discards a group with no reward spread (every sample earned `reward`) and applies
   // max_zero_spread_rounds to the step waiting for a batch.
   void discard_zero_spread(float reward, const std::function<void(const std::string&)>& discard_all);
@@ -239,8 +193,7 @@ class Orchestrator {
   // an interrupt, no batch): the rollout workers still serve. Fills accuracy_after and its note.
   void evaluate_at_stop(const std::string& why);
   int64_t outstanding_groups() const;
-  int free_rollout_worker() const;  // index of the ready rollout worker with most free lanes, or -1
-  uint64_t sample_id(uint64_t group, uint32_t index) const { return group * group_size_ + index; }
+  uint64_t sample_id(uint64_t group, uint32_t index) const { return dispatcher_.sample_id(group, index); }
 
   const Config& config_;
   ControlServer& server_;
@@ -261,13 +214,10 @@ class Orchestrator {
   // This turn left messages unread: a heartbeat may be among them, so silence is not judged.
   bool inbox_backlogged_ = false;
 
-  std::map<uint64_t, Group> groups_;  // in flight (not all samples back)
-  std::deque<Group> ready_;           // scored, waiting for a batch
-  std::map<uint64_t, Request> requests_;
-  std::deque<std::pair<uint64_t, uint32_t>> pending_samples_;  // individual lanes: (group, index)
+  Dispatcher dispatcher_;             // groups in flight, requests, lanes, scored groups (run/dispatcher.h)
+  WorkerSupervisor supervisor_;       // when a rollout worker has failed, when it restarts
   int64_t training_groups_ = 0;       // groups in the batch being trained or synced
   std::vector<uint64_t> training_samples_;
-  uint64_t next_group_ = 0, next_request_ = 1;
   int64_t trainer_step_ = 0;          // steps completed and synced = weight version
   // Groups discarded for no reward spread while the current step waits for its batch (reset when
   // it has one); max_zero_spread_rounds bounds them (discard_zero_spread).
@@ -293,10 +243,7 @@ class Orchestrator {
   std::string train_error_;
   SyncRounds sync_;  // weight-sync rounds: target version, epoch, the round in flight (run/weight_sync.cc)
 
-  // Work of dead workers, dispatched again before new groups (run/supervise.cc).
-  std::deque<std::pair<uint64_t, uint32_t>> requeued_;  // (group, sample index)
-  std::deque<uint64_t> requeued_eval_;                   // eval problem indices
-  std::map<uint64_t, double> eval_rewards_;         // eval problem index -> reward
+  std::map<uint64_t, double> eval_rewards_;  // eval problem index -> reward
 
   RunOutcome outcome_;
   Clock::time_point last_tick_, loop_start_;

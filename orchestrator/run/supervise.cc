@@ -1,44 +1,16 @@
-// run/supervise.cc - rollout worker failures: detection, requeue, restart with back-off.
-//
-// A rollout worker has failed when its process exits (Launcher::poll_exits), when nothing came
-// from it for heartbeat_timeout_seconds outside a weight sync (a stopped or wedged process;
-// judged only when the orchestrator has read every message that arrived), or
-// when one of its requests is older than rollout_request_timeout_seconds. The orchestrator then
-// kills it (through the Launcher, so local and Slurm alike), puts its unanswered samples back to
-// be dispatched to the other workers (the same group and sample ids: the ledger sees each id
-// dispatched once; results the dead worker sent late name a request that no longer exists and are
-// ignored), and starts a replacement after worker_restart_backoff_seconds, doubling with each
-// restart of that worker. The replacement registers, receives the current weights in a sync round
-// (run/weight_sync.cc) and only then takes requests. After max_worker_restarts restarts of one worker,
-// its next failure stops the run naming it and its log. Trainer failures stop the run.
-#include <cmath>
-
+// run/supervise.cc - rollout worker failures as the Orchestrator carries them out: the verdicts
+// come from WorkerSupervisor (run/supervisor.h), and a request older than
+// rollout_request_timeout_seconds fails its worker too (Dispatcher::overdue). A failed worker is
+// killed through the Launcher (local and Slurm alike), its unanswered samples go back to the
+// Dispatcher to be sent to the others (the same group and sample ids), a weight-sync round it was
+// in is abandoned, and its replacement starts after the back-off; it registers, receives the
+// current weights in a sync round (run/weight_sync.cc) and only then takes requests. Trainer
+// failures stop the run.
 #include "common/clock.h"
 #include "common/observe/log.h"
 #include "orchestrator/run/orchestrator.h"
 
 namespace rlrun::orchestrator {
-
-namespace {
-
-// Workers build their models before registering: generous on a loaded machine.
-constexpr double kRegistrationTimeoutSeconds = 300;
-
-// The spec of the replacement: same command, no weight group before registering (it joins the
-// epoch its first WeightSyncBegin names), and its incarnation.
-ProcessSpec replacement_spec(const ProcessSpec& original, int incarnation) {
-  ProcessSpec spec = original;
-  std::vector<std::string>& argv = spec.argv;
-  bool has_incarnation = false;
-  for (size_t i = 0; i + 1 < argv.size(); ++i) {
-    if (argv[i] == "--weight-group-epoch") argv[i + 1] = "-1";
-    if (argv[i] == "--incarnation") argv[i + 1] = str(incarnation), has_incarnation = true;
-  }
-  if (!has_incarnation) argv.insert(argv.end(), {"--incarnation", str(incarnation)});
-  return spec;
-}
-
-}  // namespace
 
 Status Orchestrator::supervise() {
   for (const ProcessExit& e : launcher_.poll_exits()) {
@@ -56,33 +28,23 @@ Status Orchestrator::supervise() {
     RLRUN_RETURN_IF_ERROR(fail_worker(static_cast<int>(w - workers_.data()), e.describe(), true));
   }
   if (accepting_exits_) return Status();
-  const double heartbeat_timeout = config_.heartbeat_timeout_seconds;
   for (size_t i = 0; i < workers_.size(); ++i) {
     WorkerSlot& w = workers_[i];
-    if (w.role != Role::kRollout) continue;
-    const bool alive = w.state == WorkerState::kNeedsWeights || w.state == WorkerState::kReady;
-    const bool syncing = sync_.waits_for(w.name);  // blocked in a collective: bounded there
-    if (alive && !syncing && !inbox_backlogged_ && seconds_since(w.last_heard) > heartbeat_timeout) {
-      RLRUN_RETURN_IF_ERROR(fail_worker(static_cast<int>(i), str("silent for ", seconds_since(w.last_heard),
-                                                                 " s (heartbeat_timeout_seconds = ", heartbeat_timeout, ")"),
-                                        false));
-    } else if (w.state == WorkerState::kStarting && w.restarts > 0 &&
-               seconds_since(w.started_at) > kRegistrationTimeoutSeconds) {
-      RLRUN_RETURN_IF_ERROR(fail_worker(static_cast<int>(i), str("did not register within ",
-                                                                 kRegistrationTimeoutSeconds, " s"), false));
-    } else if (w.state == WorkerState::kDead && !w.awaiting_exit && Clock::now() >= w.restart_at) {
+    const WorkerSupervisor::Verdict v = supervisor_.judge(w, sync_.waits_for(w.name), inbox_backlogged_, Clock::now());
+    if (v.act == WorkerSupervisor::Verdict::Act::kFail) {
+      RLRUN_RETURN_IF_ERROR(fail_worker(static_cast<int>(i), v.why, false));
+    } else if (v.act == WorkerSupervisor::Verdict::Act::kRestart) {
       RLRUN_RETURN_IF_ERROR(restart_worker(static_cast<int>(i)));
     }
   }
-  for (const auto& [id, r] : requests_) {
-    if (inbox_backlogged_ || seconds_since(r.sent_at) <= config_.rollout_request_timeout_seconds) continue;
-    if (sync_.waits_for(workers_[r.worker].name)) continue;  // blocked in a sync: bounded there
-    // Ends the loop: fail_worker erases from requests_.
-    return fail_worker(r.worker, str("left request ", id, " unanswered for ", seconds_since(r.sent_at),
-                                     " s (rollout_request_timeout_seconds = ", config_.rollout_request_timeout_seconds,
-                                     ")"),
+  if (inbox_backlogged_) return Status();
+  // Blocked in a sync: bounded there.
+  const auto syncing = [&](int worker) { return sync_.waits_for(workers_[worker].name); };
+  if (std::optional<Dispatcher::Overdue> late = dispatcher_.overdue(config_.rollout_request_timeout_seconds, syncing))
+    return fail_worker(late->worker, str("left request ", late->request, " unanswered for ", late->age_seconds,
+                                         " s (rollout_request_timeout_seconds = ",
+                                         config_.rollout_request_timeout_seconds, ")"),
                        false);
-  }
   return Status();
 }
 
@@ -93,80 +55,33 @@ Status Orchestrator::fail_worker(int index, const std::string& why, bool exited)
     w.awaiting_exit = killed.ok();  // not found: it exited meanwhile, and poll_exits will say so
     if (!killed.ok()) log::debug(str("kill ", w.name, ": ", killed.message()));
   }
-  requeue_requests_of(index);
-  w.state = WorkerState::kDead;
-  w.registered = false;
+  if (const int64_t samples = dispatcher_.requeue_worker(index); samples > 0)
+    log::info(str(samples, " sample(s) of ", w.name, " go back to the queue"));
   // A member of a round in flight: the round cannot succeed; unblock the others' join now.
   if (std::optional<uint32_t> epoch = sync_.member_died(w.name))
     rendezvous_.abandon(server_, weight_group_key_prefix(static_cast<int>(*epoch)));
   w.failure_record = static_cast<int>(outcome_.worker_failures.size());
   outcome_.worker_failures.push_back({w.name, why, unix_now(), 0, 0, 0});
-  const int max_restarts = static_cast<int>(config_.max_worker_restarts);
-  if (w.restarts >= max_restarts) {
+  const int max_restarts = supervisor_.policy().max_restarts;
+  const std::optional<double> backoff = supervisor_.on_failure(w, Clock::now());
+  if (!backoff) {
     return unavailable(str("rollout worker ", w.name, " ", why, "; it was restarted ", w.restarts,
                            " time(s), max_worker_restarts = ", max_restarts, " used up; see its log: ", w.log_path));
   }
-  ++w.restarts;
   ++outcome_.worker_restarts;
-  const double backoff = config_.worker_restart_backoff_seconds * std::pow(2.0, w.restarts - 1);
-  w.restart_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(backoff * 1000));
   metrics_.count_worker_restart(w.name);
-  log::warn(str(w.name, " ", why, "; restarting (", w.restarts, "/", max_restarts, ") in ", backoff,
+  log::warn(str(w.name, " ", why, "; restarting (", w.restarts, "/", max_restarts, ") in ", *backoff,
                 " s; its log: ", w.log_path));
   return Status();
 }
 
-void Orchestrator::requeue_requests_of(int index) {
-  int64_t samples = 0;
-  for (auto it = requests_.begin(); it != requests_.end();) {
-    const Request& r = it->second;
-    if (r.worker != index) {
-      ++it;
-      continue;
-    }
-    if (r.eval) {
-      requeued_eval_.push_back(r.group);
-      ++samples;
-    } else if (auto g = groups_.find(r.group); g != groups_.end()) {
-      for (uint32_t i = r.first; i < r.first + r.count; ++i) {
-        if (g->second.samples[i].returned) continue;
-        requeued_.emplace_back(r.group, i);
-        ++samples;
-      }
-    }
-    it = requests_.erase(it);
-  }
-  workers_[index].lanes_used = 0;
-  if (samples > 0) log::info(str(samples, " sample(s) of ", workers_[index].name, " go back to the queue"));
-}
-
 Status Orchestrator::restart_worker(int index) {
   WorkerSlot& w = workers_[index];
-  const Status s = launcher_.start(replacement_spec(w.spec, w.restarts));
+  const Status s = launcher_.start(supervisor_.start_replacement(w, Clock::now()));
   if (!s.ok()) return unavailable(str("could not restart ", w.name, ": ", s.message(), "; see its log: ", w.log_path));
-  w.state = WorkerState::kStarting;
-  w.started_at = Clock::now();
   if (w.failure_record >= 0) outcome_.worker_failures[w.failure_record].replacement_started_at = unix_now();
   log::info(str("restarted ", w.name, " (restart ", w.restarts, ")"));
   return Status();
-}
-
-void Orchestrator::dispatch_requeued() {
-  while (!requeued_.empty()) {
-    const int w = free_rollout_worker();
-    if (w < 0) return;
-    const auto [group, index] = requeued_.front();
-    requeued_.pop_front();
-    if (groups_.count(group)) send_request(group, index, 1, w);
-  }
-  while (!requeued_eval_.empty()) {
-    const int w = free_rollout_worker();
-    if (w < 0) return;
-    const uint64_t problem = requeued_eval_.front();
-    requeued_eval_.pop_front();
-    const Status s = send_eval_request(problem, w);
-    if (!s.ok()) log::warn(str("evaluation request to ", workers_[w].name, ": ", s.message()));
-  }
 }
 
 Status Orchestrator::check_train_timeout(const std::string& what, Clock::time_point started) const {

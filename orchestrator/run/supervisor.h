@@ -1,0 +1,58 @@
+// supervisor.h - the rules of rollout worker failures and restarts, without I/O: the Orchestrator
+// asks judge() about each worker every tick and acts on the verdict (run/supervise.cc: kill through
+// the Launcher, requeue its work through the Dispatcher, start the replacement).
+//
+// Rules:
+//  - A live rollout worker fails when nothing came from it for heartbeat_timeout_seconds, unless it
+//    is in a weight sync (blocked in a collective: bounded there) or the orchestrator has not read
+//    every message that arrived (a heartbeat may be among them).
+//  - A replacement fails when it has not registered within registration_timeout.
+//  - A failed worker is restarted after worker_restart_backoff_seconds * 2^(restarts so far), once
+//    its process is gone; after max_worker_restarts restarts its next failure is the run's error.
+//  - A replacement starts with the original's command, joins the weight group its first
+//    WeightSyncBegin names (--weight-group-epoch -1), and knows its incarnation.
+// Trainer failures are not judged here: they stop the run.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "orchestrator/launch/launcher.h"
+#include "orchestrator/run/worker_slot.h"
+
+namespace rlrun::orchestrator {
+
+struct SupervisionPolicy {
+  double heartbeat_timeout_seconds = 30;
+  double registration_timeout_seconds = 300;  // a replacement builds its model before registering
+  double restart_backoff_seconds = 1;
+  int max_restarts = 3;
+};
+
+class WorkerSupervisor {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit WorkerSupervisor(SupervisionPolicy policy) : policy_(policy) {}
+
+  struct Verdict {
+    enum class Act { kNothing, kFail, kRestart } act = Act::kNothing;
+    std::string why;  // kFail: "silent for 12 s (heartbeat_timeout_seconds = 10)", ...
+  };
+  // What to do about rollout worker `w` now. `syncing`: it is a member of the sync round in
+  // flight; `backlogged`: messages are left unread this turn.
+  Verdict judge(const WorkerSlot& w, bool syncing, bool backlogged, Clock::time_point now) const;
+
+  // Records a failure of `w` (already killed or exited): its state becomes kDead. Returns the
+  // back-off before its restart, or nothing when its restarts are used up (the run stops).
+  std::optional<double> on_failure(WorkerSlot& w, Clock::time_point now) const;
+  // The command of w's replacement; marks `w` as starting.
+  ProcessSpec start_replacement(WorkerSlot& w, Clock::time_point now) const;
+
+  const SupervisionPolicy& policy() const { return policy_; }
+
+ private:
+  SupervisionPolicy policy_;
+};
+
+}  // namespace rlrun::orchestrator

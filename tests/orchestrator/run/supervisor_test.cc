@@ -1,0 +1,88 @@
+// WorkerSupervisor: a silent live rollout worker fails unless it is in a sync or messages are
+// unread; a replacement that does not register fails; restarts back off doubling and run out; a
+// replacement joins the next weight group and knows its incarnation; trainers are not judged.
+#include "orchestrator/run/supervisor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace rlrun::orchestrator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using Act = WorkerSupervisor::Verdict::Act;
+using Clock = WorkerSupervisor::Clock;
+using std::chrono::seconds;
+
+WorkerSupervisor supervisor() { return WorkerSupervisor(SupervisionPolicy{10, 300, 2, 2}); }
+
+WorkerSlot rollout(Clock::time_point last_heard) {
+  WorkerSlot w;
+  w.name = "rollout-0";
+  w.role = Role::kRollout;
+  w.state = WorkerState::kReady;
+  w.last_heard = last_heard;
+  w.spec.name = w.name;
+  w.spec.argv = {"rlrun", "rollout", "--weight-group-epoch", "0"};
+  return w;
+}
+
+TEST(WorkerSupervisor, ASilentWorkerFailsUnlessInASyncOrWithMessagesUnread) {
+  const WorkerSupervisor s = supervisor();
+  const Clock::time_point t0 = Clock::now();
+  WorkerSlot w = rollout(t0);
+  EXPECT_EQ(s.judge(w, false, false, t0 + seconds(9)).act, Act::kNothing);
+  const WorkerSupervisor::Verdict v = s.judge(w, false, false, t0 + seconds(11));
+  EXPECT_EQ(v.act, Act::kFail);
+  EXPECT_THAT(v.why, HasSubstr("silent for 11 s (heartbeat_timeout_seconds = 10)"));
+  EXPECT_EQ(s.judge(w, true, false, t0 + seconds(11)).act, Act::kNothing) << "blocked in a collective";
+  EXPECT_EQ(s.judge(w, false, true, t0 + seconds(11)).act, Act::kNothing) << "a heartbeat may be unread";
+  w.role = Role::kTrainer;
+  EXPECT_EQ(s.judge(w, false, false, t0 + seconds(60)).act, Act::kNothing) << "a trainer's failure stops the run";
+}
+
+TEST(WorkerSupervisor, RestartsBackOffDoublingAndRunOut) {
+  const WorkerSupervisor s = supervisor();
+  const Clock::time_point t0 = Clock::now();
+  WorkerSlot w = rollout(t0);
+  EXPECT_EQ(s.on_failure(w, t0), std::optional<double>(2));
+  EXPECT_EQ(w.state, WorkerState::kDead);
+  EXPECT_EQ(s.judge(w, false, false, t0 + seconds(1)).act, Act::kNothing) << "backing off";
+  w.awaiting_exit = true;
+  EXPECT_EQ(s.judge(w, false, false, t0 + seconds(3)).act, Act::kNothing) << "its process is not gone yet";
+  w.awaiting_exit = false;
+  EXPECT_EQ(s.judge(w, false, false, t0 + seconds(3)).act, Act::kRestart);
+  s.start_replacement(w, t0 + seconds(3));
+  EXPECT_EQ(w.state, WorkerState::kStarting);
+  EXPECT_EQ(s.on_failure(w, t0 + seconds(4)), std::optional<double>(4)) << "doubled";
+  EXPECT_EQ(s.on_failure(w, t0 + seconds(9)), std::nullopt) << "max_restarts = 2 used up";
+  EXPECT_EQ(w.restarts, 2);
+}
+
+TEST(WorkerSupervisor, AReplacementThatDoesNotRegisterFails) {
+  const WorkerSupervisor s = supervisor();
+  const Clock::time_point t0 = Clock::now();
+  WorkerSlot w = rollout(t0);
+  s.on_failure(w, t0);
+  s.start_replacement(w, t0);
+  EXPECT_EQ(s.judge(w, false, false, t0 + seconds(299)).act, Act::kNothing);
+  const WorkerSupervisor::Verdict v = s.judge(w, false, false, t0 + seconds(301));
+  EXPECT_EQ(v.act, Act::kFail);
+  EXPECT_THAT(v.why, HasSubstr("did not register within 300 s"));
+}
+
+TEST(WorkerSupervisor, AReplacementJoinsTheNextWeightGroupAndKnowsItsIncarnation) {
+  const WorkerSupervisor s = supervisor();
+  WorkerSlot w = rollout(Clock::now());
+  s.on_failure(w, Clock::now());
+  const ProcessSpec first = s.start_replacement(w, Clock::now());
+  EXPECT_THAT(first.argv, ElementsAre("rlrun", "rollout", "--weight-group-epoch", "-1", "--incarnation", "1"));
+  w.spec = first;
+  s.on_failure(w, Clock::now());
+  EXPECT_THAT(s.start_replacement(w, Clock::now()).argv,
+              ElementsAre("rlrun", "rollout", "--weight-group-epoch", "-1", "--incarnation", "2"));
+}
+
+}  // namespace
+}  // namespace rlrun::orchestrator
