@@ -1,9 +1,10 @@
 // communicator.h - collectives between processes: gradient reduction among trainer ranks and the
 // weight-sync group (trainer rank 0 + every rollout worker).
 //
-// One interface, two implementations: Gloo over TCP for CPU buffers (engine/comm/), NCCL for device
-// buffers (engine/cuda/). Rendezvous goes through a RendezvousStore that the orchestrator
-// serves over its control plane, never through a shared file system.
+// One interface, two implementations: Gloo over TCP for host buffers (engine/comm/), NCCL for device
+// buffers (engine/cuda/); make_communicator() picks one by where the group's buffers live.
+// Rendezvous goes through a RendezvousStore that the orchestrator serves over its control plane,
+// never through a shared file system.
 //
 // Contracts: every rank of a group calls the same collectives in the same order with the same
 // counts. Calls block until done or until the group's timeout, and return an error Status (naming
@@ -15,6 +16,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -55,6 +57,14 @@ class RendezvousStore {
 // An in-process store for groups whose members are threads of one process (tests, benchmarks).
 std::shared_ptr<RendezvousStore> make_in_process_store();
 
+// Where a group's buffers live, which decides its implementation (make_communicator).
+enum class CommPlacement {
+  kHost,  // Gloo over TCP
+  kCuda,  // NCCL (a build with CUDA); the few host control values a group reduces are staged
+};
+// The placement of a group whose members compute on `backend` ("cpu", "cuda", "cuda:N").
+CommPlacement comm_placement_for(std::string_view backend);
+
 struct GroupOptions {
   std::string name = "group";        // keys in the store are prefixed with it; several groups may share a store
   int rank = 0;
@@ -64,10 +74,16 @@ struct GroupOptions {
   // Every collective once the group is connected (0: `timeout`). A short one makes a collective
   // with a dead or stopped member fail on every survivor within it instead of hanging.
   std::chrono::milliseconds collective_timeout{0};
+  CommPlacement placement = CommPlacement::kHost;
+  int device = 0;  // kCuda: the CUDA device of this rank's buffers
 };
 
 // A Gloo communicator over TCP for host (CPU) buffers.
 Result<std::unique_ptr<Communicator>> make_gloo_communicator(std::shared_ptr<RendezvousStore> store,
                                                              const GroupOptions& options);
+
+// The group's implementation, by options.placement: Gloo or NCCL.
+Result<std::unique_ptr<Communicator>> make_communicator(std::shared_ptr<RendezvousStore> store,
+                                                        const GroupOptions& options);
 
 }  // namespace rlrun::engine

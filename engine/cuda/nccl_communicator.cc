@@ -39,6 +39,7 @@ class NcclCommunicator : public Communicator {
         ncclCommDestroy(comm_);
     }
     if (barrier_buffer_ != nullptr) cudaFree(barrier_buffer_);
+    if (scratch_ != nullptr) cudaFree(scratch_);
     cudaStreamDestroy(stream_);
   }
 
@@ -48,25 +49,34 @@ class NcclCommunicator : public Communicator {
   Status all_reduce_sum(void* data, size_t count, CommDType dtype) override {
     if (dtype == CommDType::kU8) return invalid_argument("all_reduce_sum: raw bytes cannot be summed");
     RLRUN_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
-    return run("all_reduce", [&] { return ncclAllReduce(data, data, count, type, ncclSum, comm_, stream_); });
+    const size_t bytes = count * comm_dtype_size(dtype);
+    return staged(data, bytes, data, bytes, "all_reduce", [&](const void* in, void* out) {
+      return ncclAllReduce(in, out, count, type, ncclSum, comm_, stream_);
+    });
   }
 
   Status broadcast(void* data, size_t count, CommDType dtype, int root) override {
     if (root < 0 || root >= size()) return invalid_argument(str("broadcast: root ", root, " not in group"));
     RLRUN_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
-    return run("broadcast", [&] { return ncclBroadcast(data, data, count, type, root, comm_, stream_); });
+    const size_t bytes = count * comm_dtype_size(dtype);
+    return staged(data, bytes, data, bytes, "broadcast", [&](const void* in, void* out) {
+      return ncclBroadcast(in, out, count, type, root, comm_, stream_);
+    });
   }
 
   Status reduce_scatter_sum(const void* in, void* out, size_t count_per_rank, CommDType dtype) override {
     if (dtype == CommDType::kU8) return invalid_argument("reduce_scatter_sum: raw bytes cannot be summed");
     RLRUN_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
-    return run("reduce_scatter",
-               [&] { return ncclReduceScatter(in, out, count_per_rank, type, ncclSum, comm_, stream_); });
+    const size_t bytes = count_per_rank * comm_dtype_size(dtype);
+    return staged(in, bytes * static_cast<size_t>(size()), out, bytes, "reduce_scatter",
+                  [&](const void* i, void* o) { return ncclReduceScatter(i, o, count_per_rank, type, ncclSum, comm_, stream_); });
   }
 
   Status all_gather(const void* in, void* out, size_t count_per_rank, CommDType dtype) override {
     RLRUN_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
-    return run("all_gather", [&] { return ncclAllGather(in, out, count_per_rank, type, comm_, stream_); });
+    const size_t bytes = count_per_rank * comm_dtype_size(dtype);
+    return staged(in, bytes, out, bytes * static_cast<size_t>(size()), "all_gather",
+                  [&](const void* i, void* o) { return ncclAllGather(i, o, count_per_rank, type, comm_, stream_); });
   }
 
   // NCCL has no barrier: an all-reduce of one int is one.
@@ -103,6 +113,36 @@ class NcclCommunicator : public Communicator {
   }
 
  private:
+  // Device buffers go to NCCL as they are. Host buffers (the trainer's control values: a loss
+  // normaliser, a status every rank must agree on) are copied through a device scratch buffer:
+  // `in` (in_bytes) to the device, the collective, then out_bytes back to `out`.
+  template <class Fn>
+  Status staged(const void* in, size_t in_bytes, void* out, size_t out_bytes, const char* what, Fn&& collective) {
+    if (on_device(in) && on_device(out)) return run(what, [&] { return collective(in, out); });
+    if (comm_ == nullptr) return unavailable(str(prefix(), what, ": the group was aborted by an earlier failure"));
+    CUDA_CHECK(cudaSetDevice(device_));
+    const size_t in_at = 0, out_at = (in_bytes + 255) / 256 * 256;  // in and out may alias: separate regions
+    if (out_at + out_bytes > scratch_bytes_) {
+      if (scratch_ != nullptr) CUDA_CHECK(cudaFree(scratch_));
+      scratch_bytes_ = out_at + out_bytes;
+      CUDA_CHECK(cudaMalloc(&scratch_, scratch_bytes_));
+    }
+    char* scratch = static_cast<char*>(scratch_);
+    CUDA_CHECK(cudaMemcpy(scratch + in_at, in, in_bytes, cudaMemcpyHostToDevice));
+    RLRUN_RETURN_IF_ERROR(run(what, [&] { return collective(scratch + in_at, scratch + out_at); }));
+    CUDA_CHECK(cudaMemcpy(out, scratch + out_at, out_bytes, cudaMemcpyDeviceToHost));
+    return Status();
+  }
+
+  static bool on_device(const void* p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      (void)cudaGetLastError();  // an unknown pointer is plain host memory
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  }
+
   template <class Fn>
   Status run(const char* what, Fn&& launch) {
     if (comm_ == nullptr) return unavailable(str(prefix(), what, ": the group was aborted by an earlier failure"));
@@ -129,6 +169,8 @@ class NcclCommunicator : public Communicator {
   GroupOptions options_;
   bool failed_ = false;
   void* barrier_buffer_ = nullptr;  // device int for barrier(), allocated on first use
+  void* scratch_ = nullptr;         // staging for host buffers, grown on demand
+  size_t scratch_bytes_ = 0;
 };
 
 }  // namespace

@@ -1,13 +1,15 @@
-// nccl_communicator.h - the Communicator (engine/comm/communicator.h) over NCCL, for DEVICE buffers.
+// nccl_communicator.h - the Communicator (engine/comm/communicator.h) over NCCL, for device buffers.
 //
 // Rendezvous: rank 0 creates the NCCL unique id and publishes it in the RendezvousStore under
 // "<group name>/nccl_unique_id"; every other rank reads it from there (the orchestrator serves
 // the store over its control plane, so no shared file system is involved). Then each rank joins
 // with ncclCommInitRankConfig on `device`.
 //
-// Every buffer passed to a collective is a device pointer on `device`, and must be ready: the
-// caller synchronizes the backend that wrote it first (Backend::synchronize). Collectives run on
-// the communicator's own stream and block until done, so buffers may be reused on return.
+// Buffers passed to a collective are device pointers on `device`, and must be ready: the caller
+// synchronizes the backend that wrote it first (Backend::synchronize). Collectives run on the
+// communicator's own stream and block until done, so buffers may be reused on return. A host
+// buffer is accepted too and copied through a device scratch buffer: meant for the few control
+// values a data-parallel group also reduces (a loss normaliser, a status every rank agrees on).
 //
 // Failures are Status values, never aborts: the communicator is non-blocking in NCCL's sense
 // (config.blocking = 0) and every wait polls ncclCommGetAsyncError against the group's timeout;

@@ -121,6 +121,10 @@ engine::GroupOptions weight_sync_group(const Config& config, int rank, int epoch
   const auto heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(config.heartbeat_timeout_seconds * 1000));
   g.timeout = epoch == 0 ? kGroupJoinTimeout : heartbeat_timeout;
   g.collective_timeout = heartbeat_timeout;
+  // Rollout workers compute on the CPU (roles/cmd_rollout.cc refuses other backends), so the group
+  // moves host memory and a trainer on a device stages its weights (trainer/weight_sender.h).
+  // Rollout on CUDA makes this comm_placement_for(backend): NCCL from device to device.
+  g.placement = engine::CommPlacement::kHost;
   return g;
 }
 
@@ -132,6 +136,10 @@ engine::GroupOptions data_parallel_group(const Config& config, int rank) {
   g.rank = rank;
   g.size = static_cast<int>(config.trainer_num_workers);
   g.timeout = kGroupJoinTimeout;
+  // Gradients live where the trainer computes: NCCL for a CUDA trainer, Gloo for a CPU one. Each
+  // trainer process sees its one device as device 0 (CUDA_VISIBLE_DEVICES, as the backend does).
+  g.placement = engine::comm_placement_for(enum_name(config.backend));
+  g.device = 0;
   return g;
 }
 
@@ -143,7 +151,7 @@ Result<std::unique_ptr<engine::Communicator>> join_group(const std::string& orch
                          ControlPlaneStore::connect(orchestrator, str(identity, "/store-", group.name), security));
   engine::GroupOptions options = group;
   RLRUN_ASSIGN_OR_RETURN(options.interface_host, local_address_toward(orchestrator));
-  Result<std::unique_ptr<engine::Communicator>> comm = engine::make_gloo_communicator(store, options);
+  Result<std::unique_ptr<engine::Communicator>> comm = engine::make_communicator(store, options);
   if (!comm.ok())
     return Status(comm.status().code(), str("joining group `", group.name, "` as rank ", group.rank, " of ",
                                             group.size, ": ", comm.status().message()));

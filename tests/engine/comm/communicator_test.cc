@@ -1,4 +1,4 @@
-// Gloo communicator: real TCP connections between threads of this process.
+// Gloo communicator (through make_communicator, placement kHost): real TCP connections between threads of this process.
 #include "engine/comm/communicator.h"
 
 #include <gtest/gtest.h>
@@ -23,7 +23,7 @@ void run_group(int size, const std::function<void(int, Communicator&)>& body, st
       opts.rank = r;
       opts.size = size;
       opts.timeout = 10s;
-      auto comm = make_gloo_communicator(store, opts);
+      auto comm = make_communicator(store, opts);  // placement kHost: Gloo
       ASSERT_TRUE(comm.ok()) << comm.status().message();
       body(r, **comm);
     });

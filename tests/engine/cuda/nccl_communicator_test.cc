@@ -53,7 +53,8 @@ TEST(NcclCommunicator, BadRankIsInvalid) {
   EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
 }
 
-// Each rank: all-reduce, broadcast, all-gather and reduce-scatter of device buffers.
+// Each rank: all-reduce, broadcast, all-gather and reduce-scatter of device buffers, then of host
+// buffers (staged).
 void run_rank(std::shared_ptr<RendezvousStore> store, int rank, int size, std::string* error) {
   auto backend = create_backend("cuda:" + std::to_string(rank));
   if (!backend.ok()) return void(*error = backend.status().to_string());
@@ -90,6 +91,18 @@ void run_rank(std::shared_ptr<RendezvousStore> store, int rank, int size, std::s
   b.synchronize();
   expect_ok(c.broadcast(bytes.data(), 64, CommDType::kU8, 0), "broadcast");
   if (to_host_i32(bytes) != std::vector<int32_t>(16, 42) && error->empty()) *error = "broadcast contents";
+  // Host buffers (a trainer's control values) are staged through the device.
+  double host_value = rank + 1.0;
+  std::vector<double> host_all(static_cast<size_t>(size));
+  expect_ok(c.all_gather(&host_value, host_all.data(), sizeof(double), CommDType::kU8), "host all_gather");
+  for (int r = 0; r < size && error->empty(); ++r)
+    if (host_all[static_cast<size_t>(r)] != r + 1.0) *error = "host all_gather element " + std::to_string(r);
+  int32_t head[2] = {rank == 0 ? 7 : 0, rank == 0 ? 9 : 0};
+  expect_ok(c.broadcast(head, 2, CommDType::kI32, 0), "host broadcast");
+  if ((head[0] != 7 || head[1] != 9) && error->empty()) *error = "host broadcast contents";
+  float host_sum = 1.5f;
+  expect_ok(c.all_reduce_sum(&host_sum, 1, CommDType::kF32), "host all_reduce");
+  if (host_sum != 1.5f * static_cast<float>(size) && error->empty()) *error = "host all_reduce";
 }
 
 TEST(NcclCommunicator, CollectivesOnOneRank) {

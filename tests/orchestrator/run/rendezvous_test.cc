@@ -106,6 +106,17 @@ TEST(Rendezvous, MissingKeyTimesOutNamingIt) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
 }
 
+TEST(Rendezvous, TheDataParallelGroupLivesWhereTheTrainerComputesTheWeightGroupOnTheHost) {
+  Config config;
+  config.trainer_num_workers = 2;
+  EXPECT_EQ(data_parallel_group(config, 1).placement, engine::CommPlacement::kHost) << "backend cpu: Gloo";
+  config.backend = BackendKind::kCuda;
+  EXPECT_EQ(data_parallel_group(config, 1).placement, engine::CommPlacement::kCuda) << "backend cuda: NCCL";
+  EXPECT_EQ(weight_sync_group(config, 1).placement, engine::CommPlacement::kHost)
+      << "rollout workers compute on the CPU: the trainer stages its weights";
+  EXPECT_EQ(engine::comm_placement_for("cuda:1"), engine::CommPlacement::kCuda);
+}
+
 TEST(Rendezvous, TwoGlooGroupsFormThroughTheControlPlane) {
   StoreServer server;
   Config config;
