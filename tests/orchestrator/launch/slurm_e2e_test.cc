@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/common/eventually.h"
 #include "tests/orchestrator/cli_test_util.h"
 
 namespace rlrun::orchestrator {
@@ -161,17 +162,16 @@ TEST_F(SlurmRun, InterruptEndsTheRunAndItsSteps) {
                             script, "' > '", d, "/out' 2>&1 &)").c_str()),
             0);
   // (gives up early when rlrun already exited)
-  for (int i = 0; i < 6000 && read_all(run_dir + "/metrics.jsonl").empty() && read_all(d + "/code").empty(); ++i) {
-    ::usleep(10000);
-  }
+  testing::eventually([&] { return !read_all(run_dir + "/metrics.jsonl").empty() || !read_all(d + "/code").empty(); },
+                      std::chrono::seconds(60));
   ASSERT_FALSE(read_all(run_dir + "/metrics.jsonl").empty()) << read_all(d + "/out");
   const int pid = std::atoi(read_all(d + "/pid").c_str());
   ASSERT_GT(pid, 0);
   ASSERT_EQ(::kill(pid, SIGINT), 0);
-  for (int i = 0; i < 3000 && read_all(d + "/code").empty(); ++i) ::usleep(10000);
+  testing::eventually([&] { return !read_all(d + "/code").empty(); }, std::chrono::seconds(30));
   const std::string out = read_all(d + "/out");
   ASSERT_FALSE(read_all(d + "/code").empty()) << "rlrun did not stop within 30 s of SIGINT:\n" << out;
-  for (int i = 0; i < 1500 && read_all(d + "/finished").empty(); ++i) ::usleep(10000);
+  testing::eventually([&] { return !read_all(d + "/finished").empty(); }, std::chrono::seconds(15));
   ASSERT_TRUE(fs::exists(d + "/steps")) << "the allocation's script did not look at the steps:\n" << read_all(d + "/out");
   EXPECT_EQ(read_all(d + "/steps"), "") << "steps left after rlrun exited:\n" << out;
   const nlohmann::json summary = nlohmann::json::parse(read_all(run_dir + "/summary.json"));

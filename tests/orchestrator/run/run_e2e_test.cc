@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/eventually.h"
 #include "tests/orchestrator/cli_test_util.h"
 
 #include <cstdlib>
@@ -117,13 +118,13 @@ void start_long_run(const fs::path& dir, const std::string& sets = "") {
                           "\" --set number_of_steps=1000000 --set discard_group_zero_advantage=false" + sets + "' > '" +
                           (dir / "out").string() + "' 2>&1; echo $? > '" + (dir / "code").string() + "') &";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  for (int i = 0; i < 6000 && read_file(dir / "run" / "metrics.jsonl").empty(); ++i) ::usleep(10000);
+  testing::eventually([&] { return !read_file(dir / "run" / "metrics.jsonl").empty(); }, std::chrono::seconds(60));
   ASSERT_FALSE(read_file(dir / "run" / "metrics.jsonl").empty()) << read_file(dir / "out");
 }
 
 // Waits for the background run's exit code.
 int wait_exit(const fs::path& dir) {
-  for (int i = 0; i < 3000 && read_file(dir / "code").empty(); ++i) ::usleep(10000);
+  testing::eventually([&] { return !read_file(dir / "code").empty(); }, std::chrono::seconds(30));
   const std::string code = read_file(dir / "code");
   return code.empty() ? -1 : std::atoi(code.c_str());
 }
@@ -133,6 +134,32 @@ int logged_pid(const std::string& out, const std::string& worker) {
   const std::string key = worker + " registered (pid ";
   const size_t at = out.find(key);
   return at == std::string::npos ? -1 : std::atoi(out.c_str() + at + key.size());
+}
+
+// Bytes received by the kernel for `pid`'s TCP sockets and not yet read by it (rx_queue of
+// /proc/net/tcp{,6} for the socket inodes among its open files).
+int64_t bytes_waiting_for(int pid) {
+  std::set<std::string> inodes;
+  std::error_code gone;  // the process ended: nothing waits for it
+  for (const auto& fd : fs::directory_iterator(fs::path("/proc") / std::to_string(pid) / "fd", gone)) {
+    std::error_code ec;
+    const std::string target = fs::read_symlink(fd.path(), ec).string();
+    if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  int64_t waiting = 0;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream lines(read_file(table));
+    std::string line;
+    std::getline(lines, line);  // header
+    while (std::getline(lines, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+      if (!inodes.count(inode)) continue;
+      waiting += std::stoll(queues.substr(queues.find(':') + 1), nullptr, 16);  // tx_queue:rx_queue
+    }
+  }
+  return waiting;
 }
 
 // Without restarts (tests/orchestrator/run/fault_test.cc has the restarts).
@@ -161,8 +188,8 @@ TEST_F(RunEndToEnd, InterruptWritesTheSummaryAndStopsTheWorkers) {
   const json summary = json::parse(read_file(dir_ / "run" / "summary.json"));
   EXPECT_EQ(summary["exit"], "interrupted");
   EXPECT_EQ(summary["samples"]["lost"], 0);
-  for (int i = 0; i < 300 && ::kill(trainer, 0) == 0; ++i) ::usleep(10000);
-  EXPECT_NE(::kill(trainer, 0), 0) << "trainer-0 outlived the run";
+  EXPECT_TRUE(testing::eventually([&] { return ::kill(trainer, 0) != 0; }, std::chrono::seconds(3)))
+      << "trainer-0 outlived the run";
 }
 
 // A stopped trainer holds the step in training, which the first interrupt waits for; the second
@@ -174,17 +201,20 @@ TEST_F(RunEndToEnd, SecondInterruptStopsAtOnceAndStillWritesTheSummary) {
   ASSERT_GT(orchestrator, 0);
   ASSERT_GT(trainer, 0);
   ASSERT_EQ(::kill(trainer, SIGSTOP), 0);
-  ::usleep(500000);  // the orchestrator now waits for a step that cannot finish
+  // The orchestrator has sent the stopped trainer its next step (or that step's weight sync) once
+  // bytes wait in the trainer's sockets: a stopped process sends nothing that would be answered.
+  ASSERT_TRUE(testing::eventually([&] { return bytes_waiting_for(trainer) > 0; }, std::chrono::seconds(30)))
+      << "the orchestrator never sent the stopped trainer a step";
   ASSERT_EQ(::kill(orchestrator, SIGINT), 0);
-  ::usleep(300000);
-  EXPECT_TRUE(read_file(dir_ / "code").empty()) << "the first interrupt must wait for the step in training";
+  EXPECT_FALSE(testing::eventually([&] { return !read_file(dir_ / "code").empty(); }, std::chrono::milliseconds(300)))
+      << "the first interrupt must wait for the step in training";
   ASSERT_EQ(::kill(orchestrator, SIGINT), 0);
   EXPECT_EQ(wait_exit(dir_), 1) << read_file(dir_ / "out");
   const json summary = json::parse(read_file(dir_ / "run" / "summary.json"));
   EXPECT_EQ(summary["exit"], "interrupted");
   EXPECT_EQ(summary["samples"]["lost"], 0);
-  for (int i = 0; i < 300 && ::kill(trainer, 0) == 0; ++i) ::usleep(10000);
-  EXPECT_NE(::kill(trainer, 0), 0) << "the stopped trainer-0 outlived the run";
+  EXPECT_TRUE(testing::eventually([&] { return ::kill(trainer, 0) != 0; }, std::chrono::seconds(3)))
+      << "the stopped trainer-0 outlived the run";
 }
 
 TEST_F(RunEndToEnd, BadConfigExitsTwoNamingTheKey) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/eventually.h"
 #include "tests/orchestrator/cli_test_util.h"
 
 #include <chrono>
@@ -67,15 +68,11 @@ int count_lines(const fs::path& p) {
 
 // Waits until metrics.jsonl has `steps` lines (false after 60 s).
 bool wait_for_steps(const fs::path& run, int steps) {
-  for (int i = 0; i < 6000; ++i) {
-    if (count_lines(run / "metrics.jsonl") >= steps) return true;
-    ::usleep(10000);
-  }
-  return false;
+  return testing::eventually([&] { return count_lines(run / "metrics.jsonl") >= steps; }, std::chrono::seconds(60));
 }
 
 int wait_exit(const fs::path& dir) {
-  for (int i = 0; i < 6000 && read_file(dir / "code").empty(); ++i) ::usleep(10000);
+  testing::eventually([&] { return !read_file(dir / "code").empty(); }, std::chrono::seconds(60));
   const std::string code = read_file(dir / "code");
   return code.empty() ? -1 : std::atoi(code.c_str());
 }
@@ -98,16 +95,15 @@ bool alive(int pid) {
 
 // Waits up to `seconds` for every pid to be gone; returns those still alive.
 std::vector<int> survivors(const std::vector<int>& pids, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  std::vector<int> left = pids;
-  while (true) {
-    std::vector<int> still;
-    for (int pid : left)
-      if (alive(pid)) still.push_back(pid);
-    left = still;
-    if (left.empty() || std::chrono::steady_clock::now() > deadline) return left;
-    ::usleep(20000);
-  }
+  std::vector<int> left;
+  const auto none_alive = [&] {
+    left.clear();
+    for (int pid : pids)
+      if (alive(pid)) left.push_back(pid);
+    return left.empty();
+  };
+  testing::eventually(none_alive, std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
+  return left;
 }
 
 // metrics.jsonl as one JSON object per line.
@@ -224,7 +220,7 @@ TEST_F(RunResume, KilledTrainerStopsTheRunCleanlyAndTheRunResumes) {
   start_run(dir_ / "bg", args);
   // Killed once step 1 is saved (the metrics line comes before the checkpoint).
   const fs::path first = run / "checkpoints" / "step-000001" / "COMPLETE";
-  for (int i = 0; i < 6000 && !fs::exists(first); ++i) ::usleep(10000);
+  testing::eventually([&] { return fs::exists(first); }, std::chrono::seconds(60));
   ASSERT_TRUE(fs::exists(first)) << read_file(dir_ / "bg" / "out");
   const std::string out = read_file(dir_ / "bg" / "out");
   const int trainer = logged_pid(out, "trainer-0"), rollout = logged_pid(out, "rollout-0");
@@ -263,7 +259,7 @@ TEST_F(RunResume, TwoShardedRanksSaveStopCleanlyWhenOneDiesAndResume) {
                            " --run-dir " + q(run);
   start_run(dir_ / "bg", args);
   const fs::path second = run / "checkpoints" / "step-000002" / "COMPLETE";
-  for (int i = 0; i < 6000 && !fs::exists(second); ++i) ::usleep(10000);
+  testing::eventually([&] { return fs::exists(second); }, std::chrono::seconds(60));
   ASSERT_TRUE(fs::exists(second)) << read_file(dir_ / "bg" / "out");
   const std::string out = read_file(dir_ / "bg" / "out");
   const std::vector<int> workers{logged_pid(out, "trainer-0"), logged_pid(out, "trainer-1"),

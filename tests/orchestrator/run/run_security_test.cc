@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/protocol/curve_keys.h"
+#include "tests/common/eventually.h"
 #include "tests/orchestrator/cli_test_util.h"
 #include "tests/orchestrator/control_probe.h"
 
@@ -43,16 +44,6 @@ size_t lines_in(const fs::path& path) {
   return static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
 }
 
-// Waits up to `seconds` for `done`, checking every 10 ms.
-template <class F>
-bool wait_for(F done, int seconds) {
-  for (int i = 0; i < seconds * 100; ++i) {
-    if (done()) return true;
-    ::usleep(10000);
-  }
-  return done();
-}
-
 // A long tiny run in the background: its orchestrator's pid, exit code and output land in `dir`.
 class BackgroundRun {
  public:
@@ -71,7 +62,7 @@ class BackgroundRun {
   std::string output() const { return read_all(dir_ + "/out"); }
   int pid() const { return std::atoi(read_all(dir_ + "/pid").c_str()); }
   int wait_exit() const {
-    wait_for([&] { return !read_all(dir_ + "/code").empty(); }, 60);
+    testing::eventually([&] { return !read_all(dir_ + "/code").empty(); }, std::chrono::seconds(60));
     const std::string code = read_all(dir_ + "/code");
     return code.empty() ? -1 : std::atoi(code.c_str());
   }
@@ -99,7 +90,7 @@ TEST(RunSecurity, StrangersGetNothingThroughWhileTheRunTrains) {
   BackgroundRun run(dir, "--set number_of_steps=1000000 --set discard_group_zero_advantage=false "
                          "--set heartbeat_timeout_seconds=30");
   const fs::path metrics = fs::path(run.run()) / "metrics.jsonl";
-  ASSERT_TRUE(wait_for([&] { return lines_in(metrics) > 0; }, 120)) << run.output();
+  ASSERT_TRUE(testing::eventually([&] { return lines_in(metrics) > 0; }, std::chrono::seconds(120))) << run.output();
   const std::string endpoint = logged_endpoint(run.output());
   ASSERT_FALSE(endpoint.empty()) << run.output();
 
@@ -131,7 +122,8 @@ TEST(RunSecurity, StrangersGetNothingThroughWhileTheRunTrains) {
   // The run's own key reaches the store, and the strangers' StoreSet is not there.
   EXPECT_FALSE(testing::probe_key_is_set(endpoint, client_security(*keys), kProbeWait));
   // The real workers were never displaced: the run keeps training (weight syncs included).
-  EXPECT_TRUE(wait_for([&] { return lines_in(metrics) > steps_before + 1; }, 120)) << run.output();
+  EXPECT_TRUE(testing::eventually([&] { return lines_in(metrics) > steps_before + 1; }, std::chrono::seconds(120)))
+      << run.output();
   EXPECT_THAT(run.output(), ::testing::HasSubstr("rejected a CURVE peer"));
 
   ASSERT_EQ(::kill(run.pid(), SIGINT), 0);
