@@ -21,15 +21,6 @@ namespace rlrun::orchestrator {
 
 namespace {
 
-rollout::SchedulerOptions scheduler_options(const Config& c, const engine::Model& model) {
-  rollout::SchedulerOptions o;
-  o.max_num_seqs = c.max_num_seqs;
-  o.max_model_len = c.max_model_len;
-  o.kv_block_size = c.kv_block_size;
-  o.kv_num_blocks = rollout::kv_blocks_for_budget(model, o, c.kv_cache_memory_mb << 20);
-  return o;
-}
-
 RolloutHooksFactory& hooks_factory() {
   static RolloutHooksFactory factory;
   return factory;
@@ -55,7 +46,7 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
     (*model)->weights().init_random(static_cast<uint64_t>(config.seed), static_cast<float>(config.model.init_std));
   }
   Result<std::unique_ptr<rollout::Scheduler>> scheduler =
-      rollout::Scheduler::create(**model, scheduler_options(config, **model));
+      rollout::Scheduler::create(**model, scheduler_options_from(config, **model));
   if (!scheduler.ok()) return log::error(str("rollout: ", scheduler.status().message())), kExitUsage;
   options.heartbeat_interval_seconds = config.heartbeat_interval_seconds;
   options.heartbeat_timeout_seconds = config.heartbeat_timeout_seconds;

@@ -31,4 +31,13 @@ Result<engine::Tokenizer> tokenizer_from(const ModelSection& model) {
   return engine::Tokenizer::from_json(kBuiltinTokenizerJson, "the built-in small tokenizer");
 }
 
+rollout::SchedulerOptions scheduler_options_from(const Config& c, const engine::Model& model) {
+  rollout::SchedulerOptions o;
+  o.max_num_seqs = c.max_num_seqs;
+  o.max_model_len = c.max_model_len;
+  o.kv_block_size = c.kv_block_size;
+  o.kv_num_blocks = rollout::kv_blocks_for_budget(model, o, c.kv_cache_memory_mb << 20);
+  return o;
+}
+
 }  // namespace rlrun::orchestrator

@@ -1,4 +1,5 @@
-// model_from_config.h - the config's `model:` section as the engine's ModelConfig.
+// model_from_config.h - the config as the parts a role builds: the engine's ModelConfig, the
+// tokenizer, a rollout worker's scheduler (whose KV pool `rlrun plan` predicts).
 //
 // Lives in the orchestrator because common (the config) must not depend on engine. With
 // model.checkpoint set, load_config() has already filled the shape from its config.json.
@@ -7,6 +8,7 @@
 #include "common/config/config.h"
 #include "engine/model/config.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "rollout/scheduler.h"
 
 namespace rlrun::orchestrator {
 
@@ -15,5 +17,9 @@ engine::ModelConfig model_config_from(const ModelSection& model);
 // The run's tokenizer: model.tokenizer (load_config() defaults it to the checkpoint's
 // tokenizer.json), else the built-in small tokenizer compiled into rlrun.
 Result<engine::Tokenizer> tokenizer_from(const ModelSection& model);
+
+// A rollout worker's scheduler: max_num_seqs, max_model_len, kv_block_size, and a KV pool of
+// kv_cache_memory_mb (0: max_num_seqs sequences of max_model_len), as plan/memory_plan.h plans it.
+rollout::SchedulerOptions scheduler_options_from(const Config& config, const engine::Model& model);
 
 }  // namespace rlrun::orchestrator

@@ -92,11 +92,12 @@ TEST(MemoryMeasured, RolloutWeightsAndKvPoolMatchThePlan) {
     ASSERT_TRUE(model.ok());
     (*model)->weights().release_grads();  // a rollout worker needs no gradients
     const double weights = static_cast<double>((*backend)->bytes_in_use());
-    // The pool the rollout scheduler allocates: kv_cache_memory_mb, or max_num_seqs full sequences.
-    const auto kc0 = engine::KvCacheConfig::for_model((*model)->config(), c.kv_block_size, 0);
+    // The pool a rollout worker allocates, from the function the worker calls.
     const int64_t per_seq_blocks = (c.max_model_len + c.kv_block_size - 1) / c.kv_block_size;
-    const int64_t blocks = kv_mb > 0 ? kc0.blocks_for_bytes(kv_mb << 20, (*backend)->compute_dtype())
-                                     : c.max_num_seqs * per_seq_blocks;
+    const int64_t blocks = scheduler_options_from(c, **model).kv_num_blocks;
+    if (kv_mb == 0) {
+      EXPECT_EQ(blocks, c.max_num_seqs * per_seq_blocks) << "0: max_num_seqs whole sequences";
+    }
     auto cache = engine::KvCache::create(**backend, engine::KvCacheConfig::for_model((*model)->config(),
                                                                                   c.kv_block_size, blocks));
     ASSERT_TRUE(cache.ok());
