@@ -8,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include "tests/common/eventually.h"
+
 namespace rlrun::orchestrator {
 namespace {
 
@@ -31,6 +33,7 @@ class StoreServer {
         std::lock_guard<std::mutex> lock(mutex_);
         for (const std::string& prefix : to_abandon_) service_.abandon(*server_, prefix);
         to_abandon_.clear();
+        waiting_ = service_.waiting();
       }
     });
   }
@@ -44,12 +47,15 @@ class StoreServer {
     thread_.join();
   }
   const std::string& endpoint() const { return endpoint_; }
+  // StoreGets waiting on the server for a key (as of the server thread's last turn).
+  size_t waiting() const { return waiting_.load(); }
 
  private:
   std::unique_ptr<ControlServer> server_;
   RendezvousService service_;
   std::string endpoint_;
   std::atomic<bool> stop_{false};
+  std::atomic<size_t> waiting_{0};
   std::mutex mutex_;
   std::vector<std::string> to_abandon_;
   std::thread thread_;
@@ -85,7 +91,7 @@ TEST(Rendezvous, SetThenGetAndWaitingGet) {
     ASSERT_TRUE(v.ok()) << v.status().message();
     EXPECT_EQ(std::string(v->begin(), v->end()), std::string("\x00\x01value", 7));
   });
-  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(testing::eventually([&] { return server.waiting() == 1; }, 10s)) << "b's get never reached the server";
   const std::string bytes("\x00\x01value", 7);
   ASSERT_TRUE((*a)->set("k1", std::vector<char>(bytes.begin(), bytes.end())).ok());
   getter.join();
@@ -164,7 +170,7 @@ TEST(Rendezvous, AbandonedWeightGroupFailsTheJoinAtOnce) {
     auto weights = join_group(server.endpoint(), "trainer-0", weight_sync_group(config, 0, 1));
     EXPECT_FALSE(weights.ok());
   });
-  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(testing::eventually([&] { return server.waiting() > 0; }, 10s)) << "the trainer never waited for a peer";
   server.abandon(weight_group_key_prefix(1));
   trainer.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
