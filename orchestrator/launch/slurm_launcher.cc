@@ -13,6 +13,7 @@
 
 #include "common/exit_codes.h"
 #include "common/observe/log.h"
+#include "orchestrator/launch/spawn.h"
 
 extern char** environ;
 

@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "orchestrator/launch/slurm_launcher.h"
+#include "orchestrator/launch/spawn.h"
 
 namespace rlrun::orchestrator {
 namespace {
