@@ -1,7 +1,7 @@
 // launcher.h - starts and stops the worker processes of a run.
 //
-// `local` forks/execs on this machine; `slurm` (slurm_launcher.h) starts srun job steps inside an
-// allocation.
+// `local` starts them on this machine; `slurm` (slurm_launcher.h) starts srun job steps inside an
+// allocation. Both start processes with spawn() (spawn.h): stdin is /dev/null.
 // Both give every process its own log file and tear the whole set down together. The
 // orchestrator is the only caller, from its main thread.
 #pragma once
@@ -36,6 +36,8 @@ struct ProcessExit {
 class Launcher {
  public:
   virtual ~Launcher() = default;
+  // Errors: the spec is wrong for this launcher, its log cannot be opened, or the program (the
+  // worker; srun for Slurm) cannot be run; a worker that starts and then fails is an exit.
   virtual Status start(const ProcessSpec& spec) = 0;
   // Processes that ended since the last call (non-blocking).
   virtual std::vector<ProcessExit> poll_exits() = 0;

@@ -1,16 +1,12 @@
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
 #include <thread>
 
-#include "common/exit_codes.h"
 #include "common/observe/log.h"
 #include "orchestrator/launch/launcher.h"
+#include "orchestrator/launch/spawn.h"
 
 namespace rlrun::orchestrator {
 
@@ -33,54 +29,23 @@ class LocalLauncher : public Launcher {
     for (const auto& [pid, name] : live_) {
       if (name == spec.name) return invalid_argument(str("process ", spec.name, " is already running"));
     }
-    int log_fd = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (log_fd < 0) return io_error(str(spec.log_path, ": cannot open log file: ", std::strerror(errno)));
-    // Prepared before fork: the child may only call async-signal-safe functions.
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e != nullptr; ++e) {
-      std::string kv = *e;
-      std::string key = kv.substr(0, kv.find('='));
-      if (!spec.env.count(key) && !(key == "CUDA_VISIBLE_DEVICES" && !spec.gpus.empty())) env_strings.push_back(kv);
-    }
-    for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
+    SpawnSpec s;
+    s.argv = spec.argv;
+    s.env = spec.env;
     if (!spec.gpus.empty()) {
       std::string devices;
       for (size_t i = 0; i < spec.gpus.size(); ++i) devices = str(devices, i ? "," : "", spec.gpus[i]);
-      env_strings.push_back("CUDA_VISIBLE_DEVICES=" + devices);
+      s.env["CUDA_VISIBLE_DEVICES"] = devices;
     }
-    std::vector<char*> argv, envp;
-    for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    for (const std::string& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-    const pid_t parent = ::getpid();
-
-    pid_t pid = ::fork();
-    if (pid < 0) {
-      ::close(log_fd);
-      return unavailable(str("process ", spec.name, ": fork failed: ", std::strerror(errno)));
-    }
-    if (pid == 0) {
-      // join the workers' group; if its members are all gone, start a new one
-      if (group_ == 0 || ::setpgid(0, group_) != 0) ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(kExitCannotExec);  // the orchestrator died before prctl took effect
-      ::dup2(log_fd, STDOUT_FILENO);
-      ::dup2(log_fd, STDERR_FILENO);
-      ::execve(argv[0], argv.data(), envp.data());
-      const char msg[] = "rlrun launcher: exec failed\n";
-      ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
-      (void)ignored;
-      ::_exit(kExitCannotExec);
-    }
-    ::close(log_fd);
-    // the same from the parent's side, so the group is set whichever runs first
-    if (group_ == 0 || ::setpgid(pid, group_) != 0) {
-      ::setpgid(pid, pid);
-      group_ = pid;
-    }
-    live_[pid] = spec.name;
-    log::debug(str("started ", spec.name, " (pid ", pid, ")"));
+    s.output = ChildOutput::kAppendToLog;
+    s.log_path = spec.log_path;
+    s.process_group = group_;  // joins the workers' group, or leads a new one when all have gone
+    s.death_signal = SIGKILL;
+    Result<Child> child = spawn(s);
+    if (!child.ok()) return child.status().with_context(str("process ", spec.name));
+    group_ = child->process_group;
+    live_[child->pid] = spec.name;
+    log::debug(str("started ", spec.name, " (pid ", child->pid, ")"));
     return Status();
   }
 
@@ -133,7 +98,7 @@ class LocalLauncher : public Launcher {
 
  private:
   std::map<pid_t, std::string> live_;
-  pid_t group_ = 0;  // process group of all workers: the first worker's pid
+  pid_t group_ = kNewGroup;  // the workers' process group, once one has started
 };
 
 }  // namespace

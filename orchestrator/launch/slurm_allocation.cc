@@ -1,18 +1,9 @@
 #include "orchestrator/launch/slurm_allocation.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cctype>
-#include <cerrno>
 #include <charconv>
-#include <cstring>
 
-#include "common/check.h"
-#include "common/observe/log.h"
+#include "orchestrator/launch/spawn.h"
 
 extern char** environ;
 
@@ -249,59 +240,6 @@ Result<SlurmAllocation> read_slurm_allocation(const EnvMap& env, SlurmQueries& q
     a.nodes.push_back(NodeResources{(*hosts)[i], address, gpus[i], cpus[i]});
   }
   return a;
-}
-
-Result<std::string> run_and_capture(const std::vector<std::string>& argv) {
-  RLRUN_CHECK(!argv.empty());
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return io_error(str("pipe: ", std::strerror(errno)));
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(out[0]), ::close(out[1]);
-    return io_error(str("pipe: ", std::strerror(errno)));
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, err[1], 2);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(out[1]), ::close(err[1]);
-  if (rc != 0) {
-    ::close(out[0]), ::close(err[0]);
-    return unavailable(str(argv[0], ": cannot run it (", std::strerror(rc), "); is Slurm installed on this node?"));
-  }
-  std::string text[2];
-  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-  int open_fds = 2;
-  char buf[4096];
-  while (open_fds > 0) {
-    if (::poll(fds, 2, -1) < 0 && errno != EINTR) break;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-      const ssize_t got = ::read(fds[i].fd, buf, sizeof buf);
-      if (got > 0) {
-        text[i].append(buf, static_cast<size_t>(got));
-      } else if (got == 0 || errno != EINTR) {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::string command;
-    for (const std::string& a : argv) command = str(command, command.empty() ? "" : " ", a);
-    return unavailable(str("`", command, "` failed: ", trim(text[1]).empty() ? "no message" : trim(text[1])));
-  }
-  return text[0];
 }
 
 namespace {

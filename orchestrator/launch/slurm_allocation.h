@@ -74,7 +74,4 @@ Result<std::vector<std::pair<std::string, int>>> parse_job_detail_gres(std::stri
 // NodeAddr from one node's `scontrol show node` text.
 Result<std::string> parse_node_address(std::string_view node, std::string_view text);
 
-// Runs argv (no shell) and returns its standard output; an error with its stderr when it fails.
-Result<std::string> run_and_capture(const std::vector<std::string>& argv);
-
 }  // namespace rlrun::orchestrator

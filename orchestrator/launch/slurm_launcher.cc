@@ -1,20 +1,13 @@
 #include "orchestrator/launch/slurm_launcher.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <thread>
 
-#include "common/exit_codes.h"
 #include "common/observe/log.h"
-
-extern char** environ;
+#include "orchestrator/launch/spawn.h"
 
 namespace rlrun::orchestrator {
 
@@ -105,46 +98,19 @@ class SlurmLauncher : public Launcher {
   Status start(const ProcessSpec& spec) override {
     RLRUN_RETURN_IF_ERROR(check_spec(spec));
     const std::string step_name = slurm_step_name(spec.name, starts_[spec.name] + 1);
-    const std::vector<std::string> command = srun_command(allocation_.job_id, spec, step_name);
-    int log_fd = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (log_fd < 0) return io_error(str(spec.log_path, ": cannot open log file: ", std::strerror(errno)));
-    // srun exports its environment to the task (--export=ALL), so spec.env goes into srun's.
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e != nullptr; ++e) {
-      std::string kv = *e;
-      if (!spec.env.count(kv.substr(0, kv.find('=')))) env_strings.push_back(kv);
-    }
-    for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
-    std::vector<char*> argv, envp;
-    for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    for (const std::string& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-    const pid_t parent = ::getpid();
-
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      ::close(log_fd);
-      return unavailable(str("process ", spec.name, ": fork failed: ", std::strerror(errno)));
-    }
-    if (pid == 0) {
-      ::setpgid(0, 0);                     // a terminal's Ctrl-C reaches the orchestrator alone
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // srun cancels its step when it gets SIGTERM
-      if (::getppid() != parent) ::_exit(kExitCannotExec);
-      const int null_fd = ::open("/dev/null", O_RDONLY);
-      if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
-      ::dup2(log_fd, STDOUT_FILENO);
-      ::dup2(log_fd, STDERR_FILENO);
-      ::execvpe(argv[0], argv.data(), envp.data());
-      const char msg[] = "rlrun slurm launcher: cannot exec srun (is Slurm installed here?)\n";
-      ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
-      (void)ignored;
-      ::_exit(kExitCannotExec);
-    }
-    ::close(log_fd);
+    SpawnSpec srun;
+    srun.argv = srun_command(allocation_.job_id, spec, step_name);
+    srun.search_path = true;
+    srun.env = spec.env;  // srun exports its environment to the task (--export=ALL)
+    srun.output = ChildOutput::kAppendToLog;
+    srun.log_path = spec.log_path;
+    srun.process_group = kNewGroup;  // a terminal's Ctrl-C reaches the orchestrator alone
+    srun.death_signal = SIGTERM;     // srun cancels its step when it gets SIGTERM
+    Result<Child> child = spawn(srun);
+    if (!child.ok()) return child.status().with_context(str("process ", spec.name, ": starting its srun step"));
     ++starts_[spec.name];
-    live_.push_back(Step{spec.name, step_name, pid, ""});
-    log::debug(str("started ", spec.name, " on ", spec.node, " (srun pid ", pid, ")"));
+    live_.push_back(Step{spec.name, step_name, child->pid, ""});
+    log::debug(str("started ", spec.name, " on ", spec.node, " (srun pid ", child->pid, ")"));
     return Status();
   }
 

@@ -1,6 +1,5 @@
 // `rlrun rollout`: one rollout worker process (started by the orchestrator's launcher).
-#include <cstdio>
-#include <cstdlib>
+#include <cstdint>
 
 #include "common/config/config.h"
 #include "common/observe/log.h"

@@ -1,5 +1,4 @@
 // `rlrun trainer`: one trainer rank process (started by the orchestrator's launcher).
-#include <cstdlib>
 
 #include "common/config/config.h"
 #include "common/observe/log.h"

@@ -62,6 +62,14 @@ TEST_F(LocalLauncherTest, LogsEnvironmentAndExitCodes) {
   EXPECT_EQ(l->live_count(), 0u);
 }
 
+// A worker that cannot be run is an error of start(), naming it, not an exit with code 127.
+TEST_F(LocalLauncherTest, AMissingProgramIsAnErrorOfStart) {
+  auto l = make_local_launcher();
+  const Status st = l->start({"w", {"/nonexistent/rlrun", "rollout"}, {}, (dir_ / "w.log").string(), "", {}});
+  EXPECT_EQ(st.message(), "process w: cannot run /nonexistent/rlrun: No such file or directory");
+  EXPECT_EQ(l->live_count(), 0u);
+}
+
 TEST_F(LocalLauncherTest, KillAndStopAll) {
   auto l = make_local_launcher();
   ASSERT_TRUE(l->start(sh("a", "exec sleep 30")).ok());

@@ -162,16 +162,6 @@ TEST(SlurmAllocation, ErrorsNameTheVariable) {
             std::string::npos);
 }
 
-TEST(SlurmAllocation, RunAndCaptureReportsFailures) {
-  auto out = run_and_capture({"/bin/sh", "-c", "echo hello; echo noise >&2"});
-  ASSERT_TRUE(out.ok());
-  EXPECT_EQ(*out, "hello\n");
-  auto failed = run_and_capture({"/bin/sh", "-c", "echo why >&2; exit 3"});
-  ASSERT_FALSE(failed.ok());
-  EXPECT_NE(failed.status().message().find("why"), std::string::npos);
-  EXPECT_FALSE(run_and_capture({"/nonexistent/scontrol"}).ok());
-}
-
 TEST(LaunchTarget, LocalOrTheAllocation) {
   FakeQueries q;
   const NodeResources local{"localhost", "127.0.0.1", 0, 8};

@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "orchestrator/launch/slurm_launcher.h"
+#include "orchestrator/launch/spawn.h"
 
 namespace rlrun::orchestrator {
 namespace {
@@ -112,6 +115,18 @@ TEST(SlurmLauncher, StartChecksThePlanAgainstTheAllocation) {
   EXPECT_FALSE(launcher->start(empty).ok());
   EXPECT_EQ(launcher->live_count(), 0u);
   EXPECT_FALSE(launcher->kill("trainer-0").ok());
+}
+
+// Without srun on PATH, start() says so instead of a worker that exits 127 later.
+TEST(SlurmLauncher, StartWithoutSrunIsAnError) {
+  SlurmAllocation a{"77", {{"node1", "127.0.0.1", 2, 4}}};
+  auto launcher = make_slurm_launcher(a);
+  const std::string path = std::getenv("PATH");
+  ::setenv("PATH", "/nonexistent", 1);
+  const Status st = launcher->start(spec("node1", {}));
+  ::setenv("PATH", path.c_str(), 1);
+  EXPECT_EQ(st.message(), "process trainer-0: starting its srun step: cannot run srun: not found in PATH (/nonexistent)");
+  EXPECT_EQ(launcher->live_count(), 0u);
 }
 
 }  // namespace

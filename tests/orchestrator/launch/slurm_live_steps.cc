@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "orchestrator/launch/slurm_launcher.h"
+#include "orchestrator/launch/spawn.h"
 #include "tests/common/eventually.h"
 
 namespace rlrun::orchestrator {
