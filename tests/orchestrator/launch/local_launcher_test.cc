@@ -11,6 +11,7 @@
 
 #include "orchestrator/launch/launcher.h"
 #include "tests/common/eventually.h"
+#include "tests/common/process_ended.h"
 
 namespace rlrun::orchestrator {
 namespace {
@@ -117,7 +118,7 @@ TEST_F(LocalLauncherTest, WorkersDieWithTheOrchestrator) {
   ASSERT_TRUE(testing::eventually([&] { return static_cast<bool>(std::ifstream(pidfile) >> worker); }, 3s));
   ::kill(orchestrator, SIGKILL);
   ::waitpid(orchestrator, nullptr, 0);
-  const bool gone = testing::eventually([&] { return ::kill(std::stoi(worker), 0) != 0; }, 3s);
+  const bool gone = testing::eventually([&] { return testing::process_ended(std::stoi(worker)); }, 3s);
   EXPECT_TRUE(gone) << "worker " << worker << " outlived its orchestrator";
 }
 

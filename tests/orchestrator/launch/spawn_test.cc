@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "tests/common/eventually.h"
+#include "tests/common/process_ended.h"
 
 namespace rlrun::orchestrator {
 namespace {
@@ -52,13 +53,7 @@ class SpawnTest : public ::testing::Test {
     s << in.rdbuf();
     return s.str();
   }
-  // True once `pid` has ended: no such process, or a zombie that its new parent has not reaped.
-  static bool ended(pid_t pid) {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    if (!std::getline(stat, line)) return true;
-    return line.substr(line.rfind(')') + 2, 1) == "Z";
-  }
+  static bool ended(pid_t pid) { return testing::process_ended(pid); }
 
   fs::path dir_;
 };
@@ -168,8 +163,12 @@ TEST_F(SpawnTest, ChildrenDoNotInheritIgnoredSigpipeOrBlockedSignals) {
   std::istringstream lines(*status);
   for (std::string key, mask; lines >> key >> mask;) {
     const unsigned long long bits = std::stoull(mask, nullptr, 16);
-    if (key == "SigIgn:") EXPECT_EQ(bits & (1ull << (SIGPIPE - 1)), 0u) << "SIGPIPE is still ignored";
-    if (key == "SigBlk:") EXPECT_EQ(bits, 0u) << "blocked signals: " << mask;
+    if (key == "SigIgn:") {
+      EXPECT_EQ(bits & (1ull << (SIGPIPE - 1)), 0u) << "SIGPIPE is still ignored";
+    }
+    if (key == "SigBlk:") {
+      EXPECT_EQ(bits, 0u) << "blocked signals: " << mask;
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/common/eventually.h"
+#include "tests/common/process_ended.h"
 #include "tests/orchestrator/cli_test_util.h"
 
 #include <chrono>
@@ -85,13 +86,7 @@ int logged_pid(const std::string& out, const std::string& worker) {
 }
 
 // Alive and not a zombie (an orphan's zombie may wait for a reaper that never comes).
-bool alive(int pid) {
-  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  const size_t paren = stat.rfind(')');
-  if (stat.empty() || paren == std::string::npos || paren + 2 >= stat.size()) return false;
-  const char state = stat[paren + 2];
-  return state != 'Z' && state != 'X';
-}
+bool alive(int pid) { return !testing::process_ended(pid); }
 
 // Waits up to `seconds` for every pid to be gone; returns those still alive.
 std::vector<int> survivors(const std::vector<int>& pids, double seconds) {
