@@ -2,6 +2,7 @@
 // the compute dtype holds exactly (random_input). Tolerance: error relative to the reference's
 // largest magnitude (rel_error) <= 1e-5 on f32 backends (most ops are exact to a few ulps;
 // attention and logprob accumulate in f32); bf16 backends: the kBf16 constants (op_test_util.h).
+#include <algorithm>
 #include <cstring>
 
 #include "tests/engine/op_test_util.h"
@@ -104,7 +105,8 @@ TEST_P(OpsForward, EmbeddingGathersRows) {
 // next synchronisation point.
 TEST_P(OpsForward, EmbeddingIdOutsideTheVocabularyAbortsNamingTheOp) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // a forked child cannot use the parent's CUDA context
-  Tensor out = zeros(Shape{2, 8}), table = upload(Shape{4, 8}, random_input(32, 12)), ids = upload_i32(Shape{2}, {1, 4});
+  Tensor out = zeros(Shape{2, 8}), table = upload(Shape{4, 8}, random_input(32, 12));
+  Tensor ids = upload_i32(Shape{2}, {1, 4});
   EXPECT_DEATH(
       {
         be().embedding_forward(out, table, ids);
@@ -223,36 +225,53 @@ TEST_P(OpsForward, AttentionRealHeadSizeOddLengths) {
   EXPECT_CLOSE(download(lse), want_lse, tol(1e-5, kBf16AttentionLse));
 }
 
-// The new rows of each sequence over a paged cache (blocks scattered, out of order) equal the
-// same rows of training attention over the whole sequence: a decode step (1 row), a prefill
-// chunk after cached tokens (5 rows) and a first token (start 0).
+// Sequences in a paged cache: `new_rows` of each are queries, the rest already cached.
+struct PagedCase {
+  std::vector<int32_t> full_cu, new_rows;
+  int64_t hq, hkv, d, block, num_blocks;
+  std::vector<int32_t> tables;  // (S, max_blocks): scattered, out of order, -1 where unused
+};
+
+// The new rows of each sequence over a paged cache equal the same rows of training attention
+// over the whole sequence. Small: a decode step (1 row), a prefill chunk after cached tokens
+// (5 rows) and a first token (start 0). Real: head dim 64, blocks of 16, a 37-row prefill and a
+// decode at position 70 (several key and query tiles on a device).
 TEST_P(OpsForward, PagedAttentionMatchesContiguousAttention) {
-  const std::vector<int32_t> full_cu = {0, 7, 19, 20}, new_rows = {1, 5, 1};
-  const int64_t hq = 6, hkv = 2, d = 16, n_full = 20, block = 4, max_blocks = 4, slots = 16 * block;
-  const Vec q = random_input(n_full * hq * d, 31), k = random_input(n_full * hkv * d, 32), v = random_input(n_full * hkv * d, 33);
-  const Vec want_full = ref_attention(q, k, v, full_cu, hq, hkv, d);
-  const std::vector<int32_t> tables = {9, 2, -1, -1, 15, 0, 7, -1, 4, -1, -1, -1};  // (3, max_blocks)
-  Vec kc(slots * hkv * d, 0.0), vc(slots * hkv * d, 0.0), q_new, want;
-  std::vector<int32_t> cu_q = {0}, start;
-  for (int s = 0; s < 3; ++s) {
-    const int64_t len = full_cu[s + 1] - full_cu[s];
-    for (int64_t p = 0; p < len; ++p) {
-      const int64_t slot = tables[s * max_blocks + p / block] * block + p % block, t = full_cu[s] + p;
-      std::copy_n(k.begin() + t * hkv * d, hkv * d, kc.begin() + slot * hkv * d);
-      std::copy_n(v.begin() + t * hkv * d, hkv * d, vc.begin() + slot * hkv * d);
+  const std::vector<PagedCase> cases = {
+      {{0, 7, 19, 20}, {1, 5, 1}, 6, 2, 16, 4, 16, {9, 2, -1, -1, 15, 0, 7, -1, 4, -1, -1, -1}},
+      {{0, 37, 108}, {37, 1}, 14, 2, 64, 16, 12, {5, 0, 9, -1, -1, 1, 3, 2, 7, 10}}};
+  for (const PagedCase& c : cases) {
+    const int64_t num_seqs = static_cast<int64_t>(c.new_rows.size()), n_full = c.full_cu.back();
+    const int64_t max_blocks = static_cast<int64_t>(c.tables.size()) / num_seqs, slots = c.num_blocks * c.block;
+    const int64_t hq = c.hq, hkv = c.hkv, d = c.d;
+    const Vec q = random_input(n_full * hq * d, 31), k = random_input(n_full * hkv * d, 32),
+              v = random_input(n_full * hkv * d, 33);
+    const Vec want_full = ref_attention(q, k, v, c.full_cu, hq, hkv, d);
+    Vec kc(slots * hkv * d, 0.0), vc(slots * hkv * d, 0.0), q_new, want;
+    std::vector<int32_t> cu_q = {0}, start;
+    int64_t max_context = 0;
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      const int64_t len = c.full_cu[s + 1] - c.full_cu[s];
+      for (int64_t p = 0; p < len; ++p) {
+        const int64_t slot = c.tables[s * max_blocks + p / c.block] * c.block + p % c.block, t = c.full_cu[s] + p;
+        std::copy_n(k.begin() + t * hkv * d, hkv * d, kc.begin() + slot * hkv * d);
+        std::copy_n(v.begin() + t * hkv * d, hkv * d, vc.begin() + slot * hkv * d);
+      }
+      start.push_back(static_cast<int32_t>(len - c.new_rows[s]));
+      cu_q.push_back(cu_q.back() + c.new_rows[s]);
+      max_context = std::max(max_context, len);
+      const int64_t first = c.full_cu[s + 1] - c.new_rows[s];
+      q_new.insert(q_new.end(), q.begin() + first * hq * d, q.begin() + c.full_cu[s + 1] * hq * d);
+      want.insert(want.end(), want_full.begin() + first * hq * d, want_full.begin() + c.full_cu[s + 1] * hq * d);
     }
-    start.push_back(static_cast<int32_t>(len - new_rows[s]));
-    cu_q.push_back(cu_q.back() + new_rows[s]);
-    const int64_t first = full_cu[s + 1] - new_rows[s];
-    q_new.insert(q_new.end(), q.begin() + first * hq * d, q.begin() + full_cu[s + 1] * hq * d);
-    want.insert(want.end(), want_full.begin() + first * hq * d, want_full.begin() + full_cu[s + 1] * hq * d);
+    const int64_t n = cu_q.back();
+    Tensor out = zeros(Shape{n, hq, d});
+    be().paged_attention_forward(out, upload(Shape{n, hq, d}, q_new), upload(Shape{slots, hkv, d}, kc),
+                                 upload(Shape{slots, hkv, d}, vc), upload_i32(Shape{num_seqs + 1}, cu_q),
+                                 upload_i32(Shape{num_seqs}, start), upload_i32(Shape{num_seqs, max_blocks}, c.tables),
+                                 c.block, max_context);
+    EXPECT_CLOSE(download(out), want, tol(1e-5, kBf16Out)) << "d=" << d << " block=" << c.block;
   }
-  const int64_t n = cu_q.back();
-  Tensor out = zeros(Shape{n, hq, d});
-  be().paged_attention_forward(out, upload(Shape{n, hq, d}, q_new), upload(Shape{slots, hkv, d}, kc),
-                               upload(Shape{slots, hkv, d}, vc), upload_i32(Shape{4}, cu_q),
-                               upload_i32(Shape{3}, start), upload_i32(Shape{3, max_blocks}, tables), block, 12);
-  EXPECT_CLOSE(download(out), want, tol(1e-5, kBf16Out));
 }
 
 // A tiny case and one whose size is no multiple of a vector width.
