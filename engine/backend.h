@@ -2,8 +2,9 @@
 //
 // A Backend owns memory (zeros/free), moves bytes (host <-> backend, backend <-> backend) and runs
 // the ops a Llama-family decoder needs for training and inference, each forward with its backward.
-// The model is written once against this class; engine/cpu/ is the reference every other backend
-// is tested against, and every backward op is tested against finite differences.
+// The model is written once against this class. One op suite (tests/engine/ops_*_test.cc) runs on
+// every backend against double-precision references, every backward op against finite
+// differences; engine/cpu/ is the reference the CUDA backend's remaining cases are compared with.
 //
 // Layout: activations are FLAT and token-major. A packed micro-batch of several sequences is N
 // tokens in a row; sequence boundaries come from `cu_seqlens` (int32, (S+1): cu[0] = 0,
@@ -16,12 +17,19 @@
 // positions and cu_seqlens always i32. Unless stated, "f32" below means compute_dtype().
 //
 // Conventions for every op:
-// - All tensors are on this backend, contiguous, with exactly the documented shapes (checked:
-//   a mismatch is a bug in the caller and aborts with the shapes in the message).
+// - All tensors are on this backend, contiguous, with exactly the documented shapes and dtypes.
+//   Each public op below is a non-virtual method that checks this contract ONCE, here in
+//   backend.cc, for every backend, and then calls the backend's private `<op>_impl`; a mismatch
+//   is a bug in the caller and aborts naming the op, the tensor's role and the shapes. Checks that
+//   must read the data (an id outside the vocabulary, cu_seqlens out of order, a block table
+//   entry outside the cache) are made by the backend that can read it: the CPU at once, CUDA at
+//   the next synchronisation point (cuda/cuda_backend.h). A backend may add limits of its own
+//   (a CUDA kernel's largest head dim), which abort the same way.
 // - Outputs are preallocated by the caller. Activation outputs and activation gradients
 //   (out, dx, dq, ...) are OVERWRITTEN. Parameter gradients (dweight, dtable, dbias) are
 //   ACCUMULATED (+=), so micro-batches sum into one gradient buffer; zero them per step.
-// - Outputs must not alias inputs unless the op says so.
+// - Outputs must not alias inputs unless the op says so (where an op allows aliasing, the
+//   output must be that input itself or not overlap it: checked).
 // - Ops are asynchronous with respect to the host on device backends; synchronize() waits, and
 //   copy_to_host / sum_squares synchronize themselves.
 //
@@ -69,13 +77,16 @@ class Backend {
   virtual size_t peak_bytes() const = 0;
 
   // ---- copies -----------------------------------------------------------------------------------
-  virtual void copy_from_host(const Tensor& dst, const void* src, size_t bytes) = 0;  // bytes == dst.nbytes()
-  virtual void copy_to_host(void* dst, const Tensor& src, size_t bytes) = 0;         // bytes == src.nbytes()
-  virtual void copy(const Tensor& dst, const Tensor& src) = 0;  // same dtype and numel, same backend
-  virtual void fill_zero(const Tensor& t) = 0;
-  // dst = src converted between f32 and bf16 (round to nearest even), or a plain copy when the
+  // Any dtype; `bytes` must be the tensor's size.
+  void copy_from_host(const Tensor& dst, const void* src, size_t bytes);  // bytes == dst.nbytes()
+  void copy_to_host(void* dst, const Tensor& src, size_t bytes);         // bytes == src.nbytes()
+  // dst = src: same dtype and numel; dst is src itself or does not overlap it. Across backends:
+  // copy_across (tensor.h).
+  void copy(const Tensor& dst, const Tensor& src);
+  void fill_zero(const Tensor& t);
+  // dst = src converted between f32 and bf16 (round to nearest even), or a plain copy() when the
   // dtypes match. Same numel.
-  virtual void convert(const Tensor& dst, const Tensor& src) = 0;
+  void convert(const Tensor& dst, const Tensor& src);
   virtual void synchronize() = 0;
 
   // ---- dense algebra ----------------------------------------------------------------------------
@@ -86,44 +97,46 @@ class Backend {
   //   forward   matmul(y, x, W, false, true)                    y  = x W^T
   //   dx        matmul(dx, dy, W, false, false)                 dx = dy W
   //   dW        matmul(dW, dy, x, true, false, 1, 1)            dW += dy^T x
-  // beta == 0 ignores out's previous contents (NaNs included).
-  virtual void matmul(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
-                      float alpha = 1.0f, float beta = 0.0f) = 0;
+  // beta == 0 ignores out's previous contents (NaNs included). M, N or K may be 0 (K == 0:
+  // out = beta * out). Dtypes: a and b alike, compute_dtype() or f32; out a's dtype or f32 (f32
+  // weight gradients from compute-dtype activations).
+  void matmul(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+              float alpha = 1.0f, float beta = 0.0f);
 
   // out (T, C) += bias (C) on every row (qwen2's q/k/v biases).
-  virtual void add_bias(const Tensor& out, const Tensor& bias) = 0;
+  void add_bias(const Tensor& out, const Tensor& bias);
   // dbias (C, f32) += column sums of dout (T, C).
-  virtual void add_bias_backward(const Tensor& dbias, const Tensor& dout) = 0;
+  void add_bias_backward(const Tensor& dbias, const Tensor& dout);
 
-  // ---- elementwise (same numel everywhere) ------------------------------------------------------
-  virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out = a + b; out may alias a or b
-  virtual void axpy(const Tensor& y, float alpha, const Tensor& x) = 0;       // y += alpha * x (residuals: alpha 1)
-  virtual void scale(const Tensor& x, float alpha) = 0;                       // x *= alpha, in place
+  // ---- elementwise (same numel everywhere; one dtype per call, f32 or compute_dtype()) ------------
+  void add(const Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b, one shape; out may be a or b
+  void axpy(const Tensor& y, float alpha, const Tensor& x);       // y += alpha * x (residuals: alpha 1)
+  void scale(const Tensor& x, float alpha);                       // x *= alpha, in place
 
   // ---- embedding ----------------------------------------------------------------------------------
   // out (N, H) = table (V, H) rows at ids (N, i32). Every id must be in [0, V) (aborts otherwise:
   // ids are validated where they enter the process).
-  virtual void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;
+  void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids);
   // dtable (V, H, f32) += scatter of dout (N, H) rows to ids (repeated ids sum).
-  virtual void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) = 0;
+  void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids);
 
   // ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * weight ------------------------------------------------
   // x, out (N, H); weight (H); rstd (N, f32) saved = 1 / sqrt(mean(x^2) + eps).
   // rstd may be undefined (inference: nothing saved).
-  virtual void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                               float eps) = 0;
+  void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                       float eps);
   // dx (N, H) = d/dx; dweight (H, f32) += sum over rows of dout * x * rstd.
-  virtual void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                                const Tensor& weight, const Tensor& rstd) = 0;
+  void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                        const Tensor& weight, const Tensor& rstd);
 
   // ---- rotary position embedding (HF Llama "rotate_half": pairs (i, i + D/2), not interleaved) ----
   // x (N, H, D) rotated IN PLACE: for i < D/2, angle = positions[n] * theta^(-2i/D),
   //   x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin   with x1 = x[..., i], x2 = x[..., i + D/2].
   // positions (N, i32) restart at 0 for each packed sequence. D must be even. Angles are computed
   // in fp32 like HF (inv_freq rounded to f32, angle = f32(position) * inv_freq in f32).
-  virtual void rope_forward(const Tensor& x, const Tensor& positions, float theta) = 0;
+  void rope_forward(const Tensor& x, const Tensor& positions, float theta);
   // dx (N, H, D) IN PLACE: the inverse rotation (rotation by -angle), which is the transpose.
-  virtual void rope_backward(const Tensor& dx, const Tensor& positions, float theta) = 0;
+  void rope_backward(const Tensor& dx, const Tensor& positions, float theta);
 
   // ---- grouped-query causal attention over packed sequences --------------------------------------
   // q, out (N, Hq, D); k, v (N, Hkv, D), Hq % Hkv == 0 (query head h reads kv head h / (Hq/Hkv));
@@ -131,13 +144,13 @@ class Backend {
   // launch sizes; must be >= every length). Token t of sequence s attends to tokens cu[s]..t only,
   // with scale 1/sqrt(D). lse (N, Hq, f32) saved = log sum_j exp(scale q.k_j) per query row.
   // lse may be undefined (inference).
-  virtual void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                 const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen) = 0;
+  void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                         const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen);
   // dq (N, Hq, D), dk, dv (N, Hkv, D) overwritten, from dout (N, Hq, D) and the forward's q, k, v,
   // out and lse.
-  virtual void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
-                                  const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                  const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen) = 0;
+  void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen);
 
   // ---- attention of new tokens over a paged KV cache (prefill and decode) ------------------------
   // The new tokens of S sequences are packed in q, out (N, Hq, D): rows cu_q[s] .. cu_q[s+1] of
@@ -147,40 +160,88 @@ class Backend {
   //   block_tables[s, p / block_size] * block_size + p % block_size,  block_tables (S, max_blocks, i32).
   // A query at position p attends to positions 0..p of its own sequence, scale 1/sqrt(D).
   // max_context: host-side hint >= every seq_start[s] + rows of s (device launch sizes, scratch).
-  virtual void paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache,
-                                       const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
-                                       const Tensor& block_tables, int64_t block_size, int64_t max_context) = 0;
+  void paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                               const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
+                               const Tensor& block_tables, int64_t block_size, int64_t max_context);
 
   // ---- SwiGLU: out = silu(gate) * up, silu(g) = g * sigmoid(g) -----------------------------------
   // gate, up, out (N, I).
-  virtual void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up);
   // dgate, dup (N, I) from dout (N, I). dgate may alias gate and dup may alias up (in place).
-  virtual void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
-                               const Tensor& up) = 0;
+  void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                       const Tensor& up);
 
   // ---- fused log-softmax + gather + entropy over the vocabulary -------------------------------------
   // logits (N, V); targets (N, i32): a target < 0 means "no target" (logprob 0, no gradient).
   // Writes, all (N, f32): logprob[n] = log softmax(logits[n])[targets[n]],
   // entropy[n] = -sum_v p log p, lse[n] = logsumexp(logits[n]) (saved for backward).
   // Never materialises more than one row of probabilities per thread.
-  virtual void logprob_forward(const Tensor& logprob, const Tensor& entropy, const Tensor& lse,
-                               const Tensor& logits, const Tensor& targets) = 0;
+  void logprob_forward(const Tensor& logprob, const Tensor& entropy, const Tensor& lse,
+                       const Tensor& logits, const Tensor& targets);
   // dlogits (N, V) = dlogprob[n] * (onehot(target) - p) + dentropy[n] * (-p * (log p + entropy[n])),
   // with dlogprob, dentropy (N, f32); dentropy may be undefined (zero). dlogits MAY BE THE SAME
   // TENSOR as logits (computed in place, saving an (N, V) buffer); any other overlap is not allowed.
-  virtual void logprob_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets,
-                                const Tensor& lse, const Tensor& entropy, const Tensor& dlogprob,
-                                const Tensor& dentropy) = 0;
+  void logprob_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                        const Tensor& lse, const Tensor& entropy, const Tensor& dlogprob,
+                        const Tensor& dentropy);
 
   // ---- optimizer ------------------------------------------------------------------------------------
-  // One AdamW step on flat f32 tensors of equal numel (param, grad, m, v; m and v start at zero):
+  // One AdamW step on f32 tensors of one shape (param, grad, m, v; m and v start at zero), step >= 1:
   //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  mhat = m / (1-b1^t);  vhat = v / (1-b2^t)
   //   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
-  virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                          const AdamWParams& p) = 0;
-  // sum of x^2 over all elements, accumulated in double, returned to the host (synchronizes).
+  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                  const AdamWParams& p);
+  // sum of x^2 over all elements (f32 or compute_dtype()), accumulated in double, returned to the
+  // host (synchronizes).
   // Global grad norm = sqrt(sum over grads); clip with scale(grad, max_norm / norm).
-  virtual double sum_squares(const Tensor& x) = 0;
+  double sum_squares(const Tensor& x);
+
+ private:
+  // ---- what each backend implements ----------------------------------------------------------------
+  // The public op of the same name has checked every tensor against its contract above (dtype,
+  // shape, backend, aliasing) before calling these, so an implementation only computes, plus any
+  // check that needs the data or is a limit of its own. matmul_impl sees M, N, K >= 1 (the public
+  // matmul handles empty products); convert_impl sees f32 -> bf16 or bf16 -> f32 only.
+  virtual void copy_from_host_impl(const Tensor& dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host_impl(void* dst, const Tensor& src, size_t bytes) = 0;
+  virtual void copy_impl(const Tensor& dst, const Tensor& src) = 0;
+  virtual void fill_zero_impl(const Tensor& t) = 0;
+  virtual void convert_impl(const Tensor& dst, const Tensor& src) = 0;
+  virtual void matmul_impl(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+                           float alpha, float beta) = 0;
+  virtual void add_bias_impl(const Tensor& out, const Tensor& bias) = 0;
+  virtual void add_bias_backward_impl(const Tensor& dbias, const Tensor& dout) = 0;
+  virtual void add_impl(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  virtual void axpy_impl(const Tensor& y, float alpha, const Tensor& x) = 0;
+  virtual void scale_impl(const Tensor& x, float alpha) = 0;
+  virtual void embedding_forward_impl(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;
+  virtual void embedding_backward_impl(const Tensor& dtable, const Tensor& dout, const Tensor& ids) = 0;
+  virtual void rmsnorm_forward_impl(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                                    float eps) = 0;
+  virtual void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                                     const Tensor& weight, const Tensor& rstd) = 0;
+  virtual void rope_forward_impl(const Tensor& x, const Tensor& positions, float theta) = 0;
+  virtual void rope_backward_impl(const Tensor& dx, const Tensor& positions, float theta) = 0;
+  virtual void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                                      const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen) = 0;
+  virtual void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                                       const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                       const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen) = 0;
+  virtual void paged_attention_forward_impl(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                                            const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
+                                            const Tensor& block_tables, int64_t block_size,
+                                            int64_t max_context) = 0;
+  virtual void swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  virtual void swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                                    const Tensor& up) = 0;
+  virtual void logprob_forward_impl(const Tensor& logprob, const Tensor& entropy, const Tensor& lse,
+                                    const Tensor& logits, const Tensor& targets) = 0;
+  virtual void logprob_backward_impl(const Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                                     const Tensor& lse, const Tensor& entropy, const Tensor& dlogprob,
+                                     const Tensor& dentropy) = 0;
+  virtual void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                               const AdamWParams& p) = 0;
+  virtual double sum_squares_impl(const Tensor& x) = 0;
 };
 
 // Names accepted by create_backend in this build: "cpu" always, "cuda" when built.

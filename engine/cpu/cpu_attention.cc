@@ -31,20 +31,11 @@ namespace {
 
 constexpr int64_t kQueryBlock = 64;  // query rows per forward task
 
-AttnDims check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
-                         int64_t max_seqlen) {
-  expect_dtype(op, "q", q, DType::kF32);
-  expect_dtype(op, "k", k, DType::kF32);
-  RLRUN_CHECK(q.rank() == 3 && k.rank() == 3, std::string(op) + ": q " + q.str() + " and k " + k.str() +
-                                                  " must be (N, H, D)");
-  AttnDims a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), 0, 0};
-  RLRUN_CHECK(a.hkv > 0 && a.hq % a.hkv == 0, std::string(op) + ": query heads " + std::to_string(a.hq) +
-                                                  " not a multiple of kv heads " + std::to_string(a.hkv));
-  a.group = a.hq / a.hkv;
-  expect(op, "k", k, Shape{a.n, a.hkv, a.d});
-  expect(op, "v", v, Shape{a.n, a.hkv, a.d});
-  expect_dtype(op, "cu_seqlens", cu_seqlens, DType::kI32);
-  RLRUN_CHECK(cu_seqlens.rank() == 1 && cu_seqlens.dim(0) >= 1, std::string(op) + ": cu_seqlens is " + cu_seqlens.str());
+// The dimensions of a call whose shapes Backend has checked, after checking what only the data
+// shows: cu_seqlens runs from 0 to N and no sequence is longer than max_seqlen.
+AttnDims check_cu_seqlens(const char* op, const Tensor& q, const Tensor& k, const Tensor& cu_seqlens,
+                          int64_t max_seqlen) {
+  AttnDims a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), q.dim(1) / k.dim(1), 0};
   a.num_seqs = cu_seqlens.dim(0) - 1;
   const int32_t* cu = cu_seqlens.i32();
   RLRUN_CHECK(cu[0] == 0 && cu[a.num_seqs] == a.n, std::string(op) + ": cu_seqlens must run from 0 to N = " +
@@ -221,11 +212,9 @@ void forward_rows(bool avx2, const AttnDims& a, const float* q, int64_t ld, int6
 
 using namespace attn;
 
-void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                   const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen) {
-  const AttnDims a = check_attention("attention_forward", q, k, v, cu_seqlens, max_seqlen);
-  expect("attention_forward", "out", out, q.shape());
-  if (lse.defined()) expect("attention_forward", "lse", lse, Shape{a.n, a.hq});
+void CpuBackend::attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                                        const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen) {
+  const AttnDims a = check_cu_seqlens("attention_forward", q, k, cu_seqlens, max_seqlen);
   const int32_t* cu = cu_seqlens.i32();
   struct Task { int64_t seq, row0, kv_head, cost; };
   std::vector<Task> tasks;
@@ -322,16 +311,10 @@ void backward_task_base(const AttnDims& a, const BackwardArgs& x, int64_t begin,
 
 }  // namespace
 
-void CpuBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
-                                    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                    const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen) {
-  const AttnDims a = check_attention("attention_backward", q, k, v, cu_seqlens, max_seqlen);
-  expect("attention_backward", "out", out, q.shape());
-  expect("attention_backward", "dout", dout, q.shape());
-  expect("attention_backward", "dq", dq, q.shape());
-  expect("attention_backward", "dk", dk, k.shape());
-  expect("attention_backward", "dv", dv, v.shape());
-  expect("attention_backward", "lse", lse, Shape{a.n, a.hq});
+void CpuBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                         const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen) {
+  const AttnDims a = check_cu_seqlens("attention_backward", q, k, cu_seqlens, max_seqlen);
   const int32_t* cu = cu_seqlens.i32();
   struct Task { int64_t seq, kv_head, cost; };
   std::vector<Task> tasks;

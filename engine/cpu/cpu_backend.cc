@@ -1,4 +1,5 @@
-// cpu_backend.cc - memory, copies, matmul (OpenBLAS), elementwise ops and the optimizer.
+// cpu_backend.cc - memory, copies, matmul (OpenBLAS), elementwise ops and the optimizer. Each op's
+// contract (dtypes, shapes, aliasing) has been checked by Backend (backend.cc) before it gets here.
 #include "engine/cpu/cpu_backend.h"
 
 #include <cblas.h>
@@ -16,17 +17,6 @@ namespace rlrun::engine::cpu {
 namespace {
 constexpr size_t kAlign = 256;  // also the header that remembers each block's size
 }  // namespace
-
-void expect_dtype(const char* op, const char* role, const Tensor& t, DType dtype) {
-  RLRUN_CHECK(t.defined(), std::string(op) + ": " + role + " is undefined");
-  RLRUN_CHECK(t.backend() != nullptr && t.backend()->is_host(), std::string(op) + ": " + role + " is not on the cpu");
-  RLRUN_CHECK(t.dtype() == dtype, std::string(op) + ": " + role + " is " + t.str() + ", expected " + dtype_name(dtype));
-}
-
-void expect(const char* op, const char* role, const Tensor& t, Shape shape, DType dtype) {
-  expect_dtype(op, role, t, dtype);
-  RLRUN_CHECK(t.shape() == shape, std::string(op) + ": " + role + " is " + t.str() + ", expected " + shape.str());
-}
 
 bool cpu_has_avx2_fma() {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -72,79 +62,54 @@ void CpuBackend::raw_free(void* ptr) {
 
 // ---- copies ---------------------------------------------------------------------------------------
 
-void CpuBackend::copy_from_host(const Tensor& dst, const void* src, size_t bytes) {
-  RLRUN_CHECK(dst.defined() && bytes == dst.nbytes(), "copy_from_host: " + std::to_string(bytes) +
-                                                          " bytes into " + dst.str());
+void CpuBackend::copy_from_host_impl(const Tensor& dst, const void* src, size_t bytes) {
   std::memcpy(dst.data(), src, bytes);
 }
 
-void CpuBackend::copy_to_host(void* dst, const Tensor& src, size_t bytes) {
-  RLRUN_CHECK(src.defined() && bytes == src.nbytes(), "copy_to_host: " + std::to_string(bytes) +
-                                                          " bytes from " + src.str());
+void CpuBackend::copy_to_host_impl(void* dst, const Tensor& src, size_t bytes) {
   std::memcpy(dst, src.data(), bytes);
 }
 
-void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
-  RLRUN_CHECK(dst.defined() && src.defined() && dst.dtype() == src.dtype() && dst.numel() == src.numel(),
-              "copy " + src.str() + " -> " + dst.str());
+void CpuBackend::copy_impl(const Tensor& dst, const Tensor& src) {
   std::memmove(dst.data(), src.data(), src.nbytes());
 }
 
-void CpuBackend::fill_zero(const Tensor& t) {
-  RLRUN_CHECK(t.defined(), "fill_zero of an undefined tensor");
+void CpuBackend::fill_zero_impl(const Tensor& t) {
   std::memset(t.data(), 0, t.nbytes());
 }
 
-void CpuBackend::convert(const Tensor& dst, const Tensor& src) {
-  RLRUN_CHECK(dst.defined() && src.defined() && dst.numel() == src.numel(), "convert " + src.str() + " -> " + dst.str());
-  if (dst.dtype() == src.dtype()) return copy(dst, src);
+void CpuBackend::convert_impl(const Tensor& dst, const Tensor& src) {
   const int64_t n = src.numel();
   if (src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16) {
     const float* s = src.f32();
     uint16_t* d = dst.bf16();
 #pragma omp parallel for num_threads(threads_for(n)) schedule(static)
     for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
-  } else if (src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32) {
+  } else {  // bf16 -> f32
     const uint16_t* s = src.bf16();
     float* d = dst.f32();
 #pragma omp parallel for num_threads(threads_for(n)) schedule(static)
     for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
-  } else {
-    RLRUN_CHECK(false, "convert: unsupported " + src.str() + " -> " + dst.str());
   }
 }
 
 // ---- dense algebra ----------------------------------------------------------------------------------
 
-void CpuBackend::matmul(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha,
-                        float beta) {
-  expect_dtype("matmul", "a", a, DType::kF32);
-  expect_dtype("matmul", "b", b, DType::kF32);
-  expect_dtype("matmul", "out", out, DType::kF32);
+void CpuBackend::matmul_impl(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+                             float alpha, float beta) {
   const int64_t m = trans_a ? a.shape().cols() : a.shape().rows();
   const int64_t k = trans_a ? a.shape().rows() : a.shape().cols();
-  const int64_t kb = trans_b ? b.shape().cols() : b.shape().rows();
   const int64_t n = trans_b ? b.shape().rows() : b.shape().cols();
-  RLRUN_CHECK(k == kb && out.shape().rows() == m && out.shape().cols() == n,
-              "matmul: out " + out.str() + " = a" + (trans_a ? "^T " : " ") + a.str() + " @ b" + (trans_b ? "^T " : " ") +
-                  b.str() + " does not fit");
   constexpr int64_t kMaxDim = 2147483647;  // cblas takes int dimensions
   RLRUN_CHECK(m <= kMaxDim && n <= kMaxDim && k <= kMaxDim, "matmul: dimensions exceed cblas's int range");
-  if (m == 0 || n == 0) return;
-  if (k == 0) {  // sgemm with k = 0 is legal but some BLAS skip the beta scaling
-    if (beta == 0.0f) fill_zero(out); else scale(out, beta);
-    return;
-  }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a.f32(),
               static_cast<int>(a.shape().cols()), b.f32(), static_cast<int>(b.shape().cols()), beta, out.f32(),
               static_cast<int>(n));
 }
 
-void CpuBackend::add_bias(const Tensor& out, const Tensor& bias) {
-  expect_dtype("add_bias", "out", out, DType::kF32);
+void CpuBackend::add_bias_impl(const Tensor& out, const Tensor& bias) {
   const int64_t rows = out.shape().rows(), cols = out.shape().cols();
-  expect("add_bias", "bias", bias, Shape{cols});
   float* o = out.f32();
   const float* b = bias.f32();
 #pragma omp parallel for num_threads(threads_for(rows * cols)) schedule(static)
@@ -154,10 +119,8 @@ void CpuBackend::add_bias(const Tensor& out, const Tensor& bias) {
   }
 }
 
-void CpuBackend::add_bias_backward(const Tensor& dbias, const Tensor& dout) {
-  expect_dtype("add_bias_backward", "dout", dout, DType::kF32);
+void CpuBackend::add_bias_backward_impl(const Tensor& dbias, const Tensor& dout) {
   const int64_t rows = dout.shape().rows(), cols = dout.shape().cols();
-  expect("add_bias_backward", "dbias", dbias, Shape{cols});
   float* db = dbias.f32();
   const float* d = dout.f32();
   // Columns are split across threads; each thread sums its columns over all rows in double.
@@ -171,9 +134,7 @@ void CpuBackend::add_bias_backward(const Tensor& dbias, const Tensor& dout) {
 
 // ---- elementwise --------------------------------------------------------------------------------------
 
-void CpuBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {
-  expect("add", "a", a, out.shape());
-  expect("add", "b", b, out.shape());
+void CpuBackend::add_impl(const Tensor& out, const Tensor& a, const Tensor& b) {
   float* o = out.f32();
   const float *x = a.f32(), *y = b.f32();
   const int64_t n = out.numel();
@@ -181,10 +142,7 @@ void CpuBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {
   for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
 
-void CpuBackend::axpy(const Tensor& y, float alpha, const Tensor& x) {
-  expect_dtype("axpy", "y", y, DType::kF32);
-  expect_dtype("axpy", "x", x, DType::kF32);
-  RLRUN_CHECK(x.numel() == y.numel(), "axpy: y " + y.str() + " and x " + x.str() + " differ in size");
+void CpuBackend::axpy_impl(const Tensor& y, float alpha, const Tensor& x) {
   float* yy = y.f32();
   const float* xx = x.f32();
   const int64_t n = y.numel();
@@ -192,8 +150,7 @@ void CpuBackend::axpy(const Tensor& y, float alpha, const Tensor& x) {
   for (int64_t i = 0; i < n; ++i) yy[i] += alpha * xx[i];
 }
 
-void CpuBackend::scale(const Tensor& x, float alpha) {
-  expect_dtype("scale", "x", x, DType::kF32);
+void CpuBackend::scale_impl(const Tensor& x, float alpha) {
   float* xx = x.f32();
   const int64_t n = x.numel();
 #pragma omp parallel for simd num_threads(threads_for(n)) schedule(static)
@@ -202,13 +159,8 @@ void CpuBackend::scale(const Tensor& x, float alpha) {
 
 // ---- optimizer ------------------------------------------------------------------------------------------
 
-void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                            const AdamWParams& p) {
-  expect_dtype("adamw_step", "param", param, DType::kF32);
-  expect("adamw_step", "grad", grad, param.shape());
-  expect("adamw_step", "m", m, param.shape());
-  expect("adamw_step", "v", v, param.shape());
-  RLRUN_CHECK(p.step >= 1, "adamw_step: step must be >= 1, got " + std::to_string(p.step));
+void CpuBackend::adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                                 const AdamWParams& p) {
   const double t = static_cast<double>(p.step);
   const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta1), t));
   const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), t));
@@ -227,8 +179,7 @@ void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tenso
   }
 }
 
-double CpuBackend::sum_squares(const Tensor& x) {
-  expect_dtype("sum_squares", "x", x, DType::kF32);
+double CpuBackend::sum_squares_impl(const Tensor& x) {
   const float* xx = x.f32();
   const int64_t n = x.numel();
   double total = 0.0;

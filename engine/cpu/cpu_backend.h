@@ -38,57 +38,60 @@ class CpuBackend final : public Backend {
   size_t bytes_in_use() const override { return bytes_in_use_.load(); }
   size_t peak_bytes() const override { return peak_bytes_.load(); }
 
-  void copy_from_host(const Tensor& dst, const void* src, size_t bytes) override;
-  void copy_to_host(void* dst, const Tensor& src, size_t bytes) override;
-  void copy(const Tensor& dst, const Tensor& src) override;
-  void fill_zero(const Tensor& t) override;
-  void convert(const Tensor& dst, const Tensor& src) override;
   void synchronize() override {}
 
-  void matmul(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha,
-              float beta) override;
-  void add_bias(const Tensor& out, const Tensor& bias) override;
-  void add_bias_backward(const Tensor& dbias, const Tensor& dout) override;
-
-  void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
-  void axpy(const Tensor& y, float alpha, const Tensor& x) override;
-  void scale(const Tensor& x, float alpha) override;
-
-  void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) override;
-  void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) override;
-
-  void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                       float eps) override;
-  void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                        const Tensor& weight, const Tensor& rstd) override;
-
-  void rope_forward(const Tensor& x, const Tensor& positions, float theta) override;
-  void rope_backward(const Tensor& dx, const Tensor& positions, float theta) override;
-
-  void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                         const Tensor& cu_seqlens, int64_t max_seqlen) override;
-  void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
-                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                          const Tensor& cu_seqlens, int64_t max_seqlen) override;
-
-  void paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                               const Tensor& cu_q, const Tensor& seq_start, const Tensor& block_tables,
-                               int64_t block_size, int64_t max_context) override;
-
-  void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) override;
-  void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
-                       const Tensor& up) override;
-
-  void logprob_forward(const Tensor& logprob, const Tensor& entropy, const Tensor& lse, const Tensor& logits,
-                       const Tensor& targets) override;
-  void logprob_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                        const Tensor& entropy, const Tensor& dlogprob, const Tensor& dentropy) override;
-
-  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                  const AdamWParams& p) override;
-  double sum_squares(const Tensor& x) override;
-
  private:
+  // The ops: backend.h has checked each call's contract; these add only the checks that read the
+  // data (ids, targets, cu_seqlens, block tables) and cblas's int dimensions.
+  void copy_from_host_impl(const Tensor& dst, const void* src, size_t bytes) override;
+  void copy_to_host_impl(void* dst, const Tensor& src, size_t bytes) override;
+  void copy_impl(const Tensor& dst, const Tensor& src) override;
+  void fill_zero_impl(const Tensor& t) override;
+  void convert_impl(const Tensor& dst, const Tensor& src) override;
+
+  void matmul_impl(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha,
+                   float beta) override;
+  void add_bias_impl(const Tensor& out, const Tensor& bias) override;
+  void add_bias_backward_impl(const Tensor& dbias, const Tensor& dout) override;
+
+  void add_impl(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void axpy_impl(const Tensor& y, float alpha, const Tensor& x) override;
+  void scale_impl(const Tensor& x, float alpha) override;
+
+  void embedding_forward_impl(const Tensor& out, const Tensor& table, const Tensor& ids) override;
+  void embedding_backward_impl(const Tensor& dtable, const Tensor& dout, const Tensor& ids) override;
+
+  void rmsnorm_forward_impl(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                            float eps) override;
+  void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                             const Tensor& weight, const Tensor& rstd) override;
+
+  void rope_forward_impl(const Tensor& x, const Tensor& positions, float theta) override;
+  void rope_backward_impl(const Tensor& dx, const Tensor& positions, float theta) override;
+
+  void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& cu_seqlens, int64_t max_seqlen) override;
+  void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                               const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                               const Tensor& cu_seqlens, int64_t max_seqlen) override;
+
+  void paged_attention_forward_impl(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                    const Tensor& cu_q, const Tensor& seq_start, const Tensor& block_tables,
+                                    int64_t block_size, int64_t max_context) override;
+
+  void swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                            const Tensor& up) override;
+
+  void logprob_forward_impl(const Tensor& logprob, const Tensor& entropy, const Tensor& lse, const Tensor& logits,
+                            const Tensor& targets) override;
+  void logprob_backward_impl(const Tensor& dlogits, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                             const Tensor& entropy, const Tensor& dlogprob, const Tensor& dentropy) override;
+
+  void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                       const AdamWParams& p) override;
+  double sum_squares_impl(const Tensor& x) override;
+
   // Threads for a loop over `work` elements: small loops (decode steps, biases) run on the calling
   // thread alone, where waking a team would cost more than the loop (and much more on a busy
   // machine, where a team waits for its slowest thread to be scheduled).
@@ -100,11 +103,5 @@ class CpuBackend final : public Backend {
   std::atomic<size_t> bytes_in_use_{0};
   std::atomic<size_t> peak_bytes_{0};
 };
-
-// Shape/dtype/backend checks shared by the CPU op files: abort with `op`, the tensor's role and
-// both shapes when `t` is not an f32 (or `dtype`) host tensor of exactly `shape`.
-void expect(const char* op, const char* role, const Tensor& t, Shape shape, DType dtype = DType::kF32);
-// The same, for the dtype only (any shape).
-void expect_dtype(const char* op, const char* role, const Tensor& t, DType dtype);
 
 }  // namespace rlrun::engine::cpu

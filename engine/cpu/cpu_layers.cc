@@ -15,11 +15,8 @@ namespace rlrun::engine::cpu {
 
 // ---- embedding ----------------------------------------------------------------------------------
 
-void CpuBackend::embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) {
-  expect_dtype("embedding_forward", "table", table, DType::kF32);
+void CpuBackend::embedding_forward_impl(const Tensor& out, const Tensor& table, const Tensor& ids) {
   const int64_t vocab = table.shape().rows(), h = table.shape().cols(), n = ids.numel();
-  expect("embedding_forward", "ids", ids, Shape{n}, DType::kI32);
-  expect("embedding_forward", "out", out, Shape{n, h});
   const int32_t* id = ids.i32();
   const float* t = table.f32();
   float* o = out.f32();
@@ -33,11 +30,8 @@ void CpuBackend::embedding_forward(const Tensor& out, const Tensor& table, const
   }
 }
 
-void CpuBackend::embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
-  expect_dtype("embedding_backward", "dtable", dtable, DType::kF32);
+void CpuBackend::embedding_backward_impl(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
   const int64_t vocab = dtable.shape().rows(), h = dtable.shape().cols(), n = ids.numel();
-  expect("embedding_backward", "ids", ids, Shape{n}, DType::kI32);
-  expect("embedding_backward", "dout", dout, Shape{n, h});
   const int32_t* id = ids.i32();
   for (int64_t i = 0; i < n; ++i)
     RLRUN_CHECK(id[i] >= 0 && id[i] < vocab, "embedding_backward: id " + std::to_string(id[i]) + " outside [0, " +
@@ -59,13 +53,9 @@ void CpuBackend::embedding_backward(const Tensor& dtable, const Tensor& dout, co
 
 // ---- RMSNorm ------------------------------------------------------------------------------------------
 
-void CpuBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                                 float eps) {
-  expect_dtype("rmsnorm_forward", "x", x, DType::kF32);
+void CpuBackend::rmsnorm_forward_impl(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                                      float eps) {
   const int64_t n = x.shape().rows(), h = x.shape().cols();
-  expect("rmsnorm_forward", "out", out, x.shape());
-  expect("rmsnorm_forward", "weight", weight, Shape{h});
-  if (rstd.defined()) expect("rmsnorm_forward", "rstd", rstd, Shape{n});
   const float *xx = x.f32(), *w = weight.f32();
   float* o = out.f32();
   float* rs = rstd.defined() ? rstd.f32() : nullptr;
@@ -85,15 +75,9 @@ void CpuBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Te
 
 // y_c = x_c r w_c with r = (mean(x^2) + eps)^-1/2, so
 // dx_c = r (dy_c w_c) - r^3 / H * x_c * sum_j dy_j w_j x_j, and dw_c += dy_c x_c r.
-void CpuBackend::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                                  const Tensor& weight, const Tensor& rstd) {
-  expect_dtype("rmsnorm_backward", "x", x, DType::kF32);
+void CpuBackend::rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                                       const Tensor& weight, const Tensor& rstd) {
   const int64_t n = x.shape().rows(), h = x.shape().cols();
-  expect("rmsnorm_backward", "dx", dx, x.shape());
-  expect("rmsnorm_backward", "dout", dout, x.shape());
-  expect("rmsnorm_backward", "weight", weight, Shape{h});
-  expect("rmsnorm_backward", "dweight", dweight, Shape{h});
-  expect("rmsnorm_backward", "rstd", rstd, Shape{n});
   const float *xx = x.f32(), *w = weight.f32(), *dy = dout.f32(), *rs = rstd.f32();
   float *dxx = dx.f32(), *dw = dweight.f32();
   const int nt = threads_for(n * h);
@@ -126,11 +110,8 @@ void CpuBackend::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const
 namespace {
 
 // Rotates x (N, H, D) in place by +angle (sign 1) or -angle (sign -1), HF rotate_half layout.
-void rope_apply(const char* op, int num_threads, const Tensor& x, const Tensor& positions, float theta, float sign) {
-  expect_dtype(op, "x", x, DType::kF32);
-  RLRUN_CHECK(x.rank() == 3 && x.dim(2) % 2 == 0, std::string(op) + ": x must be (N, H, D) with even D, got " + x.str());
+void rope_apply(int num_threads, const Tensor& x, const Tensor& positions, float theta, float sign) {
   const int64_t n = x.dim(0), heads = x.dim(1), d = x.dim(2), half = d / 2;
-  expect(op, "positions", positions, Shape{n}, DType::kI32);
   std::vector<float> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)  // f32 like HF: 1 / theta ** (arange(0, D, 2).float() / D)
     inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(d));
@@ -163,20 +144,17 @@ void rope_apply(const char* op, int num_threads, const Tensor& x, const Tensor& 
 
 }  // namespace
 
-void CpuBackend::rope_forward(const Tensor& x, const Tensor& positions, float theta) {
-  rope_apply("rope_forward", threads_for(x.numel()), x, positions, theta, 1.0f);
+void CpuBackend::rope_forward_impl(const Tensor& x, const Tensor& positions, float theta) {
+  rope_apply(threads_for(x.numel()), x, positions, theta, 1.0f);
 }
 
-void CpuBackend::rope_backward(const Tensor& dx, const Tensor& positions, float theta) {
-  rope_apply("rope_backward", threads_for(dx.numel()), dx, positions, theta, -1.0f);
+void CpuBackend::rope_backward_impl(const Tensor& dx, const Tensor& positions, float theta) {
+  rope_apply(threads_for(dx.numel()), dx, positions, theta, -1.0f);
 }
 
 // ---- SwiGLU -------------------------------------------------------------------------------------------
 
-void CpuBackend::swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
-  expect_dtype("swiglu_forward", "gate", gate, DType::kF32);
-  expect("swiglu_forward", "up", up, gate.shape());
-  expect("swiglu_forward", "out", out, gate.shape());
+void CpuBackend::swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) {
   const float *g = gate.f32(), *u = up.f32();
   float* o = out.f32();
   const int64_t n = gate.numel();
@@ -185,13 +163,8 @@ void CpuBackend::swiglu_forward(const Tensor& out, const Tensor& gate, const Ten
 }
 
 // d up = dout silu(g);  d gate = dout up sig(g) (1 + g (1 - sig(g))).
-void CpuBackend::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
-                                 const Tensor& up) {
-  expect_dtype("swiglu_backward", "gate", gate, DType::kF32);
-  expect("swiglu_backward", "up", up, gate.shape());
-  expect("swiglu_backward", "dout", dout, gate.shape());
-  expect("swiglu_backward", "dgate", dgate, gate.shape());
-  expect("swiglu_backward", "dup", dup, gate.shape());
+void CpuBackend::swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                                      const Tensor& up) {
   const float *g = gate.f32(), *u = up.f32(), *dy = dout.f32();
   float *dg = dgate.f32(), *du = dup.f32();
   const int64_t n = gate.numel();

@@ -61,14 +61,9 @@ void row_grad_base(float* drow, const float* row, int64_t vocab, float lse, floa
 
 }  // namespace
 
-void CpuBackend::logprob_forward(const Tensor& logprob, const Tensor& entropy, const Tensor& lse, const Tensor& logits,
-                                 const Tensor& targets) {
-  expect_dtype("logprob_forward", "logits", logits, DType::kF32);
+void CpuBackend::logprob_forward_impl(const Tensor& logprob, const Tensor& entropy, const Tensor& lse,
+                                      const Tensor& logits, const Tensor& targets) {
   const int64_t n = logits.shape().rows(), vocab = logits.shape().cols();
-  expect("logprob_forward", "targets", targets, Shape{n}, DType::kI32);
-  expect("logprob_forward", "logprob", logprob, Shape{n});
-  expect("logprob_forward", "entropy", entropy, Shape{n});
-  expect("logprob_forward", "lse", lse, Shape{n});
   const float* z = logits.f32();
   const int32_t* tgt = targets.i32();
   float *lp = logprob.f32(), *ent = entropy.f32(), *ls = lse.f32();
@@ -85,21 +80,10 @@ void CpuBackend::logprob_forward(const Tensor& logprob, const Tensor& entropy, c
   }
 }
 
-void CpuBackend::logprob_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets,
-                                  const Tensor& lse, const Tensor& entropy, const Tensor& dlogprob,
-                                  const Tensor& dentropy) {
-  expect_dtype("logprob_backward", "logits", logits, DType::kF32);
+void CpuBackend::logprob_backward_impl(const Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                                       const Tensor& lse, const Tensor& entropy, const Tensor& dlogprob,
+                                       const Tensor& dentropy) {
   const int64_t n = logits.shape().rows(), vocab = logits.shape().cols();
-  expect("logprob_backward", "dlogits", dlogits, logits.shape());
-  expect("logprob_backward", "targets", targets, Shape{n}, DType::kI32);
-  expect("logprob_backward", "lse", lse, Shape{n});
-  expect("logprob_backward", "entropy", entropy, Shape{n});
-  expect("logprob_backward", "dlogprob", dlogprob, Shape{n});
-  if (dentropy.defined()) expect("logprob_backward", "dentropy", dentropy, Shape{n});
-  RLRUN_CHECK(dlogits.data() == logits.data() ||
-                  static_cast<const char*>(dlogits.data()) + dlogits.nbytes() <= logits.data() ||
-                  static_cast<const char*>(logits.data()) + logits.nbytes() <= dlogits.data(),
-              "logprob_backward: dlogits must be logits itself or not overlap it");
   const float* z = logits.f32();
   float* dz = dlogits.f32();
   const int32_t* tgt = targets.i32();

@@ -103,29 +103,13 @@ void decode_row_base(const AttnDims& a, const float* q_row, const float* kc, con
 
 namespace {
 
-// Validates every shape, the batch description and every block a read will touch (aborting with
-// the culprit named); returns the dimensions.
-AttnDims check_paged(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                     const Tensor& cu_q, const Tensor& seq_start, const Tensor& block_tables, int64_t block_size,
-                     int64_t max_context) {
+// The dimensions of a call whose shapes Backend has checked, after checking what only the data
+// shows: the batch description (cu_q, seq_start within max_context and the table) and every
+// block a read will touch (aborting with the culprit named).
+AttnDims check_paged(const Tensor& q, const Tensor& k_cache, const Tensor& cu_q, const Tensor& seq_start,
+                     const Tensor& block_tables, int64_t block_size, int64_t max_context) {
   const char* op = "paged_attention_forward";
-  expect_dtype(op, "q", q, DType::kF32);
-  expect_dtype(op, "k_cache", k_cache, DType::kF32);
-  RLRUN_CHECK(q.rank() == 3 && k_cache.rank() == 3, std::string(op) + ": q " + q.str() + " and k_cache " +
-                                                        k_cache.str() + " must be (rows, H, D)");
-  AttnDims a{q.dim(0), q.dim(1), k_cache.dim(1), q.dim(2), 0, 0};
-  RLRUN_CHECK(a.hkv > 0 && a.hq % a.hkv == 0 && k_cache.dim(2) == a.d, std::string(op) + ": q " + q.str() +
-                                                                           " does not fit k_cache " + k_cache.str());
-  a.group = a.hq / a.hkv;
-  expect(op, "out", out, q.shape());
-  expect(op, "v_cache", v_cache, k_cache.shape());
-  expect_dtype(op, "cu_q", cu_q, DType::kI32);
-  a.num_seqs = cu_q.numel() - 1;
-  expect(op, "seq_start", seq_start, Shape{a.num_seqs}, DType::kI32);
-  expect_dtype(op, "block_tables", block_tables, DType::kI32);
-  RLRUN_CHECK(block_size > 0 && block_tables.rank() == 2 && block_tables.dim(0) == a.num_seqs,
-              std::string(op) + ": block_tables " + block_tables.str() + " for " + std::to_string(a.num_seqs) +
-                  " sequences, block_size " + std::to_string(block_size));
+  AttnDims a{q.dim(0), q.dim(1), k_cache.dim(1), q.dim(2), q.dim(1) / k_cache.dim(1), cu_q.dim(0) - 1};
   const int32_t *cu = cu_q.i32(), *start = seq_start.i32(), *tables = block_tables.i32();
   const int64_t max_blocks = block_tables.dim(1);
   RLRUN_CHECK(cu[0] == 0 && cu[a.num_seqs] == a.n, std::string(op) + ": cu_q must run from 0 to " +
@@ -152,10 +136,10 @@ AttnDims check_paged(const Tensor& out, const Tensor& q, const Tensor& k_cache, 
 
 }  // namespace
 
-void CpuBackend::paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache,
-                                         const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
-                                         const Tensor& block_tables, int64_t block_size, int64_t max_context) {
-  const AttnDims a = check_paged(out, q, k_cache, v_cache, cu_q, seq_start, block_tables, block_size, max_context);
+void CpuBackend::paged_attention_forward_impl(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                                              const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
+                                              const Tensor& block_tables, int64_t block_size, int64_t max_context) {
+  const AttnDims a = check_paged(q, k_cache, cu_q, seq_start, block_tables, block_size, max_context);
   const int32_t *cu = cu_q.i32(), *start = seq_start.i32(), *tables = block_tables.i32();
   const int64_t max_blocks = block_tables.dim(1), num_slots = k_cache.dim(0);
   struct Task { int64_t seq, kv_head; };

@@ -1,5 +1,6 @@
 // cuda_backend.cc - construction, memory, copies, matmul, elementwise ops and the optimizer.
 // The layer ops (embedding, norms, rotary, attention, SwiGLU, log-probs) are in cuda_ops.cc.
+// Backend (backend.cc) has checked each op's contract before it gets here.
 #include "engine/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -21,11 +22,6 @@ namespace rlrun::engine::cuda {
 namespace {
 
 constexpr size_t kMatmulWorkspaceBytes = size_t{32} << 20;
-
-bool overlaps(const Tensor& a, const Tensor& b) {
-  const char *pa = static_cast<const char*>(a.data()), *pb = static_cast<const char*>(b.data());
-  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
-}
 
 }  // namespace
 
@@ -82,17 +78,6 @@ CudaBackend::~CudaBackend() {
 
 void CudaBackend::make_current() const { CUDA_CHECK(cudaSetDevice(device_)); }
 
-void CudaBackend::expect(const char* op, const char* role, const Tensor& t, DType dtype) const {
-  RLRUN_CHECK(t.defined(), std::string(op) + ": " + role + " is undefined");
-  RLRUN_CHECK(t.backend() == this, std::string(op) + ": " + role + " is not on " + name());
-  RLRUN_CHECK(t.dtype() == dtype, std::string(op) + ": " + role + " is " + t.str() + ", expected " + dtype_name(dtype));
-}
-
-void CudaBackend::expect(const char* op, const char* role, const Tensor& t, Shape shape, DType dtype) const {
-  expect(op, role, t, dtype);
-  RLRUN_CHECK(t.shape() == shape, std::string(op) + ": " + role + " is " + t.str() + ", expected " + shape.str());
-}
-
 void CudaBackend::check_device_errors() {
   int flags = 0;
   CUDA_CHECK(cudaMemcpyAsync(&flags, error_flags_, sizeof flags, cudaMemcpyDeviceToHost, stream_));
@@ -120,50 +105,35 @@ void CudaBackend::raw_free(void* ptr) { allocator_->free(ptr); }
 
 // ---- copies -----------------------------------------------------------------------------------------
 
-void CudaBackend::copy_from_host(const Tensor& dst, const void* src, size_t bytes) {
-  RLRUN_CHECK(dst.defined() && dst.backend() == this && bytes == dst.nbytes(),
-              "copy_from_host: " + std::to_string(bytes) + " bytes into " + dst.str());
+void CudaBackend::copy_from_host_impl(const Tensor& dst, const void* src, size_t bytes) {
   make_current();
   // From pageable memory this returns once `src` is staged, so the caller may free it at once.
   CUDA_CHECK(cudaMemcpyAsync(dst.data(), src, bytes, cudaMemcpyHostToDevice, stream_));
 }
 
-void CudaBackend::copy_to_host(void* dst, const Tensor& src, size_t bytes) {
-  RLRUN_CHECK(src.defined() && src.backend() == this && bytes == src.nbytes(),
-              "copy_to_host: " + std::to_string(bytes) + " bytes from " + src.str());
+void CudaBackend::copy_to_host_impl(void* dst, const Tensor& src, size_t bytes) {
   make_current();
   CUDA_CHECK(cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost, stream_));
   check_device_errors();  // synchronizes
 }
 
-void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
-  RLRUN_CHECK(dst.defined() && src.defined() && dst.dtype() == src.dtype() && dst.numel() == src.numel(),
-              "copy " + src.str() + " -> " + dst.str());
-  RLRUN_CHECK(dst.backend() == this && src.backend() == this, "copy: both tensors must be on " + name());
-  RLRUN_CHECK(dst.data() == src.data() || !overlaps(dst, src), "copy: source and destination overlap");
+void CudaBackend::copy_impl(const Tensor& dst, const Tensor& src) {
   make_current();
-  if (src.nbytes() > 0)
+  if (src.nbytes() > 0 && dst.data() != src.data())
     CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
 }
 
-void CudaBackend::fill_zero(const Tensor& t) {
-  RLRUN_CHECK(t.defined() && t.backend() == this, "fill_zero of " + t.str());
+void CudaBackend::fill_zero_impl(const Tensor& t) {
   make_current();
   CUDA_CHECK(cudaMemsetAsync(t.data(), 0, t.nbytes(), stream_));
 }
 
-void CudaBackend::convert(const Tensor& dst, const Tensor& src) {
-  RLRUN_CHECK(dst.defined() && src.defined() && dst.numel() == src.numel(), "convert " + src.str() + " -> " + dst.str());
-  if (dst.dtype() == src.dtype()) return copy(dst, src);
-  RLRUN_CHECK(dst.backend() == this && src.backend() == this, "convert: both tensors must be on " + name());
+void CudaBackend::convert_impl(const Tensor& dst, const Tensor& src) {
   make_current();
-  if (src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16) {
+  if (src.dtype() == DType::kF32)  // -> bf16
     convert_f32_to_bf16(static_cast<bf16*>(dst.data()), static_cast<const float*>(src.data()), src.numel(), stream_);
-  } else if (src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32) {
+  else  // bf16 -> f32
     convert_bf16_to_f32(static_cast<float*>(dst.data()), static_cast<const bf16*>(src.data()), src.numel(), stream_);
-  } else {
-    RLRUN_CHECK(false, "convert: unsupported " + src.str() + " -> " + dst.str());
-  }
 }
 
 void CudaBackend::synchronize() {
@@ -173,45 +143,25 @@ void CudaBackend::synchronize() {
 
 // ---- dense algebra ------------------------------------------------------------------------------------
 
-void CudaBackend::matmul(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha,
-                         float beta) {
-  RLRUN_CHECK(a.defined() && (a.dtype() == DType::kBF16 || a.dtype() == DType::kF32),
-              "matmul: a is " + a.str() + ", expected bf16 or f32");
-  expect("matmul", "a", a, a.dtype());
-  expect("matmul", "b", b, a.dtype());
-  RLRUN_CHECK(out.defined() && (out.dtype() == DType::kF32 || a.dtype() == DType::kBF16),
-              "matmul: out " + out.str() + " must be f32 when a and b are f32");
-  expect("matmul", "out", out, out.dtype());
+void CudaBackend::matmul_impl(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+                              float alpha, float beta) {
   const int64_t m = trans_a ? a.shape().cols() : a.shape().rows();
   const int64_t k = trans_a ? a.shape().rows() : a.shape().cols();
-  const int64_t kb = trans_b ? b.shape().cols() : b.shape().rows();
   const int64_t n = trans_b ? b.shape().rows() : b.shape().cols();
-  RLRUN_CHECK(k == kb && out.shape().rows() == m && out.shape().cols() == n,
-              "matmul: out " + out.str() + " = a" + (trans_a ? "^T " : " ") + a.str() + " @ b" + (trans_b ? "^T " : " ") +
-                  b.str() + " does not fit");
-  if (m == 0 || n == 0) return;
-  if (k == 0) {  // nothing to multiply: out = beta * out
-    if (beta == 0.0f) fill_zero(out); else scale(out, beta);
-    return;
-  }
   make_current();
   const cudaDataType_t ab_type = a.dtype() == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
   const cudaDataType_t out_type = out.dtype() == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
   matmul_->run(out.data(), out_type, a.data(), b.data(), ab_type, m, n, k, trans_a, trans_b, alpha, beta);
 }
 
-void CudaBackend::add_bias(const Tensor& out, const Tensor& bias) {
-  expect("add_bias", "out", out, DType::kBF16);
+void CudaBackend::add_bias_impl(const Tensor& out, const Tensor& bias) {
   const int64_t rows = out.shape().rows(), cols = out.shape().cols();
-  expect("add_bias", "bias", bias, Shape{cols}, DType::kBF16);
   make_current();
   cuda::add_bias(static_cast<bf16*>(out.data()), static_cast<const bf16*>(bias.data()), rows, cols, stream_);
 }
 
-void CudaBackend::add_bias_backward(const Tensor& dbias, const Tensor& dout) {
-  expect("add_bias_backward", "dout", dout, DType::kBF16);
+void CudaBackend::add_bias_backward_impl(const Tensor& dbias, const Tensor& dout) {
   const int64_t rows = dout.shape().rows(), cols = dout.shape().cols();
-  expect("add_bias_backward", "dbias", dbias, Shape{cols}, DType::kF32);
   make_current();
   cuda::add_bias_backward(static_cast<float*>(dbias.data()), static_cast<const bf16*>(dout.data()), rows, cols,
                           stream_);
@@ -219,57 +169,36 @@ void CudaBackend::add_bias_backward(const Tensor& dbias, const Tensor& dout) {
 
 // ---- elementwise (f32 or bf16) --------------------------------------------------------------------------
 
-void CudaBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {
-  RLRUN_CHECK(out.defined(), "add: out is undefined");
-  expect("add", "out", out, out.dtype());
-  expect("add", "a", a, out.shape(), out.dtype());
-  expect("add", "b", b, out.shape(), out.dtype());
+void CudaBackend::add_impl(const Tensor& out, const Tensor& a, const Tensor& b) {
   make_current();
   if (out.dtype() == DType::kF32)
     cuda::add(static_cast<float*>(out.data()), static_cast<const float*>(a.data()), static_cast<const float*>(b.data()),
               out.numel(), stream_);
-  else if (out.dtype() == DType::kBF16)
+  else  // bf16
     cuda::add(static_cast<bf16*>(out.data()), static_cast<const bf16*>(a.data()), static_cast<const bf16*>(b.data()),
               out.numel(), stream_);
-  else
-    RLRUN_CHECK(false, "add: " + out.str() + " is neither f32 nor bf16");
 }
 
-void CudaBackend::axpy(const Tensor& y, float alpha, const Tensor& x) {
-  RLRUN_CHECK(y.defined(), "axpy: y is undefined");
-  expect("axpy", "y", y, y.dtype());
-  expect("axpy", "x", x, y.dtype());
-  RLRUN_CHECK(x.numel() == y.numel(), "axpy: y " + y.str() + " and x " + x.str() + " differ in size");
+void CudaBackend::axpy_impl(const Tensor& y, float alpha, const Tensor& x) {
   make_current();
   if (y.dtype() == DType::kF32)
     cuda::axpy(static_cast<float*>(y.data()), alpha, static_cast<const float*>(x.data()), y.numel(), stream_);
-  else if (y.dtype() == DType::kBF16)
+  else  // bf16
     cuda::axpy(static_cast<bf16*>(y.data()), alpha, static_cast<const bf16*>(x.data()), y.numel(), stream_);
-  else
-    RLRUN_CHECK(false, "axpy: " + y.str() + " is neither f32 nor bf16");
 }
 
-void CudaBackend::scale(const Tensor& x, float alpha) {
-  RLRUN_CHECK(x.defined(), "scale: x is undefined");
-  expect("scale", "x", x, x.dtype());
+void CudaBackend::scale_impl(const Tensor& x, float alpha) {
   make_current();
   if (x.dtype() == DType::kF32)
     cuda::scale(static_cast<float*>(x.data()), alpha, x.numel(), stream_);
-  else if (x.dtype() == DType::kBF16)
+  else  // bf16
     cuda::scale(static_cast<bf16*>(x.data()), alpha, x.numel(), stream_);
-  else
-    RLRUN_CHECK(false, "scale: " + x.str() + " is neither f32 nor bf16");
 }
 
 // ---- optimizer ---------------------------------------------------------------------------------------------
 
-void CudaBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                             const AdamWParams& p) {
-  expect("adamw_step", "param", param, DType::kF32);
-  expect("adamw_step", "grad", grad, param.shape(), DType::kF32);
-  expect("adamw_step", "m", m, param.shape(), DType::kF32);
-  expect("adamw_step", "v", v, param.shape(), DType::kF32);
-  RLRUN_CHECK(p.step >= 1, "adamw_step: step must be >= 1, got " + std::to_string(p.step));
+void CudaBackend::adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                                  const AdamWParams& p) {
   const double t = static_cast<double>(p.step);
   const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta1), t));
   const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), t));
@@ -279,17 +208,11 @@ void CudaBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tens
               stream_);
 }
 
-double CudaBackend::sum_squares(const Tensor& x) {
-  RLRUN_CHECK(x.defined(), "sum_squares: x is undefined");
-  expect("sum_squares", "x", x, x.dtype());
+double CudaBackend::sum_squares_impl(const Tensor& x) {
   make_current();
-  int blocks = 0;
-  if (x.dtype() == DType::kF32)
-    blocks = sum_squares_partials(partials_, static_cast<const float*>(x.data()), x.numel(), stream_);
-  else if (x.dtype() == DType::kBF16)
-    blocks = sum_squares_partials(partials_, static_cast<const bf16*>(x.data()), x.numel(), stream_);
-  else
-    RLRUN_CHECK(false, "sum_squares: " + x.str() + " is neither f32 nor bf16");
+  const int blocks = x.dtype() == DType::kF32
+                         ? sum_squares_partials(partials_, static_cast<const float*>(x.data()), x.numel(), stream_)
+                         : sum_squares_partials(partials_, static_cast<const bf16*>(x.data()), x.numel(), stream_);
   std::vector<double> host(static_cast<size_t>(blocks));
   if (blocks > 0)
     CUDA_CHECK(cudaMemcpyAsync(host.data(), partials_, host.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_));

@@ -4,8 +4,10 @@
 // Its finite differences are taken on the double-precision reference forward (op_reference.h,
 // itself checked against the backend's forward in ops_forward_test.cc), with step 1e-5, so the
 // reference gradient is accurate to ~1e-9; the backend's analytic gradient must match it within
-// rel_error <= 1e-4 for f32 backends (times tol_scale_ for lower precision). Parameter gradients
-// must ACCUMULATE: they start from a known non-zero value.
+// rel_error <= 1e-4 on f32 backends, the kBf16 tolerances (op_test_util.h) on bf16 ones: kBf16Out
+// for gradients stored in bf16, kBf16Grad for f32 parameter gradients. Inputs are representable
+// in the compute dtype (random_input), so the reference differentiates at the backend's point.
+// Parameter gradients must ACCUMULATE: they start from a known non-zero value.
 #include "tests/engine/op_test_util.h"
 
 namespace rlrun::engine::testing {
@@ -23,30 +25,30 @@ Vec plus(const Vec& a, const Vec& b) {
 // The documented linear-layer recipe: y = x W^T, dx = dy W, dW += dy^T x.
 TEST_P(OpsGrad, LinearViaMatmul) {
   const int64_t t = 4, in = 5, out = 3;
-  const Vec x = random_vec(t * in, 1), w = random_vec(out * in, 2), dy = random_vec(t * out, 3),
-            dw0 = random_vec(out * in, 4);
+  const Vec x = random_input(t * in, 1), w = random_input(out * in, 2), dy = random_input(t * out, 3),
+            dw0 = random_input(out * in, 4);
   auto loss_x = [&](const Vec& xx) { return dot(dy, ref_matmul(xx, w, t, out, in, false, true)); };
   auto loss_w = [&](const Vec& ww) { return dot(dy, ref_matmul(x, ww, t, out, in, false, true)); };
   Tensor dx = zeros(Shape{t, in}), dw = upload_f32(Shape{out, in}, dw0);
   be().matmul(dx, upload(Shape{t, out}, dy), upload(Shape{out, in}, w), false, false);
   be().matmul(dw, upload(Shape{t, out}, dy), upload(Shape{t, in}, x), true, false, 1.0f, 1.0f);
-  EXPECT_CLOSE(download(dx), finite_diff(loss_x, x), kTol * tol_scale_);
-  EXPECT_CLOSE(download(dw), plus(dw0, finite_diff(loss_w, w)), kTol * tol_scale_);
+  EXPECT_CLOSE(download(dx), finite_diff(loss_x, x), tol(kTol, kBf16Out));
+  EXPECT_CLOSE(download(dw), plus(dw0, finite_diff(loss_w, w)), tol(kTol, kBf16Grad));
 }
 
 TEST_P(OpsGrad, BiasAccumulates) {
-  const Vec dy = random_vec(12, 5), db0 = {1, 2, 3};
+  const Vec dy = random_input(12, 5), db0 = {1, 2, 3};
   Tensor db = upload_f32(Shape{3}, db0);
   be().add_bias_backward(db, upload(Shape{4, 3}, dy));
   Vec want = db0;
   for (int i = 0; i < 12; ++i) want[i % 3] += dy[i];
-  EXPECT_CLOSE(download(db), want, kTol * tol_scale_);
+  EXPECT_CLOSE(download(db), want, tol(kTol, kBf16Grad));
 }
 
 TEST_P(OpsGrad, EmbeddingScatterAddsRepeatedIds) {
   const int64_t vocab = 5, h = 3;
   const std::vector<int32_t> ids = {4, 1, 4, 4, 0};
-  const Vec table = random_vec(vocab * h, 6), dy = random_vec(5 * h, 7), dt0 = random_vec(vocab * h, 8);
+  const Vec table = random_input(vocab * h, 6), dy = random_input(5 * h, 7), dt0 = random_input(vocab * h, 8);
   auto loss = [&](const Vec& tab) {
     double s = 0.0;
     for (size_t i = 0; i < ids.size(); ++i)
@@ -55,40 +57,40 @@ TEST_P(OpsGrad, EmbeddingScatterAddsRepeatedIds) {
   };
   Tensor dt = upload_f32(Shape{vocab, h}, dt0);
   be().embedding_backward(dt, upload(Shape{5, h}, dy), upload_i32(Shape{5}, ids));
-  EXPECT_CLOSE(download(dt), plus(dt0, finite_diff(loss, table)), kTol * tol_scale_);
+  EXPECT_CLOSE(download(dt), plus(dt0, finite_diff(loss, table)), tol(kTol, kBf16Grad));
 }
 
 TEST_P(OpsGrad, RmsNorm) {
   const int64_t n = 3, h = 10;
   const double eps = 1e-5;
-  const Vec x = random_vec(n * h, 9, -2, 2), w = random_vec(h, 10), dy = random_vec(n * h, 11),
-            dw0 = random_vec(h, 12);
+  const Vec x = random_input(n * h, 9, -2, 2), w = random_input(h, 10), dy = random_input(n * h, 11),
+            dw0 = random_input(h, 12);
   Tensor tx = upload(Shape{n, h}, x), tw = upload(Shape{h}, w), out = zeros(Shape{n, h}), rstd = zeros_f32(Shape{n});
   be().rmsnorm_forward(out, rstd, tx, tw, static_cast<float>(eps));
   Tensor dx = zeros(Shape{n, h}), dw = upload_f32(Shape{h}, dw0);
   be().rmsnorm_backward(dx, dw, upload(Shape{n, h}, dy), tx, tw, rstd);
   auto loss_x = [&](const Vec& xx) { return dot(dy, ref_rmsnorm(xx, w, n, h, eps)); };
   auto loss_w = [&](const Vec& ww) { return dot(dy, ref_rmsnorm(x, ww, n, h, eps)); };
-  EXPECT_CLOSE(download(dx), finite_diff(loss_x, x), kTol * tol_scale_);
-  EXPECT_CLOSE(download(dw), plus(dw0, finite_diff(loss_w, w)), kTol * tol_scale_);
+  EXPECT_CLOSE(download(dx), finite_diff(loss_x, x), tol(kTol, kBf16Out));
+  EXPECT_CLOSE(download(dw), plus(dw0, finite_diff(loss_w, w)), tol(kTol, kBf16Grad));
 }
 
 TEST_P(OpsGrad, Rope) {
   const int64_t h = 2, d = 6;
   const std::vector<int32_t> pos = {0, 1, 2, 0, 9};
   const int64_t n = static_cast<int64_t>(pos.size());
-  const Vec x = random_vec(n * h * d, 13), dy = random_vec(n * h * d, 14);
+  const Vec x = random_input(n * h * d, 13), dy = random_input(n * h * d, 14);
   Tensor g = upload(Shape{n, h, d}, dy);
   be().rope_backward(g, upload_i32(Shape{n}, pos), 10000.0f);
   auto loss = [&](const Vec& xx) { return dot(dy, ref_rope(xx, pos, h, d, 10000.0)); };
-  EXPECT_CLOSE(download(g), finite_diff(loss, x), kTol * tol_scale_);
+  EXPECT_CLOSE(download(g), finite_diff(loss, x), tol(kTol, kBf16Out));
 }
 
 TEST_P(OpsGrad, AttentionPackedGqa) {
   const std::vector<int32_t> cu = {0, 3, 4, 8};
   const int64_t n = 8, hq = 4, hkv = 2, d = 4;
-  const Vec q = random_vec(n * hq * d, 15, -2, 2), k = random_vec(n * hkv * d, 16, -2, 2),
-            v = random_vec(n * hkv * d, 17), dy = random_vec(n * hq * d, 18);
+  const Vec q = random_input(n * hq * d, 15, -2, 2), k = random_input(n * hkv * d, 16, -2, 2),
+            v = random_input(n * hkv * d, 17), dy = random_input(n * hq * d, 18);
   Tensor tq = upload(Shape{n, hq, d}, q), tk = upload(Shape{n, hkv, d}, k), tv = upload(Shape{n, hkv, d}, v),
          cus = upload_i32(Shape{4}, cu), out = zeros(Shape{n, hq, d}), lse = zeros_f32(Shape{n, hq});
   be().attention_forward(out, lse, tq, tk, tv, cus, 4);
@@ -99,31 +101,31 @@ TEST_P(OpsGrad, AttentionPackedGqa) {
   auto loss_q = [&](const Vec& x) { return dot(dy, ref_attention(x, k, v, cu, hq, hkv, d)); };
   auto loss_k = [&](const Vec& x) { return dot(dy, ref_attention(q, x, v, cu, hq, hkv, d)); };
   auto loss_v = [&](const Vec& x) { return dot(dy, ref_attention(q, k, x, cu, hq, hkv, d)); };
-  EXPECT_CLOSE(download(dq), finite_diff(loss_q, q), kTol * tol_scale_);
-  EXPECT_CLOSE(download(dk), finite_diff(loss_k, k), kTol * tol_scale_);
-  EXPECT_CLOSE(download(dv), finite_diff(loss_v, v), kTol * tol_scale_);
+  EXPECT_CLOSE(download(dq), finite_diff(loss_q, q), tol(kTol, kBf16Chain));
+  EXPECT_CLOSE(download(dk), finite_diff(loss_k, k), tol(kTol, kBf16Chain));
+  EXPECT_CLOSE(download(dv), finite_diff(loss_v, v), tol(kTol, kBf16Chain));
 }
 
 TEST_P(OpsGrad, SwiGluIncludingInPlace) {
-  const Vec g = random_vec(12, 19, -5, 5), u = random_vec(12, 20), dy = random_vec(12, 21);
+  const Vec g = random_input(12, 19, -5, 5), u = random_input(12, 20), dy = random_input(12, 21);
   auto loss_g = [&](const Vec& x) { return dot(dy, ref_swiglu(x, u)); };
   auto loss_u = [&](const Vec& x) { return dot(dy, ref_swiglu(g, x)); };
   const Vec want_g = finite_diff(loss_g, g), want_u = finite_diff(loss_u, u);
   Tensor tg = upload(Shape{3, 4}, g), tu = upload(Shape{3, 4}, u), tdy = upload(Shape{3, 4}, dy);
   Tensor dg = zeros(Shape{3, 4}), du = zeros(Shape{3, 4});
   be().swiglu_backward(dg, du, tdy, tg, tu);
-  EXPECT_CLOSE(download(dg), want_g, kTol * tol_scale_);
-  EXPECT_CLOSE(download(du), want_u, kTol * tol_scale_);
+  EXPECT_CLOSE(download(dg), want_g, tol(kTol, kBf16Out));
+  EXPECT_CLOSE(download(du), want_u, tol(kTol, kBf16Out));
   be().swiglu_backward(tg, tu, tdy, tg, tu);  // documented aliasing: gradients over the inputs
-  EXPECT_CLOSE(download(tg), want_g, kTol * tol_scale_);
-  EXPECT_CLOSE(download(tu), want_u, kTol * tol_scale_);
+  EXPECT_CLOSE(download(tg), want_g, tol(kTol, kBf16Out));
+  EXPECT_CLOSE(download(tu), want_u, tol(kTol, kBf16Out));
 }
 
 // L = sum a_n logprob_n + b_n entropy_n, with dlogits written over the logits (in place).
 TEST_P(OpsGrad, LogprobAndEntropyInPlace) {
   const int64_t n = 4, v = 9;
   const std::vector<int32_t> targets = {2, -1, 8, 0};
-  const Vec logits = random_vec(n * v, 22, -3, 3), a = random_vec(n, 23), b = random_vec(n, 24);
+  const Vec logits = random_input(n * v, 22, -3, 3), a = random_input(n, 23), b = random_input(n, 24);
   auto loss = [&](const Vec& z) {
     Vec lp, ent;
     ref_logprob(z, targets, v, &lp, &ent);
@@ -133,13 +135,13 @@ TEST_P(OpsGrad, LogprobAndEntropyInPlace) {
   Tensor lp = zeros_f32(Shape{n}), ent = zeros_f32(Shape{n}), lse = zeros_f32(Shape{n});
   be().logprob_forward(lp, ent, lse, tz, tt);
   be().logprob_backward(tz, tz, tt, lse, ent, upload_f32(Shape{n}, a), upload_f32(Shape{n}, b));
-  EXPECT_CLOSE(download(tz), finite_diff(loss, logits), kTol * tol_scale_);
+  EXPECT_CLOSE(download(tz), finite_diff(loss, logits), tol(kTol, kBf16Out));
 }
 
 TEST_P(OpsGrad, LogprobWithoutEntropyGradient) {
   const int64_t n = 3, v = 5;
   const std::vector<int32_t> targets = {4, 0, 2};
-  const Vec logits = random_vec(n * v, 25, -3, 3), a = random_vec(n, 26);
+  const Vec logits = random_input(n * v, 25, -3, 3), a = random_input(n, 26);
   auto loss = [&](const Vec& z) {
     Vec lp, ent;
     ref_logprob(z, targets, v, &lp, &ent);
@@ -149,7 +151,7 @@ TEST_P(OpsGrad, LogprobWithoutEntropyGradient) {
   Tensor lp = zeros_f32(Shape{n}), ent = zeros_f32(Shape{n}), lse = zeros_f32(Shape{n});
   be().logprob_forward(lp, ent, lse, tz, tt);
   be().logprob_backward(dz, tz, tt, lse, ent, upload_f32(Shape{n}, a), Tensor());
-  EXPECT_CLOSE(download(dz), finite_diff(loss, logits), kTol * tol_scale_);
+  EXPECT_CLOSE(download(dz), finite_diff(loss, logits), tol(kTol, kBf16Out));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, OpsGrad, ::testing::ValuesIn(backends_under_test()), backend_param_name);
