@@ -75,10 +75,16 @@ struct Template {
   Body body;
 };
 
-// The builtin filter and test names (jinja/filters.cc, jinja/builtins.cc): like jinja2, a template
-// naming an unknown one fails to parse, even where the render would never reach it.
+// The builtin filter and test names (jinja/filters.cc, jinja/builtins.cc).
 bool is_known_filter(const std::string& name);
 bool is_known_test(const std::string& name);
+
+// jinja2's compile-time check of filter and test names (jinja/names.cc): an unknown name is a
+// TemplateError, except inside an `if` (test and branches) or an inline if-expression, where
+// jinja2 defers it to the render that reaches it (then: unknown_name_error).
+void check_names(const Body& body);
+// "No filter named 'x' found." (at render), or that rlrun lacks a filter jinja2 has.
+TemplateError unknown_name_error(const std::string& name, bool filter, bool at_render, int line);
 
 // Throws TemplateError naming the line and the construct on a syntax error or an unsupported tag.
 std::shared_ptr<const Template> parse_template(const std::string& source);

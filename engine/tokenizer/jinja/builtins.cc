@@ -110,7 +110,7 @@ bool is_known_test(const std::string& name) { return tests().count(name) > 0; }
 
 bool Interpreter::apply_test(const std::string& name, const Value& subject, const CallArgs& args, int line) {
   auto it = tests().find(name);
-  if (it == tests().end()) throw TemplateError("unsupported test '" + name + "'", line);
+  if (it == tests().end()) throw unknown_name_error(name, false, true, line);
   return it->second(subject, args, line);
 }
 
@@ -161,6 +161,49 @@ void add_builtin_globals(Interpreter* in, Dict* globals) {
 }
 
 namespace {
+
+// str.format with plain fields: {} {0} {name}, conversions !s and !r, {{ and }}; no format specs.
+std::string py_format(const std::string& fmt, const CallArgs& a) {
+  std::string out;
+  size_t auto_index = 0;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    const char c = fmt[i];
+    if (c == '}') {
+      if (i + 1 < fmt.size() && fmt[i + 1] == '}') { out += '}'; ++i; continue; }
+      throw TemplateError("Single '}' encountered in format string");
+    }
+    if (c != '{') { out += c; continue; }
+    if (i + 1 < fmt.size() && fmt[i + 1] == '{') { out += '{'; ++i; continue; }
+    size_t end = fmt.find('}', i);
+    if (end == std::string::npos) throw TemplateError("Single '{' encountered in format string");
+    std::string field = fmt.substr(i + 1, end - i - 1);
+    i = end;
+    char conversion = 's';
+    if (size_t bang = field.find('!'); bang != std::string::npos) {
+      if (bang + 2 != field.size() || (field[bang + 1] != 's' && field[bang + 1] != 'r')) {
+        throw TemplateError("str.format: unsupported field {" + field + "}");
+      }
+      conversion = field[bang + 1];
+      field.resize(bang);
+    }
+    if (field.find_first_of(":.[") != std::string::npos) {
+      throw TemplateError("str.format: format specs and attribute lookups ({" + field + "}) are not supported");
+    }
+    const Value* v = nullptr;
+    if (field.empty() || std::isdigit(static_cast<unsigned char>(field[0]))) {
+      size_t index = field.empty() ? auto_index++ : std::stoul(field);
+      if (index >= a.positional.size()) throw TemplateError("Replacement index " + std::to_string(index) + " out of range for positional args tuple");
+      v = &a.positional[index];
+    } else {
+      for (const auto& [k, val] : a.keyword) {
+        if (k == field) v = &val;
+      }
+      if (v == nullptr) throw TemplateError("'" + field + "'");
+    }
+    out += conversion == 'r' ? repr(*v) : to_str(*v);
+  }
+  return out;
+}
 
 Value str_method(Interpreter* in, const std::string& s, const std::string& name) {
   auto opt_str = [](const CallArgs& a, size_t i, const char* key) -> std::optional<std::string> {
@@ -261,7 +304,7 @@ Value str_method(Interpreter* in, const std::string& s, const std::string& name)
     bool upper = name == "isupper";
     return function(qual, [s, upper](const CallArgs&) { return Value(cased(s, upper)); });
   }
-  if (name == "format") throw TemplateError("str.format() is not supported");
+  if (name == "format") return function(qual, [s](const CallArgs& a) { return Value(py_format(s, a)); });
   return Value();
 }
 
@@ -285,8 +328,8 @@ Value dict_method(const Value& self, const std::string& name) {
   if (name == "get") {
     return function(qual, [self](const CallArgs& a) {
       const Value& key = a.get(0, "key", kUndef);
-      if (key.is_string()) {
-        if (const Value* v = self.dict->find(key.str)) return *v;
+      if (hashable(key)) {
+        if (const Value* v = self.dict->find(key)) return *v;
       }
       return a.get(1, "default", Value::none());
     });

@@ -52,6 +52,11 @@ Value generator(List items) {
   return v;
 }
 
+// Sort key of dictsort/sort/min/max: strings compare lowercased unless case_sensitive.
+Value sort_key(const Value& v, bool case_sensitive) {
+  return !case_sensitive && v.is_string() ? Value(py_lower(v.str)) : v;
+}
+
 Value f_length(Interpreter&, const Value& v, const CallArgs&, int line) {
   switch (v.kind) {
     case Value::Kind::kUndefined: return Value(0);
@@ -73,8 +78,8 @@ Value f_default(Interpreter&, const Value& v, const CallArgs& a, int) {
 }
 
 Value f_tojson(Interpreter& in, const Value& v, const CallArgs& a, int line) {
-  if (truthy(a.get(0, "ensure_ascii", Value(false)))) throw TemplateError("tojson(ensure_ascii=true) is not supported", line);
   JsonStyle style;
+  style.ensure_ascii = truthy(a.get(0, "ensure_ascii", Value(false)));
   const Value& indent = a.get(1, "indent", kNone);
   if (indent.kind == Value::Kind::kInt) style.indent = static_cast<int>(std::clamp<int64_t>(indent.integer, 0, 64));
   else if (!indent.is_none() && !indent.is_undefined()) throw TemplateError("tojson: indent must be an integer", line);
@@ -163,7 +168,7 @@ Value f_reverse(Interpreter&, const Value& v, const CallArgs&, int line) {
 
 Value f_items(Interpreter&, const Value& v, const CallArgs&, int line) {
   if (v.is_undefined()) return Value(List{});
-  if (!v.is_mapping()) throw TemplateError("can only get item pairs from a mapping", line);
+  if (!v.is_mapping()) throw TemplateError("Can only get item pairs from a mapping.", line);
   List out;
   for (const auto& [k, e] : v.dict->items) out.emplace_back(List{Value(k), e}, true);
   return Value(std::move(out));
@@ -316,12 +321,44 @@ Value f_sort(Interpreter& in, const Value& v, const CallArgs& a, int line) {
   List items = iterate(v, line);
   auto key = [&](const Value& item) {
     Value k = attribute.is_none() ? item : get_path(in, item, to_str(attribute), line);
-    return !case_sensitive && k.is_string() ? Value(py_lower(k.str)) : k;
+    return sort_key(k, case_sensitive);
   };
   std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
     return reverse ? less(key(y), key(x)) : less(key(x), key(y));
   });
   return Value(std::move(items));
+}
+
+Value f_dictsort(Interpreter&, const Value& v, const CallArgs& a, int line) {
+  const bool case_sensitive = truthy(a.get(0, "case_sensitive", Value(false)));
+  const std::string by = to_str(a.get(1, "by", Value("key")));
+  const bool reverse = truthy(a.get(2, "reverse", Value(false)));
+  if (!v.is_mapping()) throw TemplateError("dictsort: expected a mapping, got " + type_name(v), line);
+  if (by != "key" && by != "value") throw TemplateError("You can only sort by either \"key\" or \"value\"", line);
+  const size_t pos = by == "key" ? 0 : 1;
+  List items;
+  for (const auto& [k, e] : v.dict->items) items.emplace_back(List{Value(k), e}, true);
+  std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+    Value kx = sort_key((*x.list)[pos], case_sensitive), ky = sort_key((*y.list)[pos], case_sensitive);
+    return reverse ? less(ky, kx) : less(kx, ky);
+  });
+  return Value(std::move(items));
+}
+
+template <bool kMax>
+Value f_min_max(Interpreter& in, const Value& v, const CallArgs& a, int line) {
+  const bool case_sensitive = truthy(a.get(0, "case_sensitive", Value(false)));
+  const Value attribute = a.get(1, "attribute", kNone);
+  List items = iterate(v, line);
+  if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
+  auto key = [&](const Value& item) {
+    return sort_key(attribute.is_none() ? item : get_path(in, item, to_str(attribute), line), case_sensitive);
+  };
+  size_t best = 0;
+  for (size_t i = 1; i < items.size(); ++i) {
+    if (kMax ? less(key(items[best]), key(items[i])) : less(key(items[i]), key(items[best]))) best = i;
+  }
+  return items[best];
 }
 
 const std::unordered_map<std::string, FilterFn>& filters() {
@@ -334,6 +371,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       {"items", f_items}, {"int", f_int}, {"float", f_float}, {"abs", f_abs}, {"indent", f_indent},
       {"unique", f_unique}, {"attr", f_attr}, {"select", f_select}, {"reject", f_reject},
       {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr}, {"map", f_map}, {"sort", f_sort},
+      {"dictsort", f_dictsort}, {"min", f_min_max<false>}, {"max", f_min_max<true>},
   };
   return table;
 }
@@ -345,7 +383,7 @@ bool is_known_filter(const std::string& name) { return filters().count(name) > 0
 Value Interpreter::apply_filter(const std::string& name, const Value& subject, const CallArgs& args, int line) {
   if (name.empty()) return subject;
   auto it = filters().find(name);
-  if (it == filters().end()) throw TemplateError("unsupported filter '" + name + "'", line);
+  if (it == filters().end()) throw unknown_name_error(name, true, true, line);
   return it->second(*this, subject, args, line);
 }
 

@@ -8,7 +8,7 @@ namespace rlrun::engine::jinja {
 
 const Value* Scope::find(std::string_view name) const {
   for (const Scope* s = this; s != nullptr; s = s->parent.get()) {
-    if (const Value* v = s->vars.find(name)) return v;
+    if (const Value* v = s->vars.find_str(name)) return v;
   }
   return nullptr;
 }
@@ -286,8 +286,8 @@ Value Interpreter::eval(const Expr& e) {
         auto d = std::make_shared<Dict>();
         for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
           Value k = eval(*e.args[i]);
-          if (!k.is_string()) throw TemplateError("dict keys must be strings here, not " + type_name(k), e.line);
-          d->set(k.str, eval(*e.args[i + 1]));
+          if (!hashable(k)) throw TemplateError("unhashable type: '" + type_name(k) + "'", e.line);
+          d->set(k, eval(*e.args[i + 1]));
         }
         return Value(std::move(d));
       }
@@ -357,16 +357,17 @@ Value Interpreter::get_attr(const Value& object, const std::string& name, int li
     case Value::Kind::kDict: {
       Value method = bound_method(this, object, name);
       if (!method.is_undefined()) return method;
-      if (const Value* v = object.dict->find(name)) return *v;
+      if (const Value* v = object.dict->find_str(name)) return *v;
       return Value::undefined("'dict object' has no attribute '" + name + "'");
     }
     case Value::Kind::kNamespace:
-      if (const Value* v = object.dict->find(name)) return *v;
+      if (const Value* v = object.dict->find_str(name)) return *v;
       return Value::undefined("'Namespace' has no attribute '" + name + "'");
     default: {
       Value method = bound_method(this, object, name);
       if (!method.is_undefined()) return method;
-      return Value::undefined("'" + type_name(object) + " object' has no attribute '" + name + "'");
+      const std::string what = object.is_none() ? "None" : type_name(object) + " object";
+      return Value::undefined("'" + what + "' has no attribute '" + name + "'");
     }
   }
 }
@@ -376,8 +377,8 @@ Value Interpreter::get_item(const Value& object, const Value& key, int line) {
     throw TemplateError(object.str.empty() ? "subscript of an undefined value" : object.str, line);
   }
   if (object.generator) throw TemplateError("'generator' object is not subscriptable", line);
-  if (object.is_mapping() && key.is_string()) {
-    if (const Value* v = object.dict->find(key.str)) return *v;
+  if (object.is_mapping() && hashable(key)) {
+    if (const Value* v = object.dict->find(key)) return *v;
   } else if ((object.is_list() || object.is_string()) &&
              (key.kind == Value::Kind::kInt || key.kind == Value::Kind::kBool)) {
     int64_t i = key.kind == Value::Kind::kBool ? key.boolean : key.integer;
@@ -391,10 +392,10 @@ Value Interpreter::get_item(const Value& object, const Value& key, int line) {
       if (i < 0) i += n;
       if (i >= 0 && i < n) return Value(std::string(cps[static_cast<size_t>(i)]));
     }
-    return Value::undefined("index " + std::to_string(key.integer) + " out of range");
+    return Value::undefined(type_name(object) + " object has no element " + std::to_string(key.integer));
   }
   if (key.is_string()) return get_attr(object, key.str, line);
-  return Value::undefined("'" + type_name(object) + " object' has no item " + repr(key));
+  return Value::undefined(type_name(object) + " object has no element " + repr(key));
 }
 
 }  // namespace rlrun::engine::jinja

@@ -144,7 +144,8 @@ bool contains(const Value& container, const Value& item) {
       }
       return false;
     case Value::Kind::kDict: case Value::Kind::kNamespace:
-      return item.is_string() && container.dict->find(item.str) != nullptr;
+      if (!hashable(item)) throw TemplateError("unhashable type: '" + type_name(item) + "'");
+      return container.dict->find(item) != nullptr;
     default:
       throw TemplateError("argument of type '" + type_name(container) + "' is not iterable");
   }

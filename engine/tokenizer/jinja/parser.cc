@@ -196,7 +196,6 @@ class Parser {
       // `{% filter upper | trim %}`: the first filter comes without its `|`
       auto first = make(Expr::Kind::kFilter, line);
       first->name = expect_name();
-      if (!is_known_filter(first->name)) throw TemplateError("unsupported filter '" + first->name + "'", line);
       first->args.push_back(make(Expr::Kind::kName, line));  // the placeholder for the body's text
       if (is_op("(")) parse_args(first.get());
       n.expr = parse_filter(std::move(first), true);
@@ -587,7 +586,6 @@ class Parser {
         auto e = make(Expr::Kind::kFilter, line);
         e->name = expect_name();
         while (skip_op(".")) e->name += "." + expect_name();
-        if (!is_known_filter(e->name)) throw TemplateError("unsupported filter '" + e->name + "'", line);
         e->args.push_back(std::move(node));
         if (is_op("(")) parse_args(e.get());
         node = std::move(e);
@@ -596,7 +594,6 @@ class Parser {
         auto e = make(Expr::Kind::kTest, line);
         e->negated = skip_name("not");
         e->name = expect_name();
-        if (!is_known_test(e->name)) throw TemplateError("unsupported test '" + e->name + "'", line);
         e->args.push_back(std::move(node));
         if (is_op("(")) {
           parse_args(e.get());
@@ -626,6 +623,7 @@ class Parser {
 std::shared_ptr<const Template> parse_template(const std::string& source) {
   auto t = std::make_shared<Template>();
   t->body = Parser(lex(source)).parse_all();
+  check_names(t->body);
   return t;
 }
 

@@ -42,18 +42,29 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
   }
 }
 
-const Value* Dict::find(std::string_view key) const {
+const Value* Dict::find_str(std::string_view key) const {
   for (const auto& [k, v] : items) {
-    if (k == key) return &v;
+    if (k.kind == Value::Kind::kString && k.str == key) return &v;
   }
   return nullptr;
 }
 
-void Dict::set(const std::string& key, Value value) {
+const Value* Dict::find(const Value& key) const {
+  for (const auto& [k, v] : items) {
+    if (equals(k, key)) return &v;
+  }
+  return nullptr;
+}
+
+void Dict::set(const Value& key, Value value) {
   for (auto& [k, v] : items) {
-    if (k == key) { v = std::move(value); return; }
+    if (equals(k, key)) { v = std::move(value); return; }
   }
   items.emplace_back(key, std::move(value));
+}
+
+bool hashable(const Value& key) {
+  return key.is_string() || key.is_number() || key.is_none();
 }
 
 Value CallArgs::get(size_t index, std::string_view name, const Value& fallback) const {
@@ -157,7 +168,7 @@ std::string repr(const Value& v) {
       for (const auto& [k, e] : v.dict->items) {
         if (!first) out += ", ";
         first = false;
-        out += repr_string(k) + ": " + repr(e);
+        out += repr(k) + ": " + repr(e);
       }
       return out + "}";
     }
@@ -259,9 +270,24 @@ bool less(const Value& a, const Value& b) {
 
 namespace {
 
-void json_string(const std::string& s, std::string* out) {
+void json_string(const std::string& s, bool ensure_ascii, std::string* out) {
   *out += '"';
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (ensure_ascii && c >= 0x80) {
+      int32_t cp = next_code_point(s, &i);
+      if (cp < 0) cp = 0xFFFD;
+      char buf[16];
+      if (cp > 0xFFFF) {
+        cp -= 0x10000;
+        std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+      } else {
+        std::snprintf(buf, sizeof(buf), "\\u%04x", cp);
+      }
+      *out += buf;
+      continue;
+    }
+    ++i;
     switch (c) {
       case '"': *out += "\\\""; break;
       case '\\': *out += "\\\\"; break;
@@ -300,7 +326,7 @@ void json_value(const Value& v, const JsonStyle& style, int depth, std::string* 
       else if (std::isinf(v.real)) *out += v.real > 0 ? "Infinity" : "-Infinity";
       else *out += float_repr(v.real);
       return;
-    case Value::Kind::kString: json_string(v.str, out); return;
+    case Value::Kind::kString: json_string(v.str, style.ensure_ascii, out); return;
     case Value::Kind::kList: {
       if (v.generator) throw TemplateError("Object of type generator is not JSON serializable");
       if (v.list->empty()) { *out += "[]"; return; }
@@ -316,16 +342,21 @@ void json_value(const Value& v, const JsonStyle& style, int depth, std::string* 
     }
     case Value::Kind::kDict: {
       if (v.dict->items.empty()) { *out += "{}"; return; }
-      std::vector<const std::pair<std::string, Value>*> items;
+      std::vector<const std::pair<Value, Value>*> items;
       for (const auto& item : v.dict->items) items.push_back(&item);
       if (style.sort_keys) {
-        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return less(a->first, b->first); });
       }
       *out += '{';
       for (size_t i = 0; i < items.size(); ++i) {
         if (i > 0) *out += item_sep;
         newline(depth + 1);
-        json_string(items[i]->first, out);
+        const Value& key = items[i]->first;  // json.dumps turns 1 into "1", True into "true"
+        const std::string key_text = key.is_string() ? key.str
+                                     : key.is_none() ? "null"
+                                     : key.kind == Value::Kind::kBool ? (key.boolean ? "true" : "false")
+                                     : to_str(key);
+        json_string(key_text, style.ensure_ascii, out);
         *out += key_sep;
         json_value(items[i]->second, style, depth + 1, out);
       }

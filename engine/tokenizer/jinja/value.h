@@ -88,11 +88,17 @@ struct Value {
   std::shared_ptr<Function> function;
 };
 
+// Insertion-ordered like Python's dict. Keys are str, or int/float/bool/None (dict literals such
+// as {0: 0, 512: 128}); Python's == decides key identity (1, 1.0 and True are one key).
 struct Dict {
-  std::vector<std::pair<std::string, Value>> items;
-  const Value* find(std::string_view key) const;
-  void set(const std::string& key, Value value);  // replaces in place or appends
+  std::vector<std::pair<Value, Value>> items;
+  const Value* find_str(std::string_view key) const;  // a str key (no Value built)
+  const Value* find(const Value& key) const;
+  void set(const Value& key, Value value);  // replaces in place or appends
 };
+
+// Whether `key` can be a dict key (Python's hashable, among template values).
+bool hashable(const Value& key);
 
 // Positional and keyword arguments of a call, as written.
 struct CallArgs {
@@ -123,9 +129,11 @@ std::string type_name(const Value& v);
 // Python's float repr: shortest round-trip digits, exponent outside [1e-4, 1e16).
 std::string float_repr(double x);
 
-// json.dumps(x, ensure_ascii=False, indent=indent, separators=..., sort_keys=...) as HF's tojson
-// filter calls it. indent < 0: no indent (separators ", " and ": " unless given).
+// json.dumps(x, ensure_ascii=..., indent=..., separators=..., sort_keys=...) as HF's tojson filter
+// calls it (ensure_ascii=False by default). indent < 0: no indent (separators ", " and ": " unless
+// given).
 struct JsonStyle {
+  bool ensure_ascii = false;  // non-ASCII as \uXXXX (surrogate pairs above U+FFFF)
   int indent = -1;
   std::string item_separator;  // empty: Python's default for the indent
   std::string key_separator;

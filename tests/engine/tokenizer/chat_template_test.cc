@@ -255,6 +255,31 @@ const Case kCases[] = {
      "{}",
      "abab"},
 
+    {"str_format",
+     "{{ '<{}|{}>'.format('a', 1) }} {{ '{0}{0}{name}'.format('x', name='y') }} {{ '{{}}{!r}'.format('q') }}",
+     "{}",
+     "<a|1> xxy {}'q'"},
+    {"dictsort",
+     "{% for k, v in {'b': 1, 'A': 2, 'c': 0} | dictsort %}{{ k }}{{ v }}{% endfor %}|{{ {'b': 1, 'a': 2} | dictsort(by='value', reverse=true) }}",
+     "{}",
+     "A2b1c0|[('a', 2), ('b', 1)]"},
+    {"min_max",
+     "{{ [3, 1, 2] | min }} {{ [3, 1, 2] | max }} {{ ['b', 'A', 'c'] | min }} {{ [{'n': 2}, {'n': 1}] | max(attribute='n') }} [{{ [] | min }}]",
+     "{}",
+     "1 3 A {'n': 2} []"},
+    {"tojson_ensure_ascii",
+     "{{ {'k': 'é 你 🙂'} | tojson(ensure_ascii=true) }}",
+     "{}",
+     "{\"k\": \"\\u00e9 \\u4f60 \\ud83d\\ude42\"}"},
+    {"markup_concat",
+     "{{ 'a<'|safe + '<b>' }} {{ ('x'|e) ~ '<' }} {{ '<'|e }}",
+     "{}",
+     "a<&lt;b&gt; x< &lt;"},
+    {"undefined_messages",
+     "{{ [1][5] is defined }} {{ none.x is defined }}",
+     "{}",
+     "False False"},
+
 };
 
 TEST(ChatTemplate, RendersEachFeatureAsJinja2) {
@@ -315,8 +340,11 @@ TEST(ChatTemplate, ErrorsNameTheLineAndTheFeature) {
     const char* message;
   } bad[] = {
       {"a\n{% for x in y %}\nno end", "chat template line 3: unexpected end of template, expected 'endfor' or 'else'"},
-      {"{{ x | wordwrap }}", "chat template line 1: unsupported filter 'wordwrap'"},
-      {"\n\n{% if x is prime %}{% endif %}", "chat template line 3: unsupported test 'prime'"},
+      {"{{ x | wordwrap }}", "chat template line 1: filter 'wordwrap' is not supported by rlrun's chat templates"},
+      {"\n\n{{ x is prime }}", "chat template line 3: No test named 'prime'."},
+      {"{% if true %}{% for m in [1] %}{{ m | nope }}{% endfor %}{% endif %}", "chat template line 1: No filter named 'nope'."},
+      {"{% macro f() %}{{ 1 | nope }}{% endmacro %}", "chat template line 1: No filter named 'nope'."},
+      {"{{ x | from_json }}", "chat template line 1: No filter named 'from_json'."},
       {"{% extends 'base.html' %}", "chat template line 1: unsupported template tag 'extends'"},
       {"{% include 'x' %}", "chat template line 1: unsupported template tag 'include'"},
       {"{% endif %}", "chat template line 1: unexpected 'endif' tag: no block to close"},
@@ -342,8 +370,11 @@ TEST(ChatTemplate, RenderErrorsNameTheLine) {
       {"{{ 'a' + 1 }}", "chat template line 1: can only concatenate str (not \"int\") to str"},
       {"\n\n{{ 1 // 0 }}", "chat template line 3: integer division or modulo by zero"},
       {"{{ [1, 2].append(3) }}", "chat template line 1: access to attribute 'append' of 'list' object is unsafe."},
-      {"{{ 'x'.format(1) }}", "chat template line 1: str.format() is not supported"},
+      {"{{ '{:>5}'.format(1) }}", "chat template line 1: str.format: format specs and attribute lookups ({:>5}) are not supported"},
       {"{{ x | tojson }}", "chat template line 1: Object of type Undefined is not JSON serializable"},
+      // like jinja2, unknown names inside an `if` or an inline if fail only when reached
+      {"{% if true %}{{ x | from_json }}{% endif %}", "chat template line 1: No filter named 'from_json' found."},
+      {"{{ (x is prime) if true }}", "chat template line 1: No test named 'prime' found."},
       {"{{ 9223372036854775807 + 1 }}", "chat template line 1: integer overflow (rlrun's template integers are 64-bit)"},
   };
   for (const Bad& b : bad) {
@@ -391,7 +422,7 @@ TEST(ChatTemplate, HostileTemplatesNeverCrash) {
       "{{", "{%", "{#", "{{ }}", "{% %}", "{% raw %}", "{{ '\\x' }}", "{{ '\\u12' }}", "{{ 99999999999999999999 }}",
       "{{ [] | first | upper }}", "{{ ''[100000000000:] }}", "{{ 'a'[::-9223372036854775807] }}",
       "{{ -9223372036854775807 - 1 }}{{ (-9223372036854775807 - 1) // -1 }}", "{{ 2 ** 64 }}",
-      std::string("\xff\xfe{{ '\xc3' | upper }}\x80", 18), "{% set ns = namespace() %}{% set ns.x = ns %}{{ ns.x.x.x }}",
+      std::string("\xff\xfe{{ '\xc3' | upper }}\x80"), "{% set ns = namespace() %}{% set ns.x = ns %}{{ ns.x.x.x }}",
   };
   for (const std::string& source : hostile) {
     Result<ChatTemplate> t = ChatTemplate::parse(source);
