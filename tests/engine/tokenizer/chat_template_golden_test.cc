@@ -3,8 +3,8 @@
 // build/models/chat-templates/golden.json (or $RLRUN_MODELS_DIR/chat-templates/) is written by
 // scripts/fetch-test-models.sh (scripts/chat_template_golden.py): real models' templates, each
 // rendered by HF on the same cases. Every template x case must render byte-identical, or fail
-// where HF raised (with HF's message when the template called raise_exception). Prints a table of
-// template x case -> identical / DIFF. Skips, saying how to make it, when the golden is missing.
+// where HF raised, with HF's message (raise_exception's, or Python's own: "'NoneType' object is not
+// iterable"). Prints a table of template x case -> identical / DIFF. Skips, saying how to make it, when the golden is missing.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -60,10 +60,10 @@ TEST(ChatTemplateGolden, EveryTemplateAndCaseRendersAsHF) {
   const ordered_json golden = ordered_json::parse(in);
   const std::tm now = parse_now(golden["now"].get<std::string>());
 
+  // A template HF cannot compile either (an unknown filter) fails every case, with jinja2's message.
   std::map<std::string, Result<ChatTemplate>> templates;
   for (const auto& [name, t] : golden["templates"].items()) {
     templates.emplace(name, ChatTemplate::parse(t["source"].get<std::string>()));
-    EXPECT_TRUE(templates.at(name).ok()) << name << ": " << templates.at(name).status().message();
   }
 
   std::map<std::string, std::map<std::string, std::string>> table;  // template -> case -> outcome
@@ -73,24 +73,24 @@ TEST(ChatTemplateGolden, EveryTemplateAndCaseRendersAsHF) {
     ++total;
     std::string& outcome = table[name][case_name];
     const Result<ChatTemplate>& tmpl = templates.at(name);
-    if (!tmpl.ok()) { outcome = "PARSE ERROR"; continue; }
     ChatRenderInput input;
     input.messages = c["messages"];
     input.add_generation_prompt = c["add_generation_prompt"];
     input.tools = c["tools"];
     input.documents = c["documents"];
+    input.extra = c.value("kwargs", ordered_json::object());
     for (const auto& [k, v] : golden["templates"][name]["special_tokens"].items()) {
       if (v.is_string()) input.special_tokens[k] = v.get<std::string>();
     }
     input.now = [now] { return now; };
-    Result<std::string> got = tmpl->render(input);
+    Result<std::string> got = tmpl.ok() ? tmpl->render(input) : Result<std::string>(tmpl.status());
     if (c.contains("error")) {
       const std::string type = c["error"]["type"], message = c["error"]["message"];
       if (got.ok()) {
         outcome = "DIFF (HF raised)";
         ADD_FAILURE() << name << " x " << case_name << ": HF raised " << type << " (" << message
                       << ") but rlrun rendered:\n" << *got;
-      } else if (type == "TemplateError" && got.status().message().find(message) == std::string::npos) {
+      } else if (got.status().message().find(message) == std::string::npos) {
         outcome = "DIFF (message)";
         ADD_FAILURE() << name << " x " << case_name << ": HF raised `" << message << "`, rlrun `"
                       << got.status().message() << "`";
