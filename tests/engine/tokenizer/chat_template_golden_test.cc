@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "engine/tokenizer/chat_template.h"
 
@@ -66,12 +68,17 @@ TEST(ChatTemplateGolden, EveryTemplateAndCaseRendersAsHF) {
     templates.emplace(name, ChatTemplate::parse(t["source"].get<std::string>()));
   }
 
-  std::map<std::string, std::map<std::string, std::string>> table;  // template -> case -> outcome
+  // template -> outcome per case, in golden order: '=' identical, 'r' both raise alike, 'X' differs
+  std::map<std::string, std::string> table;
+  std::vector<std::string> case_names;
   int identical = 0, total = 0;
   for (const ordered_json& c : golden["cases"]) {
     const std::string name = c["template"], case_name = c["case"];
     ++total;
-    std::string& outcome = table[name][case_name];
+    if (std::find(case_names.begin(), case_names.end(), case_name) == case_names.end()) {
+      case_names.push_back(case_name);
+    }
+    char outcome = 'X';
     const Result<ChatTemplate>& tmpl = templates.at(name);
     ChatRenderInput input;
     input.messages = c["messages"];
@@ -87,38 +94,32 @@ TEST(ChatTemplateGolden, EveryTemplateAndCaseRendersAsHF) {
     if (c.contains("error")) {
       const std::string type = c["error"]["type"], message = c["error"]["message"];
       if (got.ok()) {
-        outcome = "DIFF (HF raised)";
         ADD_FAILURE() << name << " x " << case_name << ": HF raised " << type << " (" << message
                       << ") but rlrun rendered:\n" << *got;
       } else if (got.status().message().find(message) == std::string::npos) {
-        outcome = "DIFF (message)";
         ADD_FAILURE() << name << " x " << case_name << ": HF raised `" << message << "`, rlrun `"
                       << got.status().message() << "`";
       } else {
-        outcome = "identical (raises)";
-        ++identical;
+        outcome = 'r';
       }
-      continue;
-    }
-    const std::string want = c["expected"];
-    if (!got.ok()) {
-      outcome = "DIFF (error)";
+    } else if (!got.ok()) {
       ADD_FAILURE() << name << " x " << case_name << ": " << got.status().message();
-    } else if (*got != want) {
-      outcome = "DIFF";
-      ADD_FAILURE() << name << " x " << case_name << " differs " << first_difference(want, *got);
+    } else if (*got != c["expected"].get<std::string>()) {
+      ADD_FAILURE() << name << " x " << case_name << " differs " << first_difference(c["expected"], *got);
     } else {
-      outcome = "identical";
-      ++identical;
+      outcome = '=';
     }
+    identical += outcome != 'X';
+    table[name] += outcome;
   }
 
   std::string report = "chat template golden: " + std::to_string(identical) + "/" + std::to_string(total) +
-                       " template x case identical to HF\n";
-  for (const auto& [name, cases] : table) {
-    report += "  " + name + "\n";
-    for (const auto& [case_name, outcome] : cases) report += "    " + case_name + ": " + outcome + "\n";
+                       " template x case identical to HF ('=' same text, 'r' both raise the same error, "
+                       "'X' differs)\n";
+  for (size_t i = 0; i < case_names.size(); ++i) {
+    report += "  " + std::string(i, ' ') + "v " + case_names[i] + "\n";
   }
+  for (const auto& [name, outcomes] : table) report += "  " + outcomes + "  " + name + "\n";
   std::printf("%s", report.c_str());
 }
 
