@@ -112,7 +112,9 @@ std::string float_repr(double x) {
     std::snprintf(exp, sizeof(exp), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
     out += exp;
   } else if (exponent < 0) {
-    out = "0." + std::string(-exponent - 1, '0') + digits;
+    out = "0.";
+    out.append(static_cast<size_t>(-exponent - 1), '0');
+    out += digits;
   } else {
     if (digits.size() <= static_cast<size_t>(exponent) + 1) digits.append(exponent + 1 - digits.size(), '0');
     out = digits.substr(0, exponent + 1) + ".";
@@ -315,7 +317,9 @@ void json_value(const Value& v, const JsonStyle& style, int depth, std::string* 
   const std::string item_sep = !style.item_separator.empty() ? style.item_separator : (pretty ? "," : ", ");
   const std::string key_sep = !style.key_separator.empty() ? style.key_separator : ": ";
   auto newline = [&](int level) {
-    if (pretty) *out += "\n" + std::string(static_cast<size_t>(style.indent) * level, ' ');
+    if (!pretty) return;
+    *out += '\n';
+    out->append(static_cast<size_t>(style.indent) * static_cast<size_t>(level), ' ');
   };
   switch (v.kind) {
     case Value::Kind::kNone: *out += "null"; return;
