@@ -139,8 +139,9 @@ void add_builtin_globals(Interpreter* in, Dict* globals) {
     for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) out.emplace_back(start + i * step);
     return Value(std::move(out));
   }));
-  globals->set("namespace", function("namespace", [](const CallArgs& a) {
+  globals->set("namespace", function("namespace", [in](const CallArgs& a) {
     Value d = make_dict_from_kwargs(a, 0, "namespace");
+    in->track_namespace(d.dict);
     return Value(d.dict, Value::Kind::kNamespace);
   }));
   globals->set("dict", function("dict", [](const CallArgs& a) { return make_dict_from_kwargs(a, 0, "dict"); }));

@@ -24,8 +24,26 @@ std::string Interpreter::render(const Template& tmpl, const Dict& globals) {
   iterations_ = 0;
   call_depth_ = 0;
   std::string out;
-  exec_body(tmpl.body, &out);
+  try {
+    exec_body(tmpl.body, &out);
+  } catch (...) {
+    release_cycles();
+    throw;
+  }
+  release_cycles();
   return out;
+}
+
+void Interpreter::release_cycles() {
+  scope_.reset();
+  for (auto& weak : namespaces_) {
+    if (auto ns = weak.lock()) ns->items.clear();
+  }
+  for (auto& weak : macro_scopes_) {
+    if (auto scope = weak.lock()) scope->vars.items.clear();
+  }
+  namespaces_.clear();
+  macro_scopes_.clear();
 }
 
 void Interpreter::count_iterations(int64_t n, int line) {
@@ -151,6 +169,7 @@ void Interpreter::exec_for(const Node& n, std::string* out) {
   if (n.filter) {  // `for x in xs if cond`: loop.* count only the items that pass
     for (const Value& item : all) {
       count_iterations(1, n.line);
+      scope_ = std::make_shared<Scope>(saved);
       bind(item);
       if (truthy(eval(*n.filter))) items.push_back(item);
     }
@@ -165,6 +184,7 @@ void Interpreter::exec_for(const Node& n, std::string* out) {
   for (size_t i = 0; i < items.size(); ++i) {
     count_iterations(1, n.line);
     *index = i;
+    scope_ = std::make_shared<Scope>(saved);  // like jinja2, a `set` in the body lasts one iteration
     bind(items[i]);
     scope_->vars.set("loop", loop_info(items, i, Value(cycle)));
     if (exec_body(*n.body, out) == Flow::kBreak) break;
@@ -195,6 +215,7 @@ void Interpreter::exec_set(const Node& n) {
 // A macro is a Function that renders its body in a fresh scope over the one it was defined in.
 // The body is shared with the Template (n.body), which outlives every render.
 Value Interpreter::make_macro(const Node& n, std::shared_ptr<Scope> defining_scope) {
+  macro_scopes_.push_back(defining_scope);
   auto body = n.body;
   const Node* node = &n;
   std::vector<std::string> names;

@@ -50,6 +50,9 @@ class Interpreter {
   void check_string(size_t bytes, int line) const;
   void check_list(size_t items, int line) const;
   const Limits& limits() const { return limits_; }
+  // A namespace made by this render: emptied when the render ends, since one may hold itself
+  // (a shared_ptr cycle that would otherwise outlive the render).
+  void track_namespace(const std::shared_ptr<Dict>& ns) { namespaces_.push_back(ns); }
   std::tm now() const { return now_(); }
 
  private:
@@ -67,10 +70,13 @@ class Interpreter {
   Value eval_call(const Expr& e);
   CallArgs eval_args(const Expr& e, size_t first);
   Value lookup(const std::string& name) const;
+  void release_cycles();
 
   Limits limits_;
   std::function<std::tm()> now_;
   std::shared_ptr<Scope> scope_;
+  std::vector<std::weak_ptr<Dict>> namespaces_;
+  std::vector<std::weak_ptr<Scope>> macro_scopes_;  // a scope holds its macros, which hold it
   int64_t iterations_ = 0;
   int call_depth_ = 0;
 };

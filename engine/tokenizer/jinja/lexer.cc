@@ -79,6 +79,7 @@ std::string decode_escapes(const std::string& body, int line) {
       case 'x': hex(2); break;
       case 'u': hex(4); break;
       case 'U': hex(8); break;
+      case 'N': throw TemplateError("\\N{...} escapes (Unicode names) are not supported", line);
       default:
         if (e >= '0' && e <= '7') {
           int32_t cp = e - '0';

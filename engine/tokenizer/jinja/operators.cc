@@ -53,6 +53,34 @@ Value int_pow(int64_t base, int64_t exp, int line) {
   return Value(r);
 }
 
+// Python's printf-style `str % args` for %s %r %d %i and %%; other conversions are errors.
+Value percent_format(const std::string& fmt, const Value& args, const Interpreter& in, int line) {
+  const List values = args.is_list() && args.tuple ? *args.list : List{args};
+  size_t next = 0;
+  std::string out;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') { out += fmt[i]; continue; }
+    if (++i >= fmt.size()) throw TemplateError("incomplete format", line);
+    const char c = fmt[i];
+    if (c == '%') { out += '%'; continue; }
+    if (c != 's' && c != 'r' && c != 'd' && c != 'i') {
+      throw TemplateError(std::string("string formatting with %") + c + " is not supported", line);
+    }
+    if (next >= values.size()) throw TemplateError("not enough arguments for format string", line);
+    const Value& v = values[next++];
+    if ((c == 'd' || c == 'i') && !v.is_number()) {
+      throw TemplateError("%" + std::string(1, c) + " format: a real number is required, not " + type_name(v), line);
+    }
+    out += c == 'r' ? repr(v)
+           : c == 's' ? to_str(v)
+                      : std::to_string(v.kind == Value::Kind::kFloat ? static_cast<int64_t>(v.real)
+                                       : v.kind == Value::Kind::kBool ? int64_t{v.boolean} : v.integer);
+    in.check_string(out.size(), line);
+  }
+  if (next < values.size()) throw TemplateError("not all arguments converted during string formatting", line);
+  return Value(std::move(out));
+}
+
 }  // namespace
 
 Value binary_op(const std::string& op, const Value& a, const Value& b, const Interpreter& in, int line) {
@@ -105,7 +133,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, const Int
     return Value(as_float(a) / as_float(b));
   }
   if (op == "//" || op == "%") {
-    if (a.is_string() && op == "%") throw TemplateError("printf-style string formatting ('%') is not supported", line);
+    if (a.is_string() && op == "%") return percent_format(a.str, b, in, line);
     if (!numbers) unsupported(op, a, b, line);
     if (as_float(b) == 0) throw TemplateError(op == "%" ? "modulo by zero" : "integer division or modulo by zero", line);
     if (ints) {
@@ -152,7 +180,7 @@ bool contains(const Value& container, const Value& item) {
 }
 
 Value slice(const Value& v, const Value& start, const Value& stop, const Value& step, int line) {
-  if (!v.is_list() && !v.is_string() || v.generator) {
+  if ((!v.is_list() && !v.is_string()) || v.generator) {
     if (v.is_undefined()) throw TemplateError(v.str.empty() ? "slice of an undefined value" : v.str, line);
     throw TemplateError("'" + type_name(v) + "' object is not subscriptable", line);
   }

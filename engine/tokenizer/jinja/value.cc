@@ -10,9 +10,35 @@
 
 namespace rlrun::engine::jinja {
 
-Value::Value(List l, bool is_tuple)
-    : kind(Kind::kList), tuple(is_tuple), list(std::make_shared<const List>(std::move(l))) {}
-Value::Value(std::shared_ptr<Dict> d, Kind k) : kind(k), dict(std::move(d)) {}
+namespace {
+
+int checked_depth(int depth) {
+  if (depth > kMaxNesting) {
+    throw limit_error("lists and dicts nested more than " + std::to_string(kMaxNesting) + " deep", 0);
+  }
+  return depth;
+}
+
+}  // namespace
+
+int nesting(const Value& v) {
+  if (v.kind == Value::Kind::kList) return v.depth;
+  if (v.kind == Value::Kind::kDict || v.kind == Value::Kind::kNamespace) return v.dict->depth;
+  return 0;
+}
+
+Value::Value(List l, bool is_tuple) : kind(Kind::kList), tuple(is_tuple) {
+  int deepest = 0;
+  for (const Value& e : l) deepest = std::max(deepest, nesting(e));
+  depth = checked_depth(deepest + 1);
+  list = std::make_shared<const List>(std::move(l));
+}
+
+Value::Value(std::shared_ptr<Dict> d, Kind k) : kind(k), dict(std::move(d)) {
+  int deepest = 0;
+  for (const auto& [key, e] : dict->items) deepest = std::max(deepest, nesting(e));
+  dict->depth = std::max(dict->depth, checked_depth(deepest + 1));
+}
 Value::Value(std::shared_ptr<Function> f) : kind(Kind::kFunction), function(std::move(f)) {}
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
@@ -57,6 +83,7 @@ const Value* Dict::find(const Value& key) const {
 }
 
 void Dict::set(const Value& key, Value value) {
+  depth = std::max(depth, checked_depth(nesting(value) + 1));
   for (auto& [k, v] : items) {
     if (equals(k, key)) { v = std::move(value); return; }
   }
@@ -165,6 +192,13 @@ std::string repr(const Value& v) {
       return out + (v.tuple ? ")" : "]");
     }
     case Value::Kind::kDict: {
+      // A namespace can hold itself: Python prints the inner occurrence as {...}.
+      thread_local std::vector<const Dict*> printing;
+      if (std::find(printing.begin(), printing.end(), v.dict.get()) != printing.end()) return "{...}";
+      printing.push_back(v.dict.get());
+      struct Pop {
+        ~Pop() { printing.pop_back(); }
+      } pop;
       std::string out = "{";
       bool first = true;
       for (const auto& [k, e] : v.dict->items) {
@@ -187,7 +221,10 @@ std::string to_str(const Value& v) {
     case Value::Kind::kFloat: return float_repr(v.real);
     case Value::Kind::kString: return v.str;
     case Value::Kind::kList: case Value::Kind::kDict: return repr(v);
-    case Value::Kind::kNamespace: return "<Namespace>";
+    case Value::Kind::kNamespace: {
+      Value as_dict(v.dict);
+      return "<Namespace " + repr(as_dict) + ">";
+    }
     case Value::Kind::kFunction: return "<function " + v.function->name + ">";
   }
   return "";
@@ -233,7 +270,7 @@ bool equals(const Value& a, const Value& b) {
     case Value::Kind::kUndefined: case Value::Kind::kNone: return true;
     case Value::Kind::kString: return a.str == b.str;
     case Value::Kind::kList: {
-      if (a.list->size() != b.list->size()) return false;
+      if (a.tuple != b.tuple || a.list->size() != b.list->size()) return false;  // [1] != (1,)
       for (size_t i = 0; i < a.list->size(); ++i) {
         if (!equals((*a.list)[i], (*b.list)[i])) return false;
       }

@@ -82,16 +82,22 @@ struct Value {
   bool safe = false;
   int64_t integer = 0;
   double real = 0;
+  int depth = 0;    // kList: nesting depth (see kMaxNesting)
   std::string str;  // kString; for kUndefined, the hint that names what was missing
   std::shared_ptr<const List> list;
   std::shared_ptr<Dict> dict;  // kDict (never mutated after construction) or kNamespace
   std::shared_ptr<Function> function;
 };
 
+// Lists and dicts nest at most this deep (a TemplateError beyond): printing, comparing and freeing
+// them recurse, and a template must not be able to build a value that overflows the stack.
+constexpr int kMaxNesting = 512;
+
 // Insertion-ordered like Python's dict. Keys are str, or int/float/bool/None (dict literals such
 // as {0: 0, 512: 128}); Python's == decides key identity (1, 1.0 and True are one key).
 struct Dict {
   std::vector<std::pair<Value, Value>> items;
+  int depth = 1;  // nesting depth, raised by set() (a namespace's only grows)
   const Value* find_str(std::string_view key) const;  // a str key (no Value built)
   const Value* find(const Value& key) const;
   void set(const Value& key, Value value);  // replaces in place or appends
@@ -99,6 +105,8 @@ struct Dict {
 
 // Whether `key` can be a dict key (Python's hashable, among template values).
 bool hashable(const Value& key);
+// How deep lists and dicts nest in `v` (0 for a scalar).
+int nesting(const Value& v);
 
 // Positional and keyword arguments of a call, as written.
 struct CallArgs {

@@ -280,6 +280,22 @@ const Case kCases[] = {
      "{}",
      "False False"},
 
+    {"namespace_holding_itself",
+     "{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}|{{ ns.me.me.a }}",
+     "{}",
+     "<Namespace {'a': 1, 'me': <Namespace {...}>}>|1"},
+    {"loop_body_sets_last_one_iteration",
+     "{% set x = 1 %}{% for i in range(3) %}{% if i == 0 %}{% set y = 5 %}{% endif %}{{ x }}{{ y }}{% set x = x + 10 %}{{ x }};{% endfor %}{{ x }}",
+     "{}",
+     "1511;111;111;1"},
+    {"percent_format",
+     "{{ '%s=%d (%r) 100%%' % ('a', 2, 'q') }} {{ 'x%s' % 1 }}",
+     "{}",
+     "a=2 ('q') 100% x1"},
+    {"list_is_not_tuple",
+     "{{ [1] == (1,) }} {{ (1, 2) == (1, 2) }}",
+     "{}",
+     "False True"},
 };
 
 TEST(ChatTemplate, RendersEachFeatureAsJinja2) {
@@ -397,6 +413,9 @@ TEST(ChatTemplate, RunawayTemplatesAreBounded) {
       "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
       "{{ range(1000000000) | length }}",
       "{{ [1] * 100000000 }}",
+      "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+      "{% set ns = namespace(head=none) %}{% for i in range(100000) %}{% set t = namespace() %}"
+      "{% set t.prev = ns.head %}{% set ns.head = t %}{% endfor %}",
   };
   for (const char* source : runaways) {
     Result<std::string> got = render(source, ordered_json::object(), limits);
