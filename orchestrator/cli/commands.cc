@@ -16,6 +16,7 @@ int cmd_validate(const Args& args);
 int cmd_run(const Args& args);
 int cmd_trainer(const Args& args);
 int cmd_generate(const Args& args);
+int cmd_convert(const Args& args);
 int cmd_rollout(const Args& args);
 int cmd_plan(const Args& args);
 
@@ -116,6 +117,17 @@ constexpr Command kCommands[] = {
      "goes to stderr. Exit 0 on success, 2 for bad flags, a missing or invalid checkpoint, or\n"
      "prompt ids outside the vocabulary, 1 when generation fails.\n",
      cmd_generate},
+    {"convert", "write an HF model folder from a llama .gguf file",
+     "usage: rlrun convert IN.gguf OUT_DIR\n\n"
+     "Writes OUT_DIR (created if missing) as an HF model folder that transformers loads:\n"
+     "model.safetensors (fp32: quantized tensors are dequantized), config.json, tokenizer.json,\n"
+     "tokenizer_config.json (special tokens and the file's chat template) and\n"
+     "generation_config.json. Only llama models with a gpt2 (byte-level BPE) tokenizer and the\n"
+     "tensor types F32, F16, BF16, Q8_0, Q4_0, Q4_1 are read; anything else is refused by name.\n"
+     "rlrun itself also loads the .gguf directly (model.checkpoint, generate --checkpoint).\n\n"
+     "exit status: 0 on success, 2 for a bad argument or an unreadable or unsupported file, 1 on\n"
+     "a write failure.\n",
+     cmd_convert},
     {"rollout", "run one rollout worker (generation server; the orchestrator starts these)",
      "usage: rlrun rollout --orchestrator tcp://HOST:PORT --index I (--config PATH | PATH)\n"
      "                     [--set key=value ...] [--host NAME] [--control-keys PATH] [--timeline PATH]\n\n"
