@@ -196,12 +196,17 @@ class GgufParser {
   }
 
   Status parse_alignment() {
-    if (file_.find("general.alignment") == nullptr) return {};
-    RLRUN_ASSIGN_OR_RETURN(const int64_t a, file_.get_int("general.alignment"));
-    if (a < 1 || a > (int64_t{1} << 20) || (a & (a - 1)) != 0) {
+    const GgufValue* v = file_.find("general.alignment");
+    if (v == nullptr) return {};
+    if (v->type != GgufValueType::kUint32) {
+      return invalid_argument(str("general.alignment is ", gguf_value_type_name(v->type), ", expected UINT32"));
+    }
+    uint32_t a;
+    std::memcpy(&a, v->bytes.data(), 4);
+    if (a < 1 || a > (1u << 20) || (a & (a - 1)) != 0) {
       return invalid_argument(str("general.alignment = ", a, ": expected a power of two up to 2^20"));
     }
-    file_.alignment_ = static_cast<uint64_t>(a);
+    file_.alignment_ = a;
     return {};
   }
 

@@ -76,9 +76,13 @@ Status check_llama_keys(const GgufFile& file, const ModelConfig& c) {
 }
 
 // An optional token id key: -1 when absent.
-Result<int64_t> token_id(const GgufFile& file, std::string_view key) {
+Result<int64_t> token_id(const GgufFile& file, std::string_view key, int64_t vocab_size) {
   if (file.find(key) == nullptr) return int64_t{-1};
-  return file.get_int(key);
+  RLRUN_ASSIGN_OR_RETURN(const int64_t id, file.get_int(key));
+  if (id < 0 || id >= vocab_size) {
+    return invalid_argument(str(file.source(), ": ", key, " = ", id, " is outside the vocabulary [0, ", vocab_size, ")"));
+  }
+  return id;
 }
 
 }  // namespace
@@ -105,13 +109,12 @@ Result<ModelConfig> gguf_model_config(const GgufFile& file) {
   if (file.find("llama.rope.freq_base") != nullptr) {
     RLRUN_ASSIGN_OR_RETURN(c.rope_theta, file.get_float("llama.rope.freq_base"));
   }
-  const GgufValue* tokens = file.find("tokenizer.ggml.tokens");
-  if (tokens == nullptr) return not_found(str(file.source(), ": no tokenizer.ggml.tokens (needed for the vocabulary size)"));
-  c.vocab_size = static_cast<int64_t>(tokens->count);
+  RLRUN_ASSIGN_OR_RETURN(const std::vector<std::string_view> tokens, file.get_strings("tokenizer.ggml.tokens"));
+  c.vocab_size = static_cast<int64_t>(tokens.size());
   c.tie_embeddings = !file.find_tensor("output.weight").ok();
   c.qkv_bias = false;
-  RLRUN_ASSIGN_OR_RETURN(c.bos_token_id, token_id(file, "tokenizer.ggml.bos_token_id"));
-  RLRUN_ASSIGN_OR_RETURN(c.eos_token_id, token_id(file, "tokenizer.ggml.eos_token_id"));
+  RLRUN_ASSIGN_OR_RETURN(c.bos_token_id, token_id(file, "tokenizer.ggml.bos_token_id", c.vocab_size));
+  RLRUN_ASSIGN_OR_RETURN(c.eos_token_id, token_id(file, "tokenizer.ggml.eos_token_id", c.vocab_size));
   Status valid = validate_model_config(c);
   if (!valid.ok()) return valid.with_context(file.source());
   RLRUN_RETURN_IF_ERROR(check_llama_keys(file, c));

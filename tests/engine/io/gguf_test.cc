@@ -215,6 +215,11 @@ TEST(Gguf, RefusesMalformedHeaders) {
 
 TEST(Gguf, RefusesBadAlignmentAndDuplicates) {
   EXPECT_THAT(error_of(sample_file(sample_tensors(), 24)), HasSubstr("general.alignment = 24"));
+  std::vector<uint8_t> signed_alignment = sample_file(sample_tensors());
+  const std::string key = "general.alignment";
+  const auto at = std::search(signed_alignment.begin(), signed_alignment.end(), key.begin(), key.end()) + key.size();
+  *at = static_cast<uint8_t>(GgufValueType::kInt32);
+  EXPECT_EQ(error_of(signed_alignment), "bad.gguf: general.alignment is INT32, expected UINT32");
   std::vector<TensorData> twice = sample_tensors();
   twice.push_back(twice[0]);
   EXPECT_THAT(error_of(sample_file(twice)), HasSubstr("tensor `f32` appears twice"));
