@@ -66,7 +66,7 @@ struct GgufTensor {
   std::vector<int64_t> shape() const;  // row-major, outermost first (dims reversed)
 };
 
-// A parsed GGUF file. Move-only in practice (views into a shared buffer); cheap to move.
+// A parsed GGUF file. Copies share the mapped bytes that every view points into.
 class GgufFile {
  public:
   // Maps `path` read-only and validates everything but the tensor data itself.
