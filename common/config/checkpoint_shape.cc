@@ -1,10 +1,12 @@
-// model.checkpoint: the model's shape comes from the checkpoint's HF config.json.
+// model.checkpoint: the model's shape comes from the checkpoint's HF config.json (or from the
+// config.json that the registered CheckpointFileReader makes of a .gguf file).
 //
 // Design choice: explicit shape keys next to model.checkpoint are an error, not an override. A
 // shape that disagrees with the weights cannot load, so a silent override would only move the
 // failure later and make it less clear.
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -23,6 +25,8 @@ constexpr std::string_view kShapeKeys[] = {
     "qkv_bias",     "max_position"};
 
 const std::string kOrigin = "model.checkpoint config.json";
+
+std::atomic<CheckpointFileReader> checkpoint_file_reader{nullptr};
 
 // Reads config.json fields into config.model, checking each against its key's range.
 class HfConfigReader {
@@ -102,6 +106,8 @@ bool is_checkpoint_shape_key(std::string_view model_key) {
   return false;
 }
 
+void set_checkpoint_file_reader(CheckpointFileReader reader) { checkpoint_file_reader.store(reader); }
+
 void resolve_model_checkpoint(ConfigLoad& load) {
   ModelSection& m = load.config.model;
   if (m.checkpoint.empty()) return;
@@ -118,25 +124,46 @@ void resolve_model_checkpoint(ConfigLoad& load) {
 
   const fs::path folder(m.checkpoint);
   std::error_code ec;
-  if (!fs::is_directory(folder, ec)) {
-    load.error(where, str("`model.checkpoint` = `", m.checkpoint, "` is not an existing folder",
-                          " (an HF model folder with config.json)"));
-    return;
+  nlohmann::json json;
+  std::string file;
+  if (fs::is_regular_file(folder, ec)) {
+    // A model file (.gguf): the registered reader gives its config.json; it is its own tokenizer.
+    file = folder.string();
+    const CheckpointFileReader reader = checkpoint_file_reader.load();
+    if (reader == nullptr) {
+      load.error(where, str("`model.checkpoint` = `", m.checkpoint, "` is a file; this program reads only HF folders"));
+      return;
+    }
+    Result<std::string> text = reader(file);
+    if (!text.ok()) {
+      load.error(where, str("`model.checkpoint`: ", text.status().message()));
+      return;
+    }
+    json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (m.tokenizer.empty()) {
+      m.tokenizer = file;
+      load.origins["model.tokenizer"] = "model.checkpoint";
+    }
+  } else {
+    if (!fs::is_directory(folder, ec)) {
+      load.error(where, str("`model.checkpoint` = `", m.checkpoint, "` is not an existing folder or file",
+                            " (an HF model folder with config.json, or a .gguf file)"));
+      return;
+    }
+    file = (folder / "config.json").string();
+    std::ifstream in(file);
+    if (!in) {
+      load.error(where, str("`model.checkpoint`: `", file, "` does not exist; the folder must hold an HF config.json"));
+      return;
+    }
+    json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   }
-  const fs::path file = folder / "config.json";
-  std::ifstream in(file);
-  if (!in) {
-    load.error(where, str("`model.checkpoint`: `", file.string(),
-                          "` does not exist; the folder must hold an HF config.json"));
-    return;
-  }
-  const nlohmann::json json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object()) {
-    load.error(where, str("`model.checkpoint`: `", file.string(), "` is not a JSON object"));
+    load.error(where, str("`model.checkpoint`: `", file, "` is not a JSON object"));
     return;
   }
   const size_t errors_before = load.errors.size();
-  read_hf_config(load, json, file.string());
+  read_hf_config(load, json, file);
   if (load.errors.size() == errors_before) {
     for (std::string_view k : kShapeKeys) load.rejected.erase(str("model.", k));
   }

@@ -74,7 +74,8 @@ constexpr std::string_view enum_name(E value) {
 
 // ------------------------------------------------------------------------------ the structs
 // `model:` - the decoder's shape and where its weights come from. With `checkpoint` set, the
-// shape members are filled from the checkpoint's config.json (setting them too is an error).
+// shape members are filled from the checkpoint's config.json, or from a .gguf checkpoint's
+// metadata (setting them too is an error).
 struct ModelSection {
 #define RLRUN_MODEL_KEY(type, name, def, allowed, comment) type name = def;
 #include "common/config/keys.def"
@@ -110,6 +111,13 @@ Result<Config> load_config(const std::string& path, const std::vector<std::strin
 // The same for YAML text; `source_name` stands for the file in messages.
 Result<Config> load_config_text(std::string_view yaml, const std::string& source_name,
                                 const std::vector<std::string>& overrides);
+
+// model.checkpoint may name a file instead of an HF folder: a .gguf, which only the engine reads
+// (engine/io/model_io.h gguf_config_json; common must not depend on engine). The program
+// registers the reader once at startup, before any load_config(): it returns the HF config.json
+// text equivalent to the file's model. Without one, a file checkpoint is an error. Thread-safe.
+using CheckpointFileReader = Result<std::string> (*)(const std::string& path);
+void set_checkpoint_file_reader(CheckpointFileReader reader);
 
 // ------------------------------------------------------------------------------ rendering
 enum class RenderStyle {

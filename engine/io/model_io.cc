@@ -1,10 +1,12 @@
 #include "engine/io/model_io.h"
 
+#include <filesystem>
 #include <unordered_set>
 
 #include "common/check.h"
 #include "common/observe/log.h"
 #include "engine/io/hf_checkpoint.h"
+#include "engine/io/gguf_model.h"
 #include "engine/io/hf_config.h"
 
 namespace rlrun::engine {
@@ -30,9 +32,31 @@ Status load_weights(Model& model, std::span<const HostTensor> tensors) {
   return {};
 }
 
-Status load_weights(Model& model, const std::string& dir) {
-  RLRUN_ASSIGN_OR_RETURN(std::vector<HostTensor> tensors, load_hf_checkpoint_tensors(dir, model.config()));
-  return load_weights(model, tensors).with_context(dir);
+Status load_weights(Model& model, const std::string& checkpoint) {
+  std::vector<HostTensor> tensors;
+  if (is_gguf_path(checkpoint)) {
+    RLRUN_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(checkpoint));
+    RLRUN_ASSIGN_OR_RETURN(tensors, gguf_model_tensors(file, model.config()));
+  } else {
+    RLRUN_ASSIGN_OR_RETURN(tensors, load_hf_checkpoint_tensors(checkpoint, model.config()));
+  }
+  return load_weights(model, tensors).with_context(checkpoint);
+}
+
+Result<ModelConfig> read_checkpoint_config(const std::string& checkpoint) {
+  if (!is_gguf_path(checkpoint)) return read_hf_config((std::filesystem::path(checkpoint) / "config.json").string());
+  RLRUN_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(checkpoint));
+  return gguf_model_config(file);
+}
+
+Result<std::string> gguf_config_json(const std::string& path) {
+  RLRUN_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
+  RLRUN_ASSIGN_OR_RETURN(const ModelConfig config, gguf_model_config(file));
+  return hf_config_json(config, "float32");
+}
+
+Result<Tokenizer> load_tokenizer_file(const std::string& path) {
+  return is_gguf_path(path) ? load_gguf_tokenizer(path) : Tokenizer::load(path);
 }
 
 std::vector<HostTensor> weights_to_host(const Model& model) {
@@ -53,10 +77,15 @@ Status save_weights(const Model& model, const std::string& dir, DType dtype) {
   return save_hf_checkpoint(dir, model.config(), tensors, dtype);
 }
 
-Result<std::unique_ptr<Model>> load_model(Backend& backend, const std::string& dir, ModelOptions options) {
-  RLRUN_ASSIGN_OR_RETURN(HfCheckpoint checkpoint, load_hf_checkpoint(dir));
+Result<std::unique_ptr<Model>> load_model(Backend& backend, const std::string& path, ModelOptions options) {
+  HfCheckpoint checkpoint;
+  if (is_gguf_path(path)) {
+    RLRUN_ASSIGN_OR_RETURN(checkpoint, load_gguf_checkpoint(path));
+  } else {
+    RLRUN_ASSIGN_OR_RETURN(checkpoint, load_hf_checkpoint(path));
+  }
   RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::create(backend, checkpoint.config, options));
-  RLRUN_RETURN_IF_ERROR(load_weights(*model, checkpoint.tensors).with_context(dir));
+  RLRUN_RETURN_IF_ERROR(load_weights(*model, checkpoint.tensors).with_context(path));
   return model;
 }
 

@@ -1,4 +1,5 @@
-// model_io.h - a Model's weights to and from HF checkpoint directories (hf_checkpoint.h).
+// model_io.h - a Model's weights to and from checkpoints: HF folders (hf_checkpoint.h), and for
+// loading also GGUF files (a path ending in .gguf: gguf_model.h).
 //
 // The one bridge between the checkpoint format (HostTensor lists in hf_tensor_specs() order) and
 // ModelWeights' flat buffers: tensors are matched BY NAME, so the two orders need not agree.
@@ -13,14 +14,25 @@
 #include "common/status.h"
 #include "engine/io/safetensors.h"
 #include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace rlrun::engine {
 
 // Copies `tensors` into the model's master weights and refreshes the compute copy. Exactly the
 // model's parameters must be given (each name once, with its shape); errors name the tensor.
 Status load_weights(Model& model, std::span<const HostTensor> tensors);
-// load_hf_checkpoint_tensors(dir) into `model`; dir's config.json must describe the same shape.
-Status load_weights(Model& model, const std::string& dir);
+// The checkpoint's tensors into `model`: load_hf_checkpoint_tensors of a folder, whose
+// config.json must describe the same shape, or gguf_model_tensors of a .gguf file.
+Status load_weights(Model& model, const std::string& checkpoint);
+
+// The shape of a checkpoint: a folder's config.json or a .gguf file's metadata.
+Result<ModelConfig> read_checkpoint_config(const std::string& checkpoint);
+// The HF config.json text of a .gguf file's model (what load_config() reads for a
+// model.checkpoint that is a file: common/config/config.h set_checkpoint_file_reader).
+Result<std::string> gguf_config_json(const std::string& path);
+
+// A tokenizer.json, or the tokenizer in a .gguf file's metadata.
+Result<Tokenizer> load_tokenizer_file(const std::string& path);
 
 // The model's master weights as host tensors in hf_tensor_specs() order (what save_hf_checkpoint
 // and weight sync take).
@@ -28,7 +40,8 @@ std::vector<HostTensor> weights_to_host(const Model& model);
 // save_hf_checkpoint(dir, model.config(), weights_to_host(model), dtype); dtype F32 or BF16.
 Status save_weights(const Model& model, const std::string& dir, DType dtype);
 
-// Reads dir/config.json, creates the model on `backend` and loads its weights.
-Result<std::unique_ptr<Model>> load_model(Backend& backend, const std::string& dir, ModelOptions options = {});
+// Reads the checkpoint (a folder or a .gguf file), creates the model on `backend` and loads its
+// weights.
+Result<std::unique_ptr<Model>> load_model(Backend& backend, const std::string& checkpoint, ModelOptions options = {});
 
 }  // namespace rlrun::engine

@@ -1,10 +1,5 @@
 #include "engine/io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -16,6 +11,7 @@
 #include "common/atomic_file.h"
 #include "common/observe/log.h"
 #include "engine/bf16.h"
+#include "engine/io/mapped_file.h"
 
 namespace rlrun::engine {
 
@@ -62,49 +58,13 @@ std::string shape_string(std::span<const int64_t> shape) {
 
 // ---------------------------------------------------------------- the bytes behind a file
 
-struct SafetensorsFile::Buffer {
-  const uint8_t* data = nullptr;
-  size_t size = 0;
-  std::vector<uint8_t> owned;  // parse(): in-memory bytes
-  void* mapping = nullptr;     // open(): mmap'ed file
-  size_t mapping_size = 0;
-
-  ~Buffer() {
-    if (mapping != nullptr) ::munmap(mapping, mapping_size);
-  }
-};
-
 Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return not_found(str("cannot open safetensors file ", path, ": ", std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return io_error(str(path, ": not a regular file"));
-  }
-  auto buffer = std::make_shared<Buffer>();
-  buffer->size = static_cast<size_t>(st.st_size);
-  if (buffer->size > 0) {
-    void* p = ::mmap(nullptr, buffer->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return io_error(str("cannot map ", path, ": ", std::strerror(err)));
-    }
-    buffer->mapping = p;
-    buffer->mapping_size = buffer->size;
-    buffer->data = static_cast<const uint8_t*>(p);
-  }
-  ::close(fd);
-  return from_buffer(path, std::move(buffer));
+  RLRUN_ASSIGN_OR_RETURN(std::shared_ptr<const MappedFile> file, MappedFile::open(path, "safetensors file"));
+  return from_buffer(path, std::move(file));
 }
 
 Result<SafetensorsFile> SafetensorsFile::parse(std::string source, std::vector<uint8_t> bytes) {
-  auto buffer = std::make_shared<Buffer>();
-  buffer->owned = std::move(bytes);
-  buffer->data = buffer->owned.data();
-  buffer->size = buffer->owned.size();
-  return from_buffer(std::move(source), std::move(buffer));
+  return from_buffer(std::move(source), MappedFile::from_bytes(std::move(bytes)));
 }
 
 // ---------------------------------------------------------------- header validation
@@ -219,25 +179,26 @@ Status check_tiling(std::vector<std::pair<std::pair<int64_t, int64_t>, size_t>>&
 
 }  // namespace
 
-Result<SafetensorsFile> SafetensorsFile::from_buffer(std::string source, std::shared_ptr<Buffer> buffer) {
+Result<SafetensorsFile> SafetensorsFile::from_buffer(std::string source, std::shared_ptr<const MappedFile> buffer) {
+  const std::span<const uint8_t> bytes = buffer->bytes();
   auto fail = [&](const std::string& what) {
     return invalid_argument(str("safetensors file ", source, ": ", what));
   };
-  if (buffer->size < 8) return fail(str("too short (", buffer->size, " bytes) for the 8-byte header length"));
+  if (bytes.size() < 8) return fail(str("too short (", bytes.size(), " bytes) for the 8-byte header length"));
   uint64_t header_len = 0;
-  std::memcpy(&header_len, buffer->data, 8);
+  std::memcpy(&header_len, bytes.data(), 8);
   if (header_len > kMaxHeaderBytes) return fail(str("header length ", header_len, " exceeds the 100 MB limit"));
-  if (header_len > buffer->size - 8) {
-    return fail(str("header length ", header_len, " is larger than the file (", buffer->size, " bytes)"));
+  if (header_len > bytes.size() - 8) {
+    return fail(str("header length ", header_len, " is larger than the file (", bytes.size(), " bytes)"));
   }
-  const std::string_view text(reinterpret_cast<const char*>(buffer->data) + 8, header_len);
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, header_len);
   Result<Json> header = parse_header_json(text);
   if (!header.ok()) return fail(header.status().message());
 
   SafetensorsFile file;
   file.source_ = source;
-  const uint8_t* data = buffer->data + 8 + header_len;
-  const int64_t data_size = static_cast<int64_t>(buffer->size - 8 - header_len);
+  const uint8_t* data = bytes.data() + 8 + header_len;
+  const int64_t data_size = static_cast<int64_t>(bytes.size() - 8 - header_len);
   std::vector<std::pair<std::pair<int64_t, int64_t>, size_t>> spans;
   for (const auto& [name, entry] : header->items()) {
     if (name == "__metadata__") {

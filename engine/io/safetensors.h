@@ -25,6 +25,8 @@
 
 namespace rlrun::engine {
 
+class MappedFile;  // mapped_file.h
+
 // Element types are engine::DType (tensor.h); files may also hold kF16 and kI64.
 const char* safetensors_dtype_name(DType dtype);            // the file's spelling: "F32", "BF16", ...
 Result<DType> parse_safetensors_dtype(std::string_view name);  // inverse; other names are errors
@@ -68,12 +70,11 @@ class SafetensorsFile {
                                       std::span<const int64_t> expected_shape) const;
 
  private:
-  struct Buffer;
   SafetensorsFile() = default;
-  static Result<SafetensorsFile> from_buffer(std::string source, std::shared_ptr<Buffer> buffer);
+  static Result<SafetensorsFile> from_buffer(std::string source, std::shared_ptr<const MappedFile> buffer);
 
   std::string source_;
-  std::shared_ptr<Buffer> buffer_;
+  std::shared_ptr<const MappedFile> buffer_;
   std::vector<TensorView> tensors_;
   std::map<std::string, size_t, std::less<>> index_;  // name -> position in tensors_
   std::map<std::string, std::string> metadata_;

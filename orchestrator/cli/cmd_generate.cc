@@ -1,4 +1,4 @@
-// `rlrun generate`: one completion from an HF checkpoint folder, through the same engine path
+// `rlrun generate`: one completion from an HF checkpoint folder or a .gguf file, through the same engine path
 // rollout workers use (KV-cache prefill + decode, rollout/sampler.h). The work lives in
 // engine/io/model_io.h and rollout/generate.h; this file parses flags and prints.
 #include <algorithm>
@@ -14,7 +14,7 @@
 
 #include "common/observe/log.h"
 #include "engine/backend.h"
-#include "engine/io/hf_config.h"
+#include "engine/io/gguf_model.h"
 #include "engine/io/model_io.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "orchestrator/cli/cli_args.h"
@@ -72,7 +72,7 @@ Result<GenerateRequest> parse_request(const Args& args) {
   if (!a.overrides.empty()) return invalid_argument("generate takes no --set; see --help");
   GenerateRequest r;
   r.checkpoint = a.value("--checkpoint");
-  if (r.checkpoint.empty()) return invalid_argument("missing --checkpoint DIR (an HF model folder)");
+  if (r.checkpoint.empty()) return invalid_argument("missing --checkpoint DIR (an HF model folder, or a .gguf file)");
   if (a.has("--prompt") == a.has("--prompt-ids")) return invalid_argument("give exactly one of --prompt TEXT and --prompt-ids IDS");
   if (a.has("--prompt")) r.prompt = a.value("--prompt");
   if (a.has("--prompt-ids")) {
@@ -94,14 +94,14 @@ Result<GenerateRequest> parse_request(const Args& args) {
   return r;
 }
 
-// The tokenizer when DIR has one (needed for --prompt and to print text).
+// The tokenizer when DIR has one, or the .gguf file's (needed for --prompt and to print text).
 Result<std::optional<engine::Tokenizer>> load_tokenizer(const GenerateRequest& r) {
-  const fs::path path = fs::path(r.checkpoint) / "tokenizer.json";
+  const fs::path path = engine::is_gguf_path(r.checkpoint) ? fs::path(r.checkpoint) : fs::path(r.checkpoint) / "tokenizer.json";
   if (!fs::exists(path)) {
     if (r.prompt) return invalid_argument(str("--prompt needs ", path.string(), "; give --prompt-ids instead"));
     return std::optional<engine::Tokenizer>();
   }
-  RLRUN_ASSIGN_OR_RETURN(engine::Tokenizer tokenizer, engine::Tokenizer::load(path.string()));
+  RLRUN_ASSIGN_OR_RETURN(engine::Tokenizer tokenizer, engine::load_tokenizer_file(path.string()));
   return std::optional<engine::Tokenizer>(std::move(tokenizer));
 }
 
@@ -137,10 +137,10 @@ int cmd_generate(const Args& args) {
   Result<GenerateRequest> req = parse_request(args);
   if (!req.ok()) return report_usage_error("generate", req.status());
   GenerateRequest& r = *req;
-  if (!fs::is_directory(r.checkpoint)) {
-    return report_usage_error("generate", not_found(str("--checkpoint ", r.checkpoint, " is not a directory")));
+  if (engine::is_gguf_path(r.checkpoint) ? !fs::is_regular_file(r.checkpoint) : !fs::is_directory(r.checkpoint)) {
+    return report_usage_error("generate", not_found(str("--checkpoint ", r.checkpoint, " is not a directory (or a .gguf file)")));
   }
-  Result<engine::ModelConfig> config = engine::read_hf_config((fs::path(r.checkpoint) / "config.json").string());
+  Result<engine::ModelConfig> config = engine::read_checkpoint_config(r.checkpoint);
   if (!config.ok()) return report_usage_error("generate", config.status());
   Result<std::optional<engine::Tokenizer>> tokenizer = load_tokenizer(r);
   if (!tokenizer.ok()) return report_usage_error("generate", tokenizer.status());

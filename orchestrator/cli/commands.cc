@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <string>
 
+#include "common/config/config.h"
 #include "common/observe/log.h"
+#include "engine/io/model_io.h"
 
 namespace rlrun::orchestrator {
 
@@ -14,6 +16,7 @@ int cmd_validate(const Args& args);
 int cmd_run(const Args& args);
 int cmd_trainer(const Args& args);
 int cmd_generate(const Args& args);
+int cmd_convert(const Args& args);
 int cmd_rollout(const Args& args);
 int cmd_plan(const Args& args);
 
@@ -84,18 +87,19 @@ constexpr Command kCommands[] = {
      "  --resume-from DIR               load this complete checkpoint before registering\n\n"
      "exit status: 0 after Shutdown, 1 on failure, 2 for bad flags or config.\n",
      cmd_trainer},
-    {"generate", "generate one completion from an HF checkpoint folder (KV cache, sampler)",
-     "usage: rlrun generate --checkpoint DIR (--prompt TEXT | --prompt-ids IDS) [options]\n\n"
+    {"generate", "generate one completion from an HF checkpoint folder or a .gguf file (KV cache, sampler)",
+     "usage: rlrun generate --checkpoint DIR|FILE.gguf (--prompt TEXT | --prompt-ids IDS) [options]\n\n"
      "Loads the HF model folder DIR (config.json, model.safetensors or a sharded index, and\n"
-     "tokenizer.json when --prompt is used or text is wanted) and generates one completion on the\n"
+     "tokenizer.json when --prompt is used or text is wanted), or a llama GGUF file (weights\n"
+     "dequantized to fp32, tokenizer from its metadata), and generates one completion on the\n"
      "CPU: the prompt is prefilled into a paged KV cache, then tokens are decoded one at a time\n"
      "and sampled (the rollout workers' path). Generation stops after a stop token (config.json's\n"
      "eos_token_id, and the tokenizer's <|im_end|> and <|endoftext|> when present) or after\n"
      "--max-tokens new tokens (or at the model's max_position_embeddings).\n\n"
      "The prompt is used as given: no BOS and no chat template are added (write ChatML yourself,\n"
      "e.g. \"<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n\").\n\n"
-     "  --checkpoint DIR     the HF model folder\n"
-     "  --prompt TEXT        prompt text, encoded with DIR/tokenizer.json\n"
+     "  --checkpoint DIR     the HF model folder, or a .gguf file\n"
+     "  --prompt TEXT        prompt text, encoded with DIR/tokenizer.json (or the .gguf's tokenizer)\n"
      "  --prompt-ids IDS     prompt token ids, comma-separated (e.g. 1,2,3); no tokenizer needed\n"
      "  --max-tokens N       new tokens at most (default 64)\n"
      "  --temperature T      sampling temperature, 0 = greedy (default 1)\n"
@@ -113,6 +117,17 @@ constexpr Command kCommands[] = {
      "goes to stderr. Exit 0 on success, 2 for bad flags, a missing or invalid checkpoint, or\n"
      "prompt ids outside the vocabulary, 1 when generation fails.\n",
      cmd_generate},
+    {"convert", "write an HF model folder from a llama .gguf file",
+     "usage: rlrun convert IN.gguf OUT_DIR\n\n"
+     "Writes OUT_DIR (created if missing) as an HF model folder that transformers loads:\n"
+     "model.safetensors (fp32: quantized tensors are dequantized), config.json, tokenizer.json,\n"
+     "tokenizer_config.json (special tokens and the file's chat template) and\n"
+     "generation_config.json. Only llama models with a gpt2 (byte-level BPE) tokenizer and the\n"
+     "tensor types F32, F16, BF16, Q8_0, Q4_0, Q4_1 are read; anything else is refused by name.\n"
+     "rlrun itself also loads the .gguf directly (model.checkpoint, generate --checkpoint).\n\n"
+     "exit status: 0 on success, 2 for a bad argument or an unreadable or unsupported file, 1 on\n"
+     "a write failure.\n",
+     cmd_convert},
     {"rollout", "run one rollout worker (generation server; the orchestrator starts these)",
      "usage: rlrun rollout --orchestrator tcp://HOST:PORT --index I (--config PATH | PATH)\n"
      "                     [--set key=value ...] [--host NAME] [--control-keys PATH] [--timeline PATH]\n\n"
@@ -204,6 +219,7 @@ int rlrun_main(int argc, char** argv) {
   // run need (measured: SmolLM2 decode 1.3 tokens/s with spinning, 20.8 passive, on 2 busy
   // cores). Set before the OpenMP runtime starts; an explicit user setting wins; workers inherit it.
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+  set_checkpoint_file_reader(&engine::gguf_config_json);  // model.checkpoint may name a .gguf
   Args args(argv + 1, argv + argc);
   if (args.empty() || is_help(args[0])) {
     print_overview();

@@ -1,5 +1,7 @@
 #include "orchestrator/roles/model_from_config.h"
 
+#include "engine/io/model_io.h"
+
 namespace rlrun::orchestrator {
 
 extern const std::string_view kBuiltinTokenizerJson;  // builtin_tokenizer.cc.in
@@ -27,7 +29,7 @@ engine::ModelConfig model_config_from(const ModelSection& model) {
 namespace rlrun::orchestrator {
 
 Result<engine::Tokenizer> tokenizer_from(const ModelSection& model) {
-  if (!model.tokenizer.empty()) return engine::Tokenizer::load(model.tokenizer);
+  if (!model.tokenizer.empty()) return engine::load_tokenizer_file(model.tokenizer);
   return engine::Tokenizer::from_json(kBuiltinTokenizerJson, "the built-in small tokenizer");
 }
 

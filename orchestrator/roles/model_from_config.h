@@ -15,7 +15,7 @@ namespace rlrun::orchestrator {
 engine::ModelConfig model_config_from(const ModelSection& model);
 
 // The run's tokenizer: model.tokenizer (load_config() defaults it to the checkpoint's
-// tokenizer.json), else the built-in small tokenizer compiled into rlrun.
+// tokenizer.json, or to a .gguf checkpoint itself), else the built-in small tokenizer compiled into rlrun.
 Result<engine::Tokenizer> tokenizer_from(const ModelSection& model);
 
 // A rollout worker's scheduler: max_num_seqs, max_model_len, kv_block_size, and a KV pool of

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "common/observe/log.h"
 #include "tests/common/config_test_util.h"
 
 namespace rlrun {
@@ -293,6 +294,36 @@ TEST(EffectiveConfig, ReadsBackWithACheckpoint) {
   Result<std::string> effective_again = render_effective_config(*again);
   ASSERT_TRUE(effective_again.ok()) << effective_again.status().message();
   EXPECT_EQ(*effective_again, *effective);
+}
+
+// A model.checkpoint that is a file goes to the registered CheckpointFileReader (rlrun registers
+// the engine's .gguf reader), whose config.json text gives the shape; the file is the tokenizer.
+Result<std::string> fake_gguf_reader(const std::string& path) {
+  if (path.ends_with("broken.gguf")) return invalid_argument(str(path, ": not a GGUF file"));
+  return std::string(R"({"model_type": "llama", "hidden_size": 96, "num_hidden_layers": 3,
+      "num_attention_heads": 6, "num_key_value_heads": 2, "intermediate_size": 256, "vocab_size": 1000,
+      "tie_word_embeddings": true})");
+}
+
+TEST(CheckpointFile, ReadsTheShapeThroughTheRegisteredReader) {
+  TempDir dir;
+  const std::string gguf = dir.write("m.gguf", "bytes the fake reader ignores");
+  const std::string config = dir.write("run.yaml", "model:\n  checkpoint: m.gguf\n");
+  set_checkpoint_file_reader(nullptr);
+  EXPECT_THAT(error_lines(load_config(config, {})),
+              ElementsAre(AllOf(HasSubstr("is a file; this program reads only HF folders"))));
+  set_checkpoint_file_reader(&fake_gguf_reader);
+  Result<Config> c = load_config(config, {});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->model.hidden_size, 96);
+  EXPECT_EQ(c->model.num_layers, 3);
+  EXPECT_EQ(c->model.num_kv_heads, 2);
+  EXPECT_TRUE(c->model.tie_embeddings);
+  EXPECT_EQ(c->model.tokenizer, gguf);
+  const std::string broken = dir.write("broken.gguf", "");
+  EXPECT_THAT(error_lines(load_config(config, {str("model.checkpoint=", broken)})),
+              ElementsAre(HasSubstr("`model.checkpoint`: " + broken + ": not a GGUF file")));
+  set_checkpoint_file_reader(nullptr);
 }
 
 }  // namespace

@@ -243,5 +243,36 @@ TEST(GenerateSmolLM2, GreedyMatchesTransformersAndKnowsTheCapitalOfFrance) {
   EXPECT_EQ(b["ids"].get<std::vector<int32_t>>(), ref["completions"][1].get<std::vector<int32_t>>());
 }
 
+// The Q4_1 .gguf that the folder was converted from generates the folder's greedy ids and text
+// (its dequantized weights are bit-identical: tests/engine/io/gguf_model_test.cc), and a run
+// config may name it as model.checkpoint.
+TEST(GenerateSmolLM2, GgufFileGivesTheFoldersGreedyIds) {
+  const fs::path gguf = smollm2_dir().parent_path() / "smollm2-135m-instruct.Q4_1.gguf";
+  if (!fs::exists(gguf) || !fs::exists(smollm2_dir() / "model.safetensors")) {
+    if (skip_model_tests()) GTEST_SKIP() << gguf << " missing (RLRUN_SKIP_MODEL_TESTS=1)";
+    FAIL() << gguf << " or " << smollm2_dir() << " is missing: run scripts/setup.sh --test (or "
+           << "scripts/fetch-test-models.sh) to fetch the test models, or set RLRUN_SKIP_MODEL_TESTS=1 to skip this test";
+  }
+  TempDir dir;
+  const std::string args = "--temperature 0 --json --max-tokens 16 --prompt '<|im_start|>user\nWhat is the capital "
+                           "of France?<|im_end|>\n<|im_start|>assistant\n'";
+  const CliRun from_gguf = rlrun(dir, str("--checkpoint '", gguf.string(), "' ", args));
+  ASSERT_EQ(from_gguf.exit_code, 0) << from_gguf.err;
+  const CliRun from_folder = rlrun(dir, str("--checkpoint '", smollm2_dir().string(), "' ", args));
+  ASSERT_EQ(from_folder.exit_code, 0) << from_folder.err;
+  const json a = json::parse(from_gguf.out), b = json::parse(from_folder.out);
+  std::printf("[smollm2 gguf] %s[smollm2 gguf] %s\n", from_gguf.err.c_str(), a["text"].dump().c_str());
+  EXPECT_EQ(a["prompt_ids"], b["prompt_ids"]);
+  EXPECT_EQ(a["ids"], b["ids"]);
+  EXPECT_EQ(a["text"], b["text"]);
+  EXPECT_THAT(a["text"].get<std::string>(), HasSubstr("Paris"));
+
+  const std::string config = dir.write("run.yaml", str("model:\n  checkpoint: ", gguf.string(), "\n"));
+  const CliRun validate = rlrun::testing::run_rlrun(dir, str("validate '", config, "'"));
+  EXPECT_EQ(validate.exit_code, 0) << validate.err;
+  EXPECT_THAT(validate.out, HasSubstr("# hidden_size: 576"));
+  EXPECT_THAT(validate.out, HasSubstr(str("tokenizer: \"", gguf.string(), "\"")));
+}
+
 }  // namespace
 }  // namespace rlrun

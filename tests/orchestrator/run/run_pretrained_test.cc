@@ -16,14 +16,15 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-TEST(RunPretrained, SmolLM2CheckpointTrainsAndAccountsForEverySample) {
-  if (!fs::exists(testing::smollm2_dir() / "model.safetensors")) {
-    if (testing::skip_model_tests()) GTEST_SKIP() << testing::smollm2_dir() << " missing (RLRUN_SKIP_MODEL_TESTS=1)";
-    FAIL() << testing::smollm2_dir() << " is missing: run scripts/setup.sh --test, or set RLRUN_SKIP_MODEL_TESTS=1";
+// Two steps of a run from `checkpoint` (a folder or a .gguf file), linked beside the config as `name`.
+void train_two_steps(const fs::path& checkpoint, const std::string& name) {
+  if (!fs::exists(checkpoint)) {
+    if (testing::skip_model_tests()) GTEST_SKIP() << checkpoint << " missing (RLRUN_SKIP_MODEL_TESTS=1)";
+    FAIL() << checkpoint << " is missing: run scripts/setup.sh --test, or set RLRUN_SKIP_MODEL_TESTS=1";
   }
   testing::TempDir dir;
   // The checkpoint beside the config, named relatively: the config's folder is what it is relative to.
-  fs::create_symlink(testing::smollm2_dir(), fs::path(dir.path()) / "smollm2");
+  fs::create_symlink(checkpoint, fs::path(dir.path()) / name);
   const std::string config = dir.write("configs/pretrained.yaml",
                                        "launcher: local\n"
                                        "number_of_steps: 2\n"
@@ -37,7 +38,7 @@ TEST(RunPretrained, SmolLM2CheckpointTrainsAndAccountsForEverySample) {
                                        "learning_rate: 1e-6\n"
                                        "metrics_bind: 127.0.0.1:0\n"
                                        "model:\n"
-                                       "  checkpoint: ../smollm2\n"
+                                       "  checkpoint: ../" + name + "\n"
                                        "task:\n"
                                        "  name: arithmetic\n"
                                        "  max_digits: 1\n"
@@ -63,6 +64,16 @@ TEST(RunPretrained, SmolLM2CheckpointTrainsAndAccountsForEverySample) {
             samples["generated"].get<int64_t>())
       << summary.dump(2);
   EXPECT_TRUE(summary["eval"]["accuracy_after"].is_number());
+}
+
+TEST(RunPretrained, SmolLM2CheckpointTrainsAndAccountsForEverySample) {
+  train_two_steps(testing::smollm2_dir(), "smollm2");
+}
+
+// The same model from the .gguf it was converted from: the workers dequantize it and take its
+// tokenizer from its metadata.
+TEST(RunPretrained, SmolLM2GgufTrainsAndAccountsForEverySample) {
+  train_two_steps(testing::smollm2_dir().parent_path() / "smollm2-135m-instruct.Q4_1.gguf", "smollm2.gguf");
 }
 
 }  // namespace
