@@ -67,7 +67,8 @@ void apply_node(ConfigLoad& load, const KeySpec& key, const YAML::Node& value,
     load.rejected.insert(dotted);
     return;
   }
-  if (key.bounds.path) *parsed = absolute_path(load.path_base, std::get<std::string>(*parsed));
+  if (key.bounds.path && key.bounds.is_path_value(std::get<std::string>(*parsed)))
+    *parsed = absolute_path(load.path_base, std::get<std::string>(*parsed));
   key.set(load.config, *parsed);
   load.origins[dotted] = origin;
   load.rejected.erase(dotted);  // a later layer fixed it

@@ -68,7 +68,7 @@ Result<std::string> render_effective_config(const Config& config) {
   for (const KeySpec& key : config_keys()) {
     if (!key.bounds.path || ec) continue;
     const std::string path = std::get<std::string>(key.get(absolute));
-    if (!path.empty() && std::filesystem::path(path).is_relative())
+    if (key.bounds.is_path_value(path) && std::filesystem::path(path).is_relative())
       key.set(absolute, (cwd / path).lexically_normal().string());
   }
   std::string text = render_config(absolute);

@@ -146,6 +146,7 @@ void check_task(Rules& r) {
   }
   r.file_exists("task.dataset", t.dataset);
   r.file_exists("task.eval_dataset", t.eval_dataset);
+  if (t.chat_template != "auto" && t.chat_template != "none") r.file_exists("task.chat_template", t.chat_template);
   if (t.name == TaskName::kJsonl && r.config().format_warm_start_steps > 0) {
     r.fail({"format_warm_start_steps", "task.name"},
            "`format_warm_start_steps` needs a built-in task (it draws format-only answers from the task's "

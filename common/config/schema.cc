@@ -20,6 +20,7 @@ constexpr Bounds between(double lo, double hi) { return Bounds{lo, hi, false, fa
 constexpr Bounds open_closed(double lo, double hi) { return Bounds{lo, hi, true, false}; }
 constexpr Bounds closed_open(double lo, double hi) { return Bounds{lo, hi, false, true}; }
 constexpr Bounds a_path() { return Bounds{.path = true}; }
+constexpr Bounds a_path_or(std::string_view words) { return Bounds{.path = true, .words = words}; }
 
 // ---------------------------------------------------------------- member type -> ValueType
 template <class T>

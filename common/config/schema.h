@@ -38,8 +38,11 @@ struct Bounds {
   bool lo_open = false;
   bool hi_open = false;
   bool path = false;
+  std::string_view words = {};  // a path key's values that are words, not paths: "auto|none"
 
   bool contains(double x) const;
+  // A path key's value that is to be resolved as a path (not empty, not one of `words`).
+  bool is_path_value(std::string_view value) const;
   // "[1, 4096]", "(0, 1]", ">= 0", "> 0", "any"
   std::string describe() const;
 };

@@ -84,6 +84,16 @@ bool Bounds::contains(double x) const {
   return true;
 }
 
+bool Bounds::is_path_value(std::string_view value) const {
+  if (value.empty()) return false;
+  for (size_t at = 0; at <= words.size();) {
+    const size_t bar = std::min(words.find('|', at), words.size());
+    if (!words.empty() && words.substr(at, bar - at) == value) return false;
+    at = bar + 1;
+  }
+  return true;
+}
+
 std::string Bounds::describe() const {
   const bool has_lo = std::isfinite(lo), has_hi = std::isfinite(hi);
   if (has_lo && has_hi) {

@@ -223,4 +223,33 @@ Result<Tokenizer> load_gguf_tokenizer(const std::string& path) {
   return Tokenizer::from_json(json, path);
 }
 
+Result<std::string> gguf_tokenizer_config_json(const GgufFile& file, const ModelConfig& config) {
+  RLRUN_ASSIGN_OR_RETURN(const std::vector<std::string_view> tokens, file.get_strings("tokenizer.ggml.tokens"));
+  nlohmann::ordered_json j;
+  j["tokenizer_class"] = "PreTrainedTokenizerFast";  // tokenizer.json as is; not model_type's LlamaTokenizer
+  constexpr std::pair<const char*, const char*> kSpecial[] = {{"tokenizer.ggml.bos_token_id", "bos_token"},
+                                                              {"tokenizer.ggml.eos_token_id", "eos_token"},
+                                                              {"tokenizer.ggml.unknown_token_id", "unk_token"},
+                                                              {"tokenizer.ggml.padding_token_id", "pad_token"}};
+  for (const auto& [key, name] : kSpecial) {
+    if (file.find(key) == nullptr) continue;
+    RLRUN_ASSIGN_OR_RETURN(const int64_t id, file.get_int(key));
+    if (id < 0 || id >= static_cast<int64_t>(tokens.size())) {
+      return invalid_argument(str(file.source(), ": ", key, " = ", id, " is not a token id"));
+    }
+    j[name] = std::string(tokens[id]);
+  }
+  if (file.find("tokenizer.chat_template") != nullptr) {
+    RLRUN_ASSIGN_OR_RETURN(const std::string chat_template, file.get_string("tokenizer.chat_template"));
+    j["chat_template"] = chat_template;
+  }
+  j["model_max_length"] = config.max_position;
+  j["clean_up_tokenization_spaces"] = false;
+  try {
+    return j.dump(2) + "\n";
+  } catch (const nlohmann::json::exception&) {
+    return invalid_argument(str(file.source(), ": a special token or the chat template is not valid UTF-8"));
+  }
+}
+
 }  // namespace rlrun::engine

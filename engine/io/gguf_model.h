@@ -40,4 +40,9 @@ Result<HfCheckpoint> load_gguf_checkpoint(const std::string& path);
 Result<std::string> gguf_tokenizer_json(const GgufFile& file);
 Result<Tokenizer> load_gguf_tokenizer(const std::string& path);
 
+// The HF tokenizer_config.json equivalent of the file's metadata: the bos/eos/unk/pad tokens by
+// content, tokenizer.chat_template when present, model_max_length (what `rlrun convert` writes and
+// engine/io/tokenizer_config.h reads).
+Result<std::string> gguf_tokenizer_config_json(const GgufFile& file, const ModelConfig& config);
+
 }  // namespace rlrun::engine

@@ -18,6 +18,7 @@
 #include "engine/io/model_io.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "orchestrator/cli/cli_args.h"
+#include "orchestrator/data/prompt_format.h"
 #include "rollout/generate.h"
 
 namespace rlrun::orchestrator {
@@ -28,6 +29,7 @@ namespace fs = std::filesystem;
 struct GenerateRequest {
   std::string checkpoint;
   std::optional<std::string> prompt;    // --prompt TEXT
+  bool chat = false;                    // --chat: the prompt is one user message in the template
   std::vector<int32_t> prompt_ids;      // --prompt-ids, or the encoded --prompt
   rollout::GenerateOptions options;
   bool json = false;
@@ -66,7 +68,8 @@ Result<std::vector<int32_t>> parse_ids(const std::string& text) {
 Result<GenerateRequest> parse_request(const Args& args) {
   static constexpr FlagSpec kFlags[] = {{"--checkpoint", true}, {"--prompt", true},      {"--prompt-ids", true},
                                         {"--max-tokens", true}, {"--temperature", true}, {"--top-p", true},
-                                        {"--seed", true},       {"--json", false},       {"--threads", true}};
+                                        {"--seed", true},       {"--json", false},       {"--threads", true},
+                                        {"--chat", false}};
   RLRUN_ASSIGN_OR_RETURN(ConfigArgs a, parse_config_args(args, kFlags));
   if (!a.config_path.empty()) return invalid_argument(str("unexpected argument `", a.config_path, "`; see --help"));
   if (!a.overrides.empty()) return invalid_argument("generate takes no --set; see --help");
@@ -75,6 +78,8 @@ Result<GenerateRequest> parse_request(const Args& args) {
   if (r.checkpoint.empty()) return invalid_argument("missing --checkpoint DIR (an HF model folder, or a .gguf file)");
   if (a.has("--prompt") == a.has("--prompt-ids")) return invalid_argument("give exactly one of --prompt TEXT and --prompt-ids IDS");
   if (a.has("--prompt")) r.prompt = a.value("--prompt");
+  r.chat = a.has("--chat");
+  if (r.chat && !r.prompt) return invalid_argument("--chat needs --prompt TEXT (the user message)");
   if (a.has("--prompt-ids")) {
     RLRUN_ASSIGN_OR_RETURN(r.prompt_ids, parse_ids(a.value("--prompt-ids")));
   }
@@ -94,9 +99,13 @@ Result<GenerateRequest> parse_request(const Args& args) {
   return r;
 }
 
+fs::path tokenizer_path(const GenerateRequest& r) {
+  return engine::is_gguf_path(r.checkpoint) ? fs::path(r.checkpoint) : fs::path(r.checkpoint) / "tokenizer.json";
+}
+
 // The tokenizer when DIR has one, or the .gguf file's (needed for --prompt and to print text).
 Result<std::optional<engine::Tokenizer>> load_tokenizer(const GenerateRequest& r) {
-  const fs::path path = engine::is_gguf_path(r.checkpoint) ? fs::path(r.checkpoint) : fs::path(r.checkpoint) / "tokenizer.json";
+  const fs::path path = tokenizer_path(r);
   if (!fs::exists(path)) {
     if (r.prompt) return invalid_argument(str("--prompt needs ", path.string(), "; give --prompt-ids instead"));
     return std::optional<engine::Tokenizer>();
@@ -144,7 +153,21 @@ int cmd_generate(const Args& args) {
   if (!config.ok()) return report_usage_error("generate", config.status());
   Result<std::optional<engine::Tokenizer>> tokenizer = load_tokenizer(r);
   if (!tokenizer.ok()) return report_usage_error("generate", tokenizer.status());
-  if (r.prompt) r.prompt_ids = (*tokenizer)->encode(*r.prompt);
+  std::optional<int32_t> end_of_turn;
+  if (r.prompt && r.chat) {
+    Result<PromptFormat> format = PromptFormat::create("auto", tokenizer_path(r).string(), **tokenizer);
+    if (!format.ok()) return report_usage_error("generate", format.status());
+    if (!format->is_chat())
+      return report_usage_error("generate", invalid_argument(str("--chat: ", r.checkpoint, " has no chat template ",
+                                                                 "(tokenizer_config.json `chat_template`, chat_template.jinja, ",
+                                                                 "or a .gguf's tokenizer.chat_template)")));
+    Result<std::vector<int32_t>> ids = format->ids(*r.prompt);
+    if (!ids.ok()) return report_usage_error("generate", ids.status());
+    r.prompt_ids = std::move(*ids);
+    end_of_turn = format->end_of_turn();
+  } else if (r.prompt) {
+    r.prompt_ids = (*tokenizer)->encode(*r.prompt);
+  }
   if (r.prompt_ids.empty()) return report_usage_error("generate", invalid_argument("the prompt encodes to no tokens"));
   for (int32_t id : r.prompt_ids) {
     if (id >= config->vocab_size) {
@@ -153,6 +176,8 @@ int cmd_generate(const Args& args) {
     }
   }
   r.options.stop_ids = rollout::default_stop_ids(*config, tokenizer->has_value() ? &**tokenizer : nullptr);
+  if (end_of_turn && std::find(r.options.stop_ids.begin(), r.options.stop_ids.end(), *end_of_turn) == r.options.stop_ids.end())
+    r.options.stop_ids.push_back(*end_of_turn);  // the template's end of turn ends the answer
 
   Result<std::unique_ptr<engine::Backend>> backend = engine::create_backend("cpu", r.threads);
   if (!backend.ok()) return report_usage_error("generate", backend.status());

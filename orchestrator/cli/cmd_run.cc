@@ -131,6 +131,9 @@ Status run(const Config& config, const std::string& dir, const std::optional<Res
   std::fprintf(stderr, "%s", plan.table().c_str());
   for (const std::string& w : plan.warnings) log::warn(w);
   RLRUN_ASSIGN_OR_RETURN(engine::Tokenizer tokenizer, tokenizer_from(config.model));
+  RLRUN_ASSIGN_OR_RETURN(const PromptFormat format,
+                         PromptFormat::create(config.task.chat_template, config.model.tokenizer, tokenizer));
+  log::info(str("prompts: ", format.description(), " (task.chat_template: ", config.task.chat_template, ")"));
   RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<Task> task, make_task(task_spec(config)));
   // A bad or busy metrics_bind is the user's to fix before anything starts; an HTTP server that
   // fails on a usable address must not cost the run: it goes on without /metrics.
@@ -164,7 +167,7 @@ Status run(const Config& config, const std::string& dir, const std::optional<Res
   if (metrics_server.ok()) (*metrics_server)->add_collectable(process_memory_collectable("orchestrator"));
 
   Launcher* launcher = target.launcher.get();
-  Orchestrator orchestrator(config, server, *launcher, metrics, *task, tokenizer, slots,
+  Orchestrator orchestrator(config, server, *launcher, metrics, *task, tokenizer, format, slots,
                             (fs::path(dir) / "metrics.jsonl").string(), g_interrupted);
   if (resume) orchestrator.resume_from(resume->state);
   Status status;

@@ -88,7 +88,7 @@ constexpr Command kCommands[] = {
      "exit status: 0 after Shutdown, 1 on failure, 2 for bad flags or config.\n",
      cmd_trainer},
     {"generate", "generate one completion from an HF checkpoint folder or a .gguf file (KV cache, sampler)",
-     "usage: rlrun generate --checkpoint DIR|FILE.gguf (--prompt TEXT | --prompt-ids IDS) [options]\n\n"
+     "usage: rlrun generate --checkpoint DIR|FILE.gguf (--prompt TEXT [--chat] | --prompt-ids IDS) [options]\n\n"
      "Loads the HF model folder DIR (config.json, model.safetensors or a sharded index, and\n"
      "tokenizer.json when --prompt is used or text is wanted), or a llama GGUF file (weights\n"
      "dequantized to fp32, tokenizer from its metadata), and generates one completion on the\n"
@@ -96,11 +96,15 @@ constexpr Command kCommands[] = {
      "and sampled (the rollout workers' path). Generation stops after a stop token (config.json's\n"
      "eos_token_id, and the tokenizer's <|im_end|> and <|endoftext|> when present) or after\n"
      "--max-tokens new tokens (or at the model's max_position_embeddings).\n\n"
-     "The prompt is used as given: no BOS and no chat template are added (write ChatML yourself,\n"
-     "e.g. \"<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n\").\n\n"
+     "Without --chat the prompt is used as given: no BOS and no chat template are added. With\n"
+     "--chat it is one user message rendered by the checkpoint's own chat template (as HF's\n"
+     "apply_chat_template with add_generation_prompt), and the template's end-of-turn token also\n"
+     "stops generation.\n\n"
      "  --checkpoint DIR     the HF model folder, or a .gguf file\n"
      "  --prompt TEXT        prompt text, encoded with DIR/tokenizer.json (or the .gguf's tokenizer)\n"
      "  --prompt-ids IDS     prompt token ids, comma-separated (e.g. 1,2,3); no tokenizer needed\n"
+     "  --chat               --prompt is a user message in the checkpoint's chat template\n"
+     "                       (tokenizer_config.json, chat_template.jinja, or the .gguf's metadata)\n"
      "  --max-tokens N       new tokens at most (default 64)\n"
      "  --temperature T      sampling temperature, 0 = greedy (default 1)\n"
      "  --top-p P            nucleus sampling mass in (0, 1] (default 1)\n"

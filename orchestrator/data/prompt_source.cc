@@ -2,8 +2,8 @@
 
 namespace rlrun::orchestrator {
 
-PromptSource::PromptSource(Task& task, const engine::Tokenizer& tokenizer, int64_t prefetch)
-    : task_(task), tokenizer_(tokenizer), prefetch_(prefetch < 0 ? 0 : prefetch) {}
+PromptSource::PromptSource(Task& task, const PromptFormat& format, int64_t prefetch)
+    : task_(task), format_(format), prefetch_(prefetch < 0 ? 0 : prefetch) {}
 
 PromptSource::~PromptSource() {
   {
@@ -17,7 +17,13 @@ PromptSource::~PromptSource() {
 Prompt PromptSource::draw() {
   Prompt p;
   p.problem = task_.next_train();
-  p.ids = tokenizer_.encode(p.problem.prompt);
+  Result<std::vector<int32_t>> ids = format_.ids(p.problem.prompt);
+  if (ids.ok()) {
+    p.ids = std::move(*ids);
+  } else {
+    render_errors_.write(log::Level::kWarn, str("a prompt is skipped: ", format_.description(), ": ",
+                                                ids.status().message()));
+  }
   return p;
 }
 

@@ -1,5 +1,5 @@
-// PromptSource: training prompts ready for dispatch, each a task problem and its token ids, in the
-// task's draw order.
+// PromptSource: training prompts ready for dispatch, each a task problem and its token ids (its
+// text as task.chat_template gives it to the model: data/prompt_format.h), in the task's draw order.
 //
 // With a prefetch depth > 0 (enable_prompt_prefetch, prompt_prefetch_buffer_size) a background
 // thread draws and tokenizes up to that many prompts ahead of next(), so a task whose rows are
@@ -8,7 +8,9 @@
 //
 // Contract:
 //  - While a source exists, it alone calls task.next_train() (its const methods stay free to use:
-//    eval_set, reward, format_example). `task` and `tokenizer` must outlive it.
+//    eval_set, reward, format_example). `task` and `format` must outlive it.
+//  - A prompt the chat template cannot render (raise_exception on its content) gets no ids: the
+//    caller skips it like a prompt too long to ask; the error is logged.
 //  - consumed() counts the prompts next() handed out: the data position a checkpoint stores.
 //    Prompts drawn ahead but not handed out are not counted, so a resumed run (skip(consumed))
 //    draws them again and trains the same prompts.
@@ -25,7 +27,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/tokenizer/tokenizer.h"
+#include "common/observe/log.h"
+#include "orchestrator/data/prompt_format.h"
 #include "orchestrator/tasks/tasks.h"
 
 namespace rlrun::orchestrator {
@@ -37,7 +40,7 @@ struct Prompt {
 
 class PromptSource {
  public:
-  PromptSource(Task& task, const engine::Tokenizer& tokenizer, int64_t prefetch);
+  PromptSource(Task& task, const PromptFormat& format, int64_t prefetch);
   ~PromptSource();
   PromptSource(const PromptSource&) = delete;
   PromptSource& operator=(const PromptSource&) = delete;
@@ -52,7 +55,8 @@ class PromptSource {
   void fill();  // the prefetch thread
 
   Task& task_;
-  const engine::Tokenizer& tokenizer_;
+  const PromptFormat& format_;
+  log::RateLimited render_errors_{std::chrono::seconds(60)};
   const int64_t prefetch_;
   uint64_t consumed_ = 0;
 

@@ -15,6 +15,9 @@ namespace {
 
 using std::chrono::milliseconds;
 constexpr int kMaxPromptTries = 100;  // consecutive too-long prompts before giving up a turn
+// Consecutive prompts skipped (too long, or the chat template refused them) after which no prompt
+// is expected to fit: the run stops saying why instead of waiting for a batch that cannot form.
+constexpr int64_t kMaxPromptsSkippedInARow = 1000;
 
 }  // namespace
 
@@ -34,12 +37,23 @@ bool Orchestrator::start_group() {
     Prompt prompt = prompts_.next();
     const int64_t n = static_cast<int64_t>(prompt.ids.size());
     if (n == 0 || n > config_.max_prompt_tokens || n + config_.max_tokens > config_.max_model_len) {
+      longest_skipped_prompt_ = std::max(longest_skipped_prompt_, n);
       if (++outcome_.prompts_skipped == 1)
         log::warn(str("skipping a prompt of ", n, " tokens (max_prompt_tokens ", config_.max_prompt_tokens,
                       ", max_model_len ", config_.max_model_len, " with max_tokens ", config_.max_tokens,
                       "); skipped prompts are counted in summary.json"));
+      if (++prompts_skipped_in_a_row_ >= kMaxPromptsSkippedInARow) {
+        no_batch_error_ =
+            str(prompts_skipped_in_a_row_, " prompts in a row were skipped (the longest has ", longest_skipped_prompt_,
+                " tokens as ", format_.description(), " gives it; max_prompt_tokens = ", config_.max_prompt_tokens,
+                ", max_model_len = ", config_.max_model_len, " with max_tokens = ", config_.max_tokens,
+                "), so no batch can form: raise max_prompt_tokens and max_model_len",
+                format_.is_chat() ? ", or set task.chat_template: none for raw prompts" : "");
+        return false;
+      }
       continue;
     }
+    prompts_skipped_in_a_row_ = 0;
     const uint64_t id =
         dispatcher_.admit(std::move(prompt.problem), std::move(prompt.ids), static_cast<uint64_t>(trainer_step_));
     for (uint32_t i = 0; i < group_size_; ++i) ledger_.dispatched(sample_id(id, i));
@@ -318,18 +332,19 @@ Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
       rollouts.push_back(static_cast<int>(i));
   size_t sent = 0;
   for (size_t p = 0; p < problems.size(); ++p) {
-    const size_t n = tokenizer_.encode(problems[p].prompt).size();
+    Result<std::vector<int32_t>> ids = format_.ids(problems[p].prompt);
+    const size_t n = ids.ok() ? ids->size() : 0;
     if (n == 0 || static_cast<int64_t>(n) + config_.max_tokens > config_.max_model_len) {
       eval_rewards_[p] = 0.0;  // cannot be asked: counts as wrong
       continue;
     }
     const uint64_t version = static_cast<uint64_t>(trainer_step_);
     if (rollouts.empty()) {
-      dispatcher_.requeue_eval(p, tokenizer_.encode(problems[p].prompt), version);
+      dispatcher_.requeue_eval(p, std::move(*ids), version);
       continue;
     }
     const int w = rollouts[sent++ % rollouts.size()];
-    if (Status s = dispatcher_.send_eval(p, tokenizer_.encode(problems[p].prompt), version, w); !s.ok())
+    if (Status s = dispatcher_.send_eval(p, std::move(*ids), version, w); !s.ok())
       log::warn(str("evaluation request to ", workers_[w].name, ": ", s.message()));
   }
   while (eval_rewards_.size() < problems.size()) RLRUN_RETURN_IF_ERROR(tick(kTick, false));

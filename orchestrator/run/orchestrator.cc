@@ -25,11 +25,14 @@ using std::chrono::milliseconds;
 // Workers build models and join groups before registering: generous on a loaded machine.
 constexpr std::chrono::seconds kRegistrationTimeout{300};
 
-// The end-of-text tokens of the chat families rlrun knows that the tokenizer has.
-std::vector<int32_t> stop_token_ids(const engine::Tokenizer& tokenizer) {
+// The chat template's end-of-turn token first (the warm-start ends answers with the first), then
+// the end-of-text tokens of the chat families rlrun knows that the tokenizer has.
+std::vector<int32_t> stop_token_ids(const engine::Tokenizer& tokenizer, const PromptFormat& format) {
   std::vector<int32_t> ids;
+  if (format.end_of_turn()) ids.push_back(*format.end_of_turn());
   for (const char* name : {"<|endoftext|>", "<|im_end|>", "</s>", "<|eot_id|>"}) {
-    if (auto id = tokenizer.token_to_id(name)) ids.push_back(*id);
+    auto id = tokenizer.token_to_id(name);
+    if (id && std::find(ids.begin(), ids.end(), *id) == ids.end()) ids.push_back(*id);
   }
   return ids;
 }
@@ -50,17 +53,18 @@ DispatchOptions dispatch_options(const Config& config, std::vector<int32_t> stop
 }  // namespace
 
 Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher& launcher, RunMetrics& metrics,
-                           Task& task, const engine::Tokenizer& tokenizer, std::vector<WorkerSlot> workers,
-                           const std::string& metrics_jsonl, const std::atomic<int>& interrupted)
+                           Task& task, const engine::Tokenizer& tokenizer, const PromptFormat& format,
+                           std::vector<WorkerSlot> workers, const std::string& metrics_jsonl,
+                           const std::atomic<int>& interrupted)
     : config_(config), server_(server), launcher_(launcher), metrics_(metrics), task_(task), tokenizer_(tokenizer),
-      workers_(std::move(workers)), metrics_jsonl_(metrics_jsonl), interrupted_(interrupted),
+      format_(format), workers_(std::move(workers)), metrics_jsonl_(metrics_jsonl), interrupted_(interrupted),
       gate_(GateOptions{config.max_async_rollout, config.max_off_policy_steps, config.prompts_batch_size_for_trainer}),
-      group_size_(static_cast<uint32_t>(config.group_size)), stop_ids_(stop_token_ids(tokenizer)),
+      group_size_(static_cast<uint32_t>(config.group_size)), stop_ids_(stop_token_ids(tokenizer, format)),
       dispatcher_(dispatch_options(config, stop_ids_), workers_,
                   [this](int worker, const GenerateRequest& request) { return send_request(worker, request); }),
       supervisor_(SupervisionPolicy{config.heartbeat_timeout_seconds, 300, config.worker_restart_backoff_seconds,
                                     static_cast<int>(config.max_worker_restarts)}),
-      prompts_(task, tokenizer, config.enable_prompt_prefetch ? config.prompt_prefetch_buffer_size : 0) {
+      prompts_(task, format, config.enable_prompt_prefetch ? config.prompt_prefetch_buffer_size : 0) {
   last_tick_ = Clock::now();
   weight_bytes_ = model_config_from(config.model).num_parameters() * static_cast<int64_t>(sizeof(float));
 }

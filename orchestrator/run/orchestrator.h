@@ -43,6 +43,7 @@
 #include "common/protocol/control_plane.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "orchestrator/data/batcher.h"
+#include "orchestrator/data/prompt_format.h"
 #include "orchestrator/data/prompt_source.h"
 #include "orchestrator/data/sample_ledger.h"
 #include "orchestrator/data/staleness_gate.h"
@@ -93,9 +94,10 @@ struct RunOutcome {
 class Orchestrator {
  public:
   // Everything passed must outlive the Orchestrator. `workers` are the launched processes.
+  // `format`: how a prompt's text becomes ids (task.chat_template), over `tokenizer`.
   Orchestrator(const Config& config, ControlServer& server, Launcher& launcher, RunMetrics& metrics,
-               Task& task, const engine::Tokenizer& tokenizer, std::vector<WorkerSlot> workers,
-               const std::string& metrics_jsonl, const std::atomic<int>& interrupted);
+               Task& task, const engine::Tokenizer& tokenizer, const PromptFormat& format,
+               std::vector<WorkerSlot> workers, const std::string& metrics_jsonl, const std::atomic<int>& interrupted);
 
   // Registration, evaluation, number_of_steps steps, evaluation. Errors name the worker at fault.
   Status run();
@@ -201,6 +203,7 @@ class Orchestrator {
   RunMetrics& metrics_;
   Task& task_;
   const engine::Tokenizer& tokenizer_;
+  const PromptFormat& format_;
   std::vector<WorkerSlot> workers_;
   std::string metrics_jsonl_;
   const std::atomic<int>& interrupted_;
@@ -226,6 +229,7 @@ class Orchestrator {
   } zero_spread_;
   bool keep_zero_spread_ = false;  // past the bound: zero-spread groups fill the step's batch
   std::string no_batch_error_;     // past the bound with nothing to learn from: run_step stops the run
+  int64_t prompts_skipped_in_a_row_ = 0, longest_skipped_prompt_ = 0;  // start_group: no prompt fits
   log::RateLimited zero_spread_log_{std::chrono::seconds(60)};
   PromptSource prompts_;  // the only caller of task_.next_train(); consumed() is the data position
 

@@ -90,7 +90,8 @@ TEST(ConvertSmolLM2, TransformersLoadsTheFolderAndGeneratesRlrunsIds) {
   ASSERT_TRUE(fs::exists(python)) << python << " is missing: run scripts/setup-python-ref.sh";
   const std::vector<std::string> texts = {"The capital of France is", "12345 + 678 = 13023, naïve café 東京",
                                           "<|im_start|>user\nHi<|im_end|>\n"};
-  std::string text_args;
+  const std::string question = "What is the capital of France?";
+  std::string text_args = " --chat '" + question + "'";
   for (const std::string& t : texts) text_args += " --text '" + t + "'";
   const CliRun tok = run_shell(dir, str("'", python, "' '", RLRUN_SOURCE_DIR, "/tests/reference/hf_tokenize.py' '", out,
                                         "'", text_args));
@@ -109,20 +110,27 @@ TEST(ConvertSmolLM2, TransformersLoadsTheFolderAndGeneratesRlrunsIds) {
     EXPECT_EQ(t["ids"][i].get<std::vector<int32_t>>(), rlrun_tok->encode(texts[i])) << texts[i];
   }
 
-  // The file's chat template rendered for one user message (jinja2 is not in the reference venv).
-  const std::string chat = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
-                           "Face<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
-                           "<|im_start|>assistant\n";
-  const std::vector<int32_t> prompt = rlrun_tok->encode(chat);
-  const CliRun gen = run_rlrun(dir, str("generate --threads 1 --checkpoint '", gguf.string(),
-                                        "' --temperature 0 --json --max-tokens 12 --prompt-ids ", ids_arg(prompt)));
-  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  // `generate --chat` renders the question with the checkpoint's chat template as HF does, from the
+  // .gguf and from the converted folder, and stops at the template's end of turn as HF's greedy
+  // generate does on the same ids.
+  const std::vector<int32_t> chat_ids = t["chat"][0]["ids"].get<std::vector<int32_t>>();
+  ASSERT_TRUE(t["chat"][0]["text"].get<std::string>().ends_with("<|im_start|>assistant\n"))
+      << "HF's rendering ends with the generation prompt: " << t["chat"][0]["text"];
   const CliRun hf = run_shell(dir, str("'", python, "' '", RLRUN_SOURCE_DIR, "/tests/reference/hf_generate.py' '", out,
-                                       "' --max-new-tokens 12 --stop-ids 2 --prompt-ids ", ids_arg(prompt)));
+                                       "' --max-new-tokens 24 --stop-ids 2 --prompt-ids ", ids_arg(chat_ids)));
   ASSERT_EQ(hf.exit_code, 0) << hf.err;
-  const json g = json::parse(gen.out), h = json::parse(hf.out);
-  std::printf("[convert] rlrun from the .gguf: %s\n", g["text"].dump().c_str());
-  EXPECT_EQ(g["ids"], h["completions"][0]);
+  const json h = json::parse(hf.out);
+  for (const std::string& checkpoint : {gguf.string(), out}) {
+    const CliRun gen = run_rlrun(dir, str("generate --threads 1 --checkpoint '", checkpoint,
+                                          "' --temperature 0 --json --max-tokens 24 --chat --prompt '", question, "'"));
+    ASSERT_EQ(gen.exit_code, 0) << gen.err;
+    const json g = json::parse(gen.out);
+    std::printf("[convert] rlrun generate --chat from %s: %s (%s)\n", checkpoint.c_str(), g["text"].dump().c_str(),
+                g["finish_reason"].get<std::string>().c_str());
+    EXPECT_EQ(g["prompt_ids"].get<std::vector<int32_t>>(), chat_ids) << checkpoint;
+    EXPECT_EQ(g["ids"], h["completions"][0]) << checkpoint;
+    EXPECT_EQ(g["finish_reason"], "stop") << "the answer ends at <|im_end|>: " << checkpoint;
+  }
 }
 
 }  // namespace

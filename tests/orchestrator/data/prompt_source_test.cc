@@ -38,7 +38,8 @@ std::vector<std::string> take(PromptSource& source, int n) {
 TEST(PromptSource, PrefetchChangesNothingButWhenPromptsAreDrawn) {
   const engine::Tokenizer tok = tokenizer();
   std::unique_ptr<Task> a = reverse_task(), b = reverse_task();
-  PromptSource inline_source(*a, tok, 0), prefetched(*b, tok, 4);
+  const PromptFormat raw = PromptFormat::raw(tok);
+  PromptSource inline_source(*a, raw, 0), prefetched(*b, raw, 4);
   const std::vector<std::string> expected = take(inline_source, 50);
   EXPECT_EQ(take(prefetched, 50), expected);
   EXPECT_EQ(prefetched.consumed(), 50u);  // not the 54 the thread may have drawn
@@ -50,9 +51,10 @@ TEST(PromptSource, PrefetchChangesNothingButWhenPromptsAreDrawn) {
 TEST(PromptSource, AResumedSourceSkipsWhatWasHandedOut) {
   const engine::Tokenizer tok = tokenizer();
   std::unique_ptr<Task> a = reverse_task(), b = reverse_task();
-  PromptSource first(*a, tok, 8);
+  const PromptFormat raw = PromptFormat::raw(tok);
+  PromptSource first(*a, raw, 8);
   const std::vector<std::string> before = take(first, 20), after = take(first, 10);
-  PromptSource resumed(*b, tok, 8);
+  PromptSource resumed(*b, raw, 8);
   resumed.skip(first.consumed() - 10);
   EXPECT_EQ(resumed.consumed(), 20u);
   EXPECT_EQ(take(resumed, 10), after);
@@ -62,7 +64,8 @@ TEST(PromptSource, DestroyedWhileItsThreadWaitsForRoom) {
   const engine::Tokenizer tok = tokenizer();
   std::unique_ptr<Task> task = reverse_task();
   {
-    PromptSource source(*task, tok, 2);
+    const PromptFormat raw = PromptFormat::raw(tok);
+    PromptSource source(*task, raw, 2);
     (void)source.next();  // the thread fills its buffer and waits
   }  // must not hang
   SUCCEED();

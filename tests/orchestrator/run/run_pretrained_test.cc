@@ -16,8 +16,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// Two steps of a run from `checkpoint` (a folder or a .gguf file), linked beside the config as `name`.
-void train_two_steps(const fs::path& checkpoint, const std::string& name) {
+// Two steps of a run from `checkpoint` (a folder or a .gguf file), linked beside the config as
+// `name`; the run's log says how prompts reach the model (`prompts`: task.chat_template auto).
+void train_two_steps(const fs::path& checkpoint, const std::string& name, const std::string& prompts) {
   if (!fs::exists(checkpoint)) {
     if (testing::skip_model_tests()) GTEST_SKIP() << checkpoint << " missing (RLRUN_SKIP_MODEL_TESTS=1)";
     FAIL() << checkpoint << " is missing: run scripts/setup.sh --test, or set RLRUN_SKIP_MODEL_TESTS=1";
@@ -31,9 +32,9 @@ void train_two_steps(const fs::path& checkpoint, const std::string& name) {
                                        "prompts_batch_size_for_trainer: 2\n"
                                        "group_size: 4\n"
                                        "max_tokens: 8\n"
-                                       "max_prompt_tokens: 32\n"
-                                       "max_model_len: 64\n"
-                                       "seq_len: 128\n"
+                                       "max_prompt_tokens: 64\n"  // the .gguf's chat template adds a system prompt
+                                       "max_model_len: 96\n"
+                                       "seq_len: 192\n"
                                        "discard_group_zero_advantage: false\n"
                                        "learning_rate: 1e-6\n"
                                        "metrics_bind: 127.0.0.1:0\n"
@@ -50,6 +51,7 @@ void train_two_steps(const fs::path& checkpoint, const std::string& name) {
   const std::string run = dir.path() + "/run";
   const testing::CliRun r = testing::run_rlrun(dir, "'" + config + "' --run-dir '" + run + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(prompts), std::string::npos) << "prompts given as `" << prompts << "`:\n" << r.err;
   const json summary = json::parse(testing::read_all(run + "/summary.json"));
   EXPECT_EQ(summary["exit"], "ok");
   EXPECT_EQ(summary["steps_completed"], 2);
@@ -67,13 +69,15 @@ void train_two_steps(const fs::path& checkpoint, const std::string& name) {
 }
 
 TEST(RunPretrained, SmolLM2CheckpointTrainsAndAccountsForEverySample) {
-  train_two_steps(testing::smollm2_dir(), "smollm2");
+  // The folder the test fetch converts has no tokenizer_config.json: no template, raw prompts.
+  train_two_steps(testing::smollm2_dir(), "smollm2", "prompts: raw text");
 }
 
 // The same model from the .gguf it was converted from: the workers dequantize it and take its
-// tokenizer from its metadata.
+// tokenizer from its metadata, and prompts are user messages in its chat template.
 TEST(RunPretrained, SmolLM2GgufTrainsAndAccountsForEverySample) {
-  train_two_steps(testing::smollm2_dir().parent_path() / "smollm2-135m-instruct.Q4_1.gguf", "smollm2.gguf");
+  train_two_steps(testing::smollm2_dir().parent_path() / "smollm2-135m-instruct.Q4_1.gguf", "smollm2.gguf",
+                  "prompts: the chat template of ");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // How `rlrun CONFIG` stops before its last step, on the quickstart's task: a policy that never
-// earns a reward ends the run after max_zero_spread_rounds instead of waiting forever, and a run
-// stopped by SIGTERM still measures the held-out accuracy summary.json promises.
+// earns a reward ends the run after max_zero_spread_rounds instead of waiting forever, so do
+// prompts that never fit, and a run stopped by SIGTERM still measures the held-out accuracy
+// summary.json promises.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -59,6 +60,28 @@ TEST(RunStop, NoBatchCanFormStopsAfterTheBoundWithTheReason) {
   EXPECT_EQ(summary["steps_completed"], 0);
   EXPECT_EQ(summary["samples"]["lost"], 0);
   EXPECT_TRUE(summary["eval"]["accuracy_after"].is_number()) << summary.dump(2);
+}
+
+TEST(RunStop, PromptsThatNeverFitStopTheRunNamingTheKeys) {
+  // "reverse abc:" is a dozen tokens: none fits in 4. The run must not wait for a batch forever.
+  testing::TempDir dir;
+  const std::string run = dir.path() + "/run", log = dir.path() + "/rlrun.log";
+  const pid_t pid = testing::spawn_in(dir.path(),
+                                      {RLRUN_BINARY, quickstart(), "--run-dir", run, "--set", "metrics_bind=127.0.0.1:0",
+                                       "--set", "format_warm_start_steps=0", "--set", "max_prompt_tokens=4"},
+                                      log);
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_TRUE(wait_for_exit(pid, &status, std::chrono::seconds(120)))
+      << "the run waited for prompts that never fit:\n" << testing::read_all(log);
+  const std::string output = testing::read_all(log);
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  EXPECT_NE(output.find("prompts in a row were skipped"), std::string::npos) << output;
+  EXPECT_NE(output.find("max_prompt_tokens = 4"), std::string::npos) << output;
+  const json summary = json::parse(testing::read_all(run + "/summary.json"));
+  EXPECT_NE(summary["exit"].get<std::string>().find("no batch can form"), std::string::npos) << summary.dump(2);
+  EXPECT_EQ(summary["steps_completed"], 0);
 }
 
 TEST(RunStop, SigtermStillMeasuresHeldOutAccuracy) {
