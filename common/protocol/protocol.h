@@ -53,7 +53,7 @@ using Frames = std::vector<zmq::message_t>;
 inline constexpr uint32_t kWireMagic = 0x4E524C52;  // "RLRN" as bytes in memory
 // 2: rollout stats in Heartbeat, per-token weight versions; 3: SaveCheckpoint / CheckpointSaved;
 // 4: TrainBatch.supervised; 5: WeightSyncBegin.group_epoch
-inline constexpr uint16_t kProtocolVersion = 5;
+inline constexpr uint16_t kProtocolVersion = 6;
 inline constexpr size_t kHeaderPrefixBytes = 24;
 
 // Every limit of the wire format, in one place. The control plane also sets ZMQ_MAXMSGSIZE to
@@ -379,9 +379,12 @@ struct SaveCheckpoint {
   static constexpr MessageKind kKind = MessageKind::kSaveCheckpoint;
   uint64_t step = 0;
   WireArray<uint8_t> orchestrator_state;  // JSON text; an array: it may pass kMaxStringBytes
+  // Only the model, as an HF folder in <run_dir>/model (the run's end); rank 0 writes it.
+  bool model_only = false;
 
   template <class V, class M> static void fields(V& v, M& m) {
     v.field("step", m.step); v.field("orchestrator_state", m.orchestrator_state);
+    v.field("model_only", m.model_only);
   }
   bool operator==(const SaveCheckpoint&) const = default;
 };

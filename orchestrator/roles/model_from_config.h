@@ -18,6 +18,13 @@ engine::ModelConfig model_config_from(const ModelSection& model);
 // tokenizer.json, or to a .gguf checkpoint itself), else the built-in small tokenizer compiled into rlrun.
 Result<engine::Tokenizer> tokenizer_from(const ModelSection& model);
 
+// Beside an exported model's config.json and model.safetensors, what makes it a folder other tools
+// load and serve: tokenizer.json (model.tokenizer as JSON: a copy, the .gguf's, or the built-in
+// one), tokenizer_config.json (the model's, or the .gguf's, with task.chat_template's template when
+// that names a file) and generation_config.json (the bos/eos ids, and the end of turn of the
+// template the run used). Written atomically into `dir`.
+Status write_tokenizer_files(const Config& config, const engine::ModelConfig& model, const std::string& dir);
+
 // A rollout worker's scheduler: max_num_seqs, max_model_len, kv_block_size, and a KV pool of
 // kv_cache_memory_mb (0: max_num_seqs sequences of max_model_len), as plan/memory_plan.h plans it.
 rollout::SchedulerOptions scheduler_options_from(const Config& config, const engine::Model& model);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 
 #include "common/clock.h"
@@ -18,6 +19,7 @@
 #include "orchestrator/roles/model_from_config.h"
 #include "orchestrator/run/rendezvous.h"
 #include "orchestrator/run/state.h"
+#include "trainer/hf_export.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/model_adapter.h"
 #include "trainer/train_step.h"
@@ -190,19 +192,44 @@ class TrainerLoop {
     send(end, correlation_id);
   }
 
+  // The HF model folder of the current weights: config.json, model.safetensors and the tokenizer
+  // files other tools need (roles/model_from_config.h). Rank 0 writes it.
+  Status export_model(const std::string& dir) {
+    RLRUN_RETURN_IF_ERROR(trainer::hf_model_exporter(*rank_.model)(dir));
+    return write_tokenizer_files(config_, rank_.model->config(), dir);
+  }
+
+  // <run_dir>/model: written beside, then renamed over the previous one.
+  Result<std::string> export_final_model() {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::path(config_.run_dir) / "model", tmp = fs::path(config_.run_dir) / "model.tmp";
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    fs::create_directories(tmp, ec);
+    if (ec) return unavailable(str("cannot create ", tmp.string(), ": ", ec.message()));
+    RLRUN_RETURN_IF_ERROR(export_model(tmp.string()));
+    fs::remove_all(dir, ec);
+    fs::rename(tmp, dir, ec);
+    if (ec) return unavailable(str("cannot rename ", tmp.string(), " to ", dir.string(), ": ", ec.message()));
+    return dir.string();
+  }
+
   void save_checkpoint(const SaveCheckpoint& request, uint64_t correlation_id) {
-    ScopedSpan span("checkpoint_save", "trainer");
+    ScopedSpan span(request.model_only ? "model_export" : "checkpoint_save", "trainer");
     span.arg("step", static_cast<int64_t>(request.step));
     const auto start = Clock::now();
     CheckpointSaved reply;
     reply.step = request.step;
     Result<std::string> dir = Result<std::string>(invalid_argument(
         str("trainer ", options_.rank, ": asked to save step ", request.step, " but holds step ", version_)));
-    if (request.step == version_) {
+    if (request.step == version_ && request.model_only) {
+      dir = export_final_model();
+    } else if (request.step == version_) {
       trainer::CheckpointExtras extras;
       extras.loader_state.assign(request.orchestrator_state.begin(), request.orchestrator_state.end());
       dir = rank_.trainer->save_checkpoint(checkpoint_root(config_.run_dir), static_cast<int64_t>(request.step),
-                                           extras, config_.checkpoint_keep_last);
+                                           extras, config_.checkpoint_keep_last,
+                                           [this](const std::string& d) { return export_model(d); });
     }
     reply.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (dir.ok()) {

@@ -106,6 +106,28 @@ Status Orchestrator::checkpoint_on_interrupt() {
   return save_checkpoint(*last_step_state_);
 }
 
+void Orchestrator::export_final_model() {
+  ScopedSpan span("model_export", "orchestrator");
+  const auto start = Clock::now();
+  SaveCheckpoint request;
+  request.step = static_cast<uint64_t>(trainer_step_);
+  request.model_only = true;
+  checkpoints_saved_.clear();
+  Status waited = server_.send(weight_sender(), request);  // trainer rank 0
+  const bool was_committing = committing_;
+  committing_ = true;  // a first interrupt waits for it; a second one stops it
+  while (waited.ok() && checkpoints_saved_.count(0) == 0) waited = tick(kTick, false);
+  committing_ = was_committing;
+  if (waited.ok() && !checkpoints_saved_[0].ok) waited = internal_error(checkpoints_saved_[0].error);
+  if (!waited.ok()) {
+    log::error(str("the final model was not exported: ", waited.message()));
+    return;
+  }
+  outcome_.model_dir = checkpoints_saved_[0].dir;
+  log::info(str("model of step ", trainer_step_, " exported to ", outcome_.model_dir, " in ", seconds_since(start),
+                " s (an HF folder: transformers, vLLM and `rlrun generate --checkpoint` load it)"));
+}
+
 Orchestrator::BatchIdentity Orchestrator::batch_identity(const std::vector<Group>& batch) {
   BatchIdentity identity;
   trainer::Fnv1a64 hash;

@@ -250,10 +250,12 @@ Status Orchestrator::run() {
       const Status saved = checkpoint_on_interrupt();
       if (!saved.ok()) log::error(str("no checkpoint at the interrupt: ", saved.message()));
       evaluate_at_stop("the run was interrupted");
+      export_final_model();
       return s;
     }
     if (!no_batch_error_.empty()) {
       evaluate_at_stop("no batch could form");
+      export_final_model();
       return s;
     }
     return blame_dead_worker(s);
@@ -261,6 +263,7 @@ Status Orchestrator::run() {
   outcome_.loop_seconds = loop_seconds();
   looping_ = false;
   RLRUN_ASSIGN_OR_RETURN(outcome_.accuracy_after, evaluate("after training"));
+  export_final_model();
   return Status();
 }
 

@@ -88,6 +88,7 @@ struct RunOutcome {
   };
   std::vector<WorkerFailure> worker_failures;
   int64_t worker_restarts = 0;
+  std::string model_dir;  // <run_dir>/model once trainer rank 0 exported the final weights
   std::string exit = "ok";
 };
 
@@ -153,6 +154,9 @@ class Orchestrator {
   Status save_checkpoint(const ResumeState& state);
   Status checkpoint_if_due();         // after a step
   Status checkpoint_on_interrupt();   // the last completed step, unless it was just saved
+  // The weights of the last completed step as an HF folder in <run_dir>/model (trainer rank 0),
+  // at the end of the run, also one stopped early; a failure is logged, the run's outcome stands.
+  void export_final_model();
 
   // ---- run/weight_sync.cc: weight sync rounds
   // Blocks (ticking) until every rollout worker holds `version`, re-forming the group as needed.

@@ -10,6 +10,7 @@
 //    "tokens_per_second": {"generated", "trained"},
 //    "peak_memory_bytes": {process: n}, "processes": [...], "worker_restarts": 0,
 //    "worker_failures": [...], "prompts_skipped": n, "zero_spread_groups_kept": n,
+//    "model": the HF folder of the final weights (<run_dir>/model) or null,
 //    "exit": "ok" | "interrupted" | the failure}
 #pragma once
 

@@ -83,7 +83,7 @@ inline std::vector<Message> sample_messages() {
   out.push_back({15, StoreGet{"weights-0/rank_2", 30000}});
   out.push_back({16, StoreValue{"weights-0/rank_1", true, address}});
   const std::string state = R"({"steps_completed": 4, "task_draws": 9})";
-  out.push_back({17, SaveCheckpoint{4, std::vector<uint8_t>(state.begin(), state.end())}});
+  out.push_back({17, SaveCheckpoint{4, std::vector<uint8_t>(state.begin(), state.end()), true}});
   out.push_back({18, CheckpointSaved{4, true, "", "runs/x/checkpoints/step-000004", 0.25}});
   return out;
 }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/observe/log.h"
 #include "tests/orchestrator/cli_test_util.h"
 
 namespace rlrun::orchestrator {
@@ -17,8 +18,9 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 // Two steps of a run from `checkpoint` (a folder or a .gguf file), linked beside the config as
-// `name`; the run's log says how prompts reach the model (`prompts`: task.chat_template auto).
-void train_two_steps(const fs::path& checkpoint, const std::string& name, const std::string& prompts) {
+// `name`; the run's log says how prompts reach the model (`prompts`: task.chat_template auto; `chat`:
+// the model has a chat template).
+void train_two_steps(const fs::path& checkpoint, const std::string& name, const std::string& prompts, bool chat) {
   if (!fs::exists(checkpoint)) {
     if (testing::skip_model_tests()) GTEST_SKIP() << checkpoint << " missing (RLRUN_SKIP_MODEL_TESTS=1)";
     FAIL() << checkpoint << " is missing: run scripts/setup.sh --test, or set RLRUN_SKIP_MODEL_TESTS=1";
@@ -66,18 +68,50 @@ void train_two_steps(const fs::path& checkpoint, const std::string& name, const 
             samples["generated"].get<int64_t>())
       << summary.dump(2);
   EXPECT_TRUE(summary["eval"]["accuracy_after"].is_number());
+
+  // The run leaves its final weights as an HF folder that transformers loads and that generates
+  // greedily what `rlrun generate` generates on it (the prompt in the model's chat template).
+  const fs::path model = fs::path(run) / "model";
+  EXPECT_EQ(summary["model"], model.string());
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                        "generation_config.json"}) {
+    EXPECT_TRUE(fs::exists(model / f)) << f;
+  }
+  const std::string python = RLRUN_PYREF_PYTHON;
+  ASSERT_TRUE(fs::exists(python)) << python << " is missing: run scripts/setup-python-ref.sh";
+  const std::string question = "What is 2 + 3?";
+  const testing::CliRun tok = testing::run_shell(
+      dir, str("'", python, "' '", RLRUN_SOURCE_DIR, "/tests/reference/hf_tokenize.py' '", model.string(), "' ",
+               chat ? "--chat" : "--text", " '", question, "'"));
+  ASSERT_EQ(tok.exit_code, 0) << tok.err;
+  const json t = json::parse(tok.out);
+  const testing::CliRun gen = testing::run_rlrun(
+      dir, str("generate --threads 1 --checkpoint '", model.string(), "' --temperature 0 --json --max-tokens 12 ",
+               chat ? "--chat " : "", "--prompt '", question, "'"));
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  const json g = json::parse(gen.out);
+  std::vector<int32_t> prompt = g["prompt_ids"].get<std::vector<int32_t>>();
+  // HF's tokenizer from the folder: the same ids, in the exported template when there is one.
+  EXPECT_EQ(prompt, (chat ? t["chat"][0]["ids"] : t["ids"][0]).get<std::vector<int32_t>>());
+  std::string prompt_arg;
+  for (int32_t id : prompt) prompt_arg += (prompt_arg.empty() ? "" : ",") + std::to_string(id);
+  const testing::CliRun hf = testing::run_shell(
+      dir, str("'", python, "' '", RLRUN_SOURCE_DIR, "/tests/reference/hf_generate.py' '", model.string(),
+               "' --max-new-tokens 12 --stop-ids 2 --prompt-ids ", prompt_arg));
+  ASSERT_EQ(hf.exit_code, 0) << hf.err;
+  EXPECT_EQ(g["ids"], json::parse(hf.out)["completions"][0]) << g["text"];
 }
 
 TEST(RunPretrained, SmolLM2CheckpointTrainsAndAccountsForEverySample) {
   // The folder the test fetch converts has no tokenizer_config.json: no template, raw prompts.
-  train_two_steps(testing::smollm2_dir(), "smollm2", "prompts: raw text");
+  train_two_steps(testing::smollm2_dir(), "smollm2", "prompts: raw text", false);
 }
 
 // The same model from the .gguf it was converted from: the workers dequantize it and take its
 // tokenizer from its metadata, and prompts are user messages in its chat template.
 TEST(RunPretrained, SmolLM2GgufTrainsAndAccountsForEverySample) {
   train_two_steps(testing::smollm2_dir().parent_path() / "smollm2-135m-instruct.Q4_1.gguf", "smollm2.gguf",
-                  "prompts: the chat template of ");
+                  "prompts: the chat template of ", true);
 }
 
 }  // namespace
