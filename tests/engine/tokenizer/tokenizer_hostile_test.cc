@@ -97,11 +97,19 @@ TEST(TokenizerHostile, WrongTypesNameTheField) {
   expect_error([](json& t) { t["added_tokens"][2]["content"] = ""; }, "added_tokens[2].content");
   expect_error([](json& t) { t["added_tokens"][2] = 7; }, "added_tokens[2]");
   expect_error([](json& t) { t["normalizer"] = {{"type", "Lowercase"}}; }, "normalizer.type");
-  expect_error([](json& t) { t["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Strip"}}}}}; },
+  expect_error([](json& t) { t["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}}; },
                "normalizer.normalizers[1].type");
-  expect_error([](json& t) { t["pre_tokenizer"] = nullptr; }, "pre_tokenizer");
+  // A Regex Replace would change the ids: refused, naming the pattern (a String one is supported).
+  expect_error([](json& t) { t["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", " "}}; },
+               "normalizer.pattern");
+  expect_error([](json& t) { t["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", ""}}}, {"content", " "}}; },
+               "normalizer.pattern.String");
+  expect_error([](json& t) { t["normalizer"] = {{"type", "Prepend"}}; }, "normalizer.prepend");
   expect_error([](json& t) { t["pre_tokenizer"] = {{"type", "Whitespace"}}; }, "pre_tokenizer");
-  expect_error([](json& t) { t["pre_tokenizer"]["pretokenizers"] = json::array(); }, "pre_tokenizer");
+  expect_error([](json& t) { t["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "ab"}}; },
+               "pre_tokenizer.replacement");
+  expect_error([](json& t) { t["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "sometimes"}}; },
+               "pre_tokenizer.prepend_scheme");
   expect_error([](json& t) { std::swap(t["pre_tokenizer"]["pretokenizers"][0], t["pre_tokenizer"]["pretokenizers"][1]); },
                "pre_tokenizer.pretokenizers[0]");
   expect_error([](json& t) { t["pre_tokenizer"]["pretokenizers"][0] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}}; },
@@ -110,8 +118,13 @@ TEST(TokenizerHostile, WrongTypesNameTheField) {
                "pre_tokenizer.pretokenizers[0].behavior");
   expect_error([](json& t) { t["pre_tokenizer"]["pretokenizers"][0] = {{"type", "Split"}, {"pattern", "a"}, {"behavior", "Isolated"}}; },
                "pre_tokenizer.pretokenizers[0].pattern");
-  expect_error([](json& t) { t["decoder"] = nullptr; }, "decoder");
   expect_error([](json& t) { t["decoder"] = {{"type", "WordPiece"}}; }, "decoder.type");
+  expect_error([](json& t) { t["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "Fuse"}}, {{"type", "CTC"}}}}}; },
+               "decoder.decoders[1].type");
+  expect_error([](json& t) { t["decoder"] = {{"type", "Replace"}, {"pattern", {{"Regex", "x"}}}, {"content", "y"}}; },
+               "decoder.pattern");
+  expect_error([](json& t) { t["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", -1}, {"stop", 0}}; },
+               "decoder.start");
 }
 
 TEST(TokenizerHostile, MergesReferringToUnknownTokens) {

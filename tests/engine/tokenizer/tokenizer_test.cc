@@ -67,13 +67,21 @@ std::string show(const std::vector<int32_t>& ids) {
   return s + "]";
 }
 
-void run_golden(const std::string& name) {
-  std::ifstream in(kGoldenDir / (name + ".jsonl"));
-  ASSERT_TRUE(in) << "missing golden file " << (kGoldenDir / (name + ".jsonl"));
+// `golden`: a .jsonl of make_golden.py; `tokenizer`: the file it was made with, else the one its
+// header names.
+void run_golden_file(const std::string& name, const fs::path& golden, const fs::path& tokenizer = {}) {
+  if (!fs::exists(golden) && !tokenizer.empty()) {
+    const char* skip = std::getenv("RLRUN_SKIP_MODEL_TESTS");
+    if (skip != nullptr && std::string(skip) == "1") GTEST_SKIP() << golden << " missing (RLRUN_SKIP_MODEL_TESTS=1)";
+    FAIL() << golden << " is missing: run scripts/setup.sh --test (or scripts/fetch-test-models.sh) to make it, "
+           << "or set RLRUN_SKIP_MODEL_TESTS=1 to skip this test";
+  }
+  std::ifstream in(golden);
+  ASSERT_TRUE(in) << "missing golden file " << golden;
   std::string line;
   std::getline(in, line);
   const json header = json::parse(line);
-  const fs::path path = tokenizer_path(header["tokenizer"].get<std::string>());
+  const fs::path path = tokenizer.empty() ? tokenizer_path(header["tokenizer"].get<std::string>()) : tokenizer;
   if (!fs::exists(path)) {
     const char* skip = std::getenv("RLRUN_SKIP_MODEL_TESTS");
     if (skip != nullptr && std::string(skip) == "1") GTEST_SKIP() << path << " missing (RLRUN_SKIP_MODEL_TESTS=1)";
@@ -121,11 +129,26 @@ void run_golden(const std::string& name) {
                          << "tests/engine/tokenizer/tokenizer_golden/make_golden.py)";
 }
 
+void run_golden(const std::string& name) { run_golden_file(name, kGoldenDir / (name + ".jsonl")); }
+
+// SentencePiece-style BPE (byte_fallback, Metaspace / Prepend+Replace, Sequence decoders) and
+// transformers' conversion of the SmolLM2 GGUF: tokenizer and golden both made at fetch time by
+// tokenizer_golden/make_sp_golden.py into <models>/sp-tokenizers/<name>/.
+void run_sp_golden(const std::string& name) {
+  const fs::path dir = models_dir() / "sp-tokenizers" / name;
+  run_golden_file(name, dir / "golden.jsonl", dir / "tokenizer.json");
+}
+
 TEST(TokenizerGolden, Tiny) { run_golden("tiny"); }
 TEST(TokenizerGolden, TinySplitNfcAddedTokenFlags) { run_golden("tiny_split"); }
 TEST(TokenizerGolden, TinySplitBehaviorsNfkcIgnoreMerges) { run_golden("tiny_behaviors"); }
 TEST(TokenizerGolden, SmolLM2) { run_golden("smollm2"); }
 TEST(TokenizerGolden, ClaudeV1) { run_golden("claude_v1"); }
+TEST(TokenizerGolden, SentencePieceLegacyPrependReplace) { run_sp_golden("sp_legacy"); }
+TEST(TokenizerGolden, SentencePieceMetaspaceFirst) { run_sp_golden("sp_metaspace"); }
+TEST(TokenizerGolden, SentencePieceMetaspaceSplitAlways) { run_sp_golden("sp_metaspace_split"); }
+TEST(TokenizerGolden, SentencePieceNoPrefix) { run_sp_golden("sp_no_prefix"); }
+TEST(TokenizerGolden, SmolLM2FromGgufByTransformers) { run_sp_golden("smollm2_gguf"); }
 
 // ---------------------------------------------------------------- the small tokenizer
 
