@@ -159,8 +159,10 @@ struct TokenizerImpl {
 
 // Text stages (tokenizer/text.cc).
 // NFC/NFD/NFKC/NFKD via utf8proc (maximal invalid UTF-8 byte runs are kept as they are), Prepend,
-// literal Replace, Strip.
-std::string normalize(std::string_view text, const std::vector<NormalizerStep>& steps);
+// literal Replace, Strip. `starts_at_origin` (optional) is set false when the first char of the
+// result no longer stems from the first char of `text` (HF offsets; Metaspace "first" reads them).
+std::string normalize(std::string_view text, const std::vector<NormalizerStep>& steps,
+                      bool* starts_at_origin = nullptr);
 // Runs the Split / Metaspace steps then ByteLevel over `text`, calling emit(word) for each final
 // pre-token. `at_start`: `text` starts the input (Metaspace prepend_scheme "first").
 template <class Emit>

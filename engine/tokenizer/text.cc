@@ -172,9 +172,26 @@ std::string replace_literal(std::string_view text, std::string_view pattern, std
   return replace_all(text, pattern, content);
 }
 
-std::string normalize(std::string_view text, const std::vector<NormalizerStep>& steps) {
+// Whether a Replace of `pattern` by `content` moves the first char of `text` off the text's first
+// original char: HF aligns the chars replacing a multi-char match with the match's last char, and a
+// deletion leaves the next char first.
+bool replace_moves_start(std::string_view text, const NormalizerStep& step) {
+  if (text.substr(0, step.text.size()) != step.text) return false;
+  size_t i = 0;
+  next_code_point(step.text, &i);
+  return i < step.text.size() || step.content.empty();
+}
+
+std::string normalize(std::string_view text, const std::vector<NormalizerStep>& steps, bool* starts_at_origin) {
   std::string current(text);
   for (const NormalizerStep& step : steps) {
+    if (starts_at_origin != nullptr && !current.empty()) {
+      if (step.kind == NormalizerKind::kReplace && replace_moves_start(current, step)) *starts_at_origin = false;
+      size_t i = 0;
+      if (step.kind == NormalizerKind::kStrip && step.strip_left && is_unicode_whitespace(next_code_point(current, &i))) {
+        *starts_at_origin = false;
+      }
+    }
     switch (step.kind) {
       case NormalizerKind::kNFC: case NormalizerKind::kNFD: case NormalizerKind::kNFKC: case NormalizerKind::kNFKD:
         current = normalize_form(current, utf8proc_options(step.kind));

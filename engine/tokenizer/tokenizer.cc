@@ -105,15 +105,16 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
     if (seg.id >= 0) { ids.push_back(seg.id); continue; }
     std::string_view piece = text.substr(seg.start, seg.end - seg.start);
     std::string normalized;
+    bool starts_at_origin = seg.start == 0;
     if (!impl.normalizers.empty()) {
-      normalized = normalize(piece, impl.normalizers);
+      normalized = normalize(piece, impl.normalizers, &starts_at_origin);
       piece = normalized;
     }
     norm_segments.clear();
     find_added_tokens(piece, impl.added_normalized, impl.added_normalized_first, &norm_segments);
     for (const Segment& nseg : norm_segments) {
       if (nseg.id >= 0) { ids.push_back(nseg.id); continue; }
-      const bool at_start = seg.start == 0 && nseg.start == 0;
+      const bool at_start = starts_at_origin && nseg.start == 0;
       pre_tokenize(impl, piece.substr(nseg.start, nseg.end - nseg.start), at_start,
                    [&](std::string_view word) { encode_word_cached(impl, word, &ids); });
     }

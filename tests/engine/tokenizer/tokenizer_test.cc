@@ -148,6 +148,7 @@ TEST(TokenizerGolden, SentencePieceLegacyPrependReplace) { run_sp_golden("sp_leg
 TEST(TokenizerGolden, SentencePieceMetaspaceFirst) { run_sp_golden("sp_metaspace"); }
 TEST(TokenizerGolden, SentencePieceMetaspaceSplitAlways) { run_sp_golden("sp_metaspace_split"); }
 TEST(TokenizerGolden, SentencePieceNoPrefix) { run_sp_golden("sp_no_prefix"); }
+TEST(TokenizerGolden, SentencePieceMixedStepsNoFallback) { run_sp_golden("sp_mixed_steps"); }
 TEST(TokenizerGolden, SmolLM2FromGgufByTransformers) { run_sp_golden("smollm2_gguf"); }
 
 // ---------------------------------------------------------------- the small tokenizer

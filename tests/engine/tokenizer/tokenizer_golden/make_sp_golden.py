@@ -11,6 +11,8 @@ No model hub is reachable, so the files are made the way HF makes them:
                 prepend_scheme "first")
   sp_no_prefix/ legacy=False, add_prefix_space=False (prepend_scheme "never")
   sp_metaspace_split/ sp_metaspace with a Metaspace decoder and pre-tokenizer (split, "always")
+  sp_mixed_steps/ sp_metaspace edited to use the remaining steps (Strip, NFKC, Digits, Split before
+                Metaspace, Strip decoder) and no byte fallback
   smollm2_gguf/ transformers' own conversion of the SmolLM2 GGUF's tokenizer (byte_fallback set,
                 a Sequence decoder)
 Each NAME/ holds tokenizer.json and golden.jsonl (the format of make_golden.py, whose texts it
@@ -98,6 +100,21 @@ def main():
             tok["decoder"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always",
                               "split": True}
             write_json(json.dumps(tok, ensure_ascii=False), os.path.join(root, "sp_metaspace_split"))
+            # what no converted file here has: Strip and NFKC normalizers, Digits and a String Split
+            # before Metaspace, a Metaspace decoder with "never", and no byte fallback (unk, fused)
+            tok = json.loads(tok_json)
+            tok["normalizer"] = {"type": "Sequence", "normalizers": [
+                {"type": "Strip", "strip_left": False, "strip_right": True}, {"type": "NFKC"},
+                {"type": "Replace", "pattern": {"String": "ab"}, "content": "b a"}]}
+            tok["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+                {"type": "Digits", "individual_digits": True},
+                {"type": "Split", "pattern": {"String": "\n"}, "behavior": "Isolated", "invert": False},
+                {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True}]}
+            tok["decoder"] = {"type": "Sequence", "decoders": [
+                {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never", "split": True},
+                {"type": "Strip", "content": "x", "start": 2, "stop": 0}]}  # HF panics when start and stop cuts overlap
+            tok["model"]["byte_fallback"] = False
+            write_json(json.dumps(tok, ensure_ascii=False), os.path.join(root, "sp_mixed_steps"))
     gguf = os.path.join(models, "smollm2-135m-instruct.Q4_1.gguf")
     if os.path.exists(gguf):
         tok = transformers.AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(gguf)),
