@@ -217,5 +217,49 @@ TEST(TinyTokenizer, ConcurrentEncodeMatchesSerial) {
   for (int w = 0; w < 4; ++w) EXPECT_EQ(mismatches[w], 0) << "thread " << w;
 }
 
+// ---------------------------------------------------------------- SentencePiece-style BPE
+
+// A Llama 2 style file in miniature (ids 3..258 are <0x00>..<0xFF>); expected values from HF
+// tokenizers 0.20.3 on the same JSON, so this runs without the fetched models.
+json sp_tiny() {
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  const char* hex = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) vocab[std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">"] = 3 + b;
+  for (const char* t : {"\u2581", "a", "b", "\u2581a", "ab", "\u2581ab"}) vocab[t] = static_cast<int>(vocab.size());
+  json added = json::array();
+  for (auto [content, id] : {std::pair{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}}) {
+    added.push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+  }
+  return {
+      {"added_tokens", added},
+      {"normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "Prepend"}, {"prepend", "\u2581"}},
+                                                             {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"post_processor", {{"type", "TemplateProcessing"}, {"single", json::array()}, {"pair", json::array()}, {"special_tokens", json::object()}}},
+      {"decoder", {{"type", "Sequence"}, {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                                                       {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
+                                                       {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true},
+                 {"ignore_merges", false}, {"vocab", vocab}, {"merges", {"\u2581 a", "a b", "\u2581a b"}}}},
+  };
+}
+
+TEST(SentencePieceTokenizer, PrependReplaceByteFallbackLikeHf) {
+  auto tok = Tokenizer::from_json(sp_tiny().dump(), "sp_tiny.json");
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  EXPECT_EQ(tok->encode("ab ab"), (std::vector<int32_t>{264, 264}));
+  EXPECT_EQ(tok->encode("a\u00e9"), (std::vector<int32_t>{262, 3 + 0xC3, 3 + 0xA9}));  // é: byte fallback
+  EXPECT_EQ(tok->encode("<s>ab b"), (std::vector<int32_t>{1, 264, 259, 261}));  // no BOS added; "b" unprefixed
+  EXPECT_EQ(tok->encode("  a"), (std::vector<int32_t>{259, 259, 262}));
+  EXPECT_TRUE(tok->encode("").empty());
+  const std::vector<int32_t> bos_ab_b = {1, 264, 259, 261}, partial = {3 + 0xC3}, e_acute = {3 + 0xC3, 3 + 0xA9};
+  EXPECT_EQ(*tok->decode(bos_ab_b), "<s> ab b");
+  EXPECT_EQ(*tok->decode(bos_ab_b, {.skip_special_tokens = true}), "ab b");
+  EXPECT_EQ(*tok->decode(partial), "\xEF\xBF\xBD");  // an incomplete character: U+FFFD per byte
+  EXPECT_EQ(*tok->decode(partial, {.lossy_utf8 = false}), "\xC3");
+  EXPECT_EQ(*tok->decode(e_acute), "\u00e9");
+}
+
 }  // namespace
 }  // namespace rlrun::engine
