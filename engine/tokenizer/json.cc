@@ -15,6 +15,9 @@ using nlohmann::json;
 // Nested Sequences deeper than this are refused (the parser recurses once per level).
 constexpr int kMaxSequenceDepth = 16;
 
+// How many times longer the Replace normalizers may make a text (see check_normalizer_growth).
+constexpr double kMaxNormalizerGrowth = 64;
+
 // Ids size per-id tables: a larger id in a file is an error, not a multi-GB allocation.
 // Ids must also be dense-ish (see check_ids_dense), so memory stays proportional to the file.
 constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
@@ -65,6 +68,9 @@ class Parser {
   Status parse_normalizer(const json& n, const std::string& path, int depth, TokenizerImpl* impl) const;
   Status parse_pre_tokenizer(const json& p, const std::string& path, bool last, int depth,
                              TokenizerImpl* impl) const;
+  // Replace steps that each lengthen the text multiply: a file whose steps could grow a text more
+  // than kMaxNormalizerGrowth-fold is refused, not run out of memory on.
+  Status check_normalizer_growth(const std::vector<NormalizerStep>& steps) const;
   Status parse_decoder(const json& d, const std::string& path, int depth, TokenizerImpl* impl) const;
   Status parse_metaspace(const json& p, const std::string& path, MetaspaceStep* step) const;
   // A {"String": s} pattern (HF Replace); a {"Regex": ...} one is refused, naming `path`.
@@ -278,6 +284,21 @@ Result<std::string> Parser::get_string_pattern(const json& obj, const std::strin
   return text;
 }
 
+Status Parser::check_normalizer_growth(const std::vector<NormalizerStep>& steps) const {
+  double growth = 1;
+  for (const NormalizerStep& step : steps) {
+    // NFKC and friends grow a char at most 18-fold (U+FDFA), but not again on a second pass.
+    if (step.kind == NormalizerKind::kReplace && step.content.size() > step.text.size()) {
+      growth *= static_cast<double>(step.content.size()) / static_cast<double>(step.text.size());
+    }
+  }
+  if (growth > kMaxNormalizerGrowth) {
+    return error("normalizer", str("its Replace steps could grow a text ", growth, "-fold (at most ",
+                                   kMaxNormalizerGrowth, " is accepted)"));
+  }
+  return Status::ok_status();
+}
+
 Status Parser::parse_metaspace(const json& p, const std::string& path, MetaspaceStep* step) const {
   RLRUN_ASSIGN_OR_RETURN(step->replacement, get_string(p, path, "replacement"));
   size_t end = 0;
@@ -438,6 +459,7 @@ Result<std::shared_ptr<TokenizerImpl>> parse_tokenizer_json(std::string_view jso
   }
   if (const json* n = Parser::member(root, "normalizer")) {
     RLRUN_RETURN_IF_ERROR(parser.parse_normalizer(*n, "normalizer", 0, impl.get()));
+    RLRUN_RETURN_IF_ERROR(parser.check_normalizer_growth(impl->normalizers));
   }
   if (const json* pre = Parser::member(root, "pre_tokenizer")) {
     RLRUN_RETURN_IF_ERROR(parser.parse_pre_tokenizer(*pre, "pre_tokenizer", true, 0, impl.get()));

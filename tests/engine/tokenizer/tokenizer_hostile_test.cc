@@ -46,8 +46,8 @@ TEST(TokenizerHostile, TruncatedJsonIsAnErrorAtEveryLength) {
   }
 }
 
-TEST(TokenizerHostile, RandomByteMutationsNeverCrash) {
-  const std::string text = tiny_text();
+// Loads 400 randomly mutated copies of `text`; each must load or fail cleanly, and encode/decode.
+void mutations_never_crash(const std::string& text) {
   std::mt19937 rng(7);
   int loaded = 0;
   const std::string alphabet = "\"{}[],:0123456789-.eE abcnul\\\x01\xff";
@@ -69,6 +69,25 @@ TEST(TokenizerHostile, RandomByteMutationsNeverCrash) {
     (void)result->decode(ids);
   }
   EXPECT_GT(loaded, 0);  // some mutations land in harmless places (string contents)
+}
+
+TEST(TokenizerHostile, RandomByteMutationsNeverCrash) { mutations_never_crash(tiny_text()); }
+
+// tiny.json as a SentencePiece-style file: the normalizers, Metaspace and decoders get mutated too.
+TEST(TokenizerHostile, RandomByteMutationsOfSentencePieceStyleNeverCrash) {
+  json tok = json::parse(tiny_text());
+  tok["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "Prepend"}, {"prepend", "\u2581"}},
+                                                              {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}},
+                                                              {{"type", "Strip"}, {"strip_left", false}, {"strip_right", true}}}}};
+  tok["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}},
+                                                                   {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", true}}}}};
+  tok["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                                                        {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
+                                                        {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}},
+                                                        {{"type", "Metaspace"}, {"replacement", "\u2581"}}}}};
+  tok["model"]["byte_fallback"] = true;
+  ASSERT_TRUE(Tokenizer::from_json(tok.dump(), "sp.json").ok());
+  mutations_never_crash(tok.dump(2));
 }
 
 TEST(TokenizerHostile, WrongTypesNameTheField) {
@@ -105,6 +124,11 @@ TEST(TokenizerHostile, WrongTypesNameTheField) {
   expect_error([](json& t) { t["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", ""}}}, {"content", " "}}; },
                "normalizer.pattern.String");
   expect_error([](json& t) { t["normalizer"] = {{"type", "Prepend"}}; }, "normalizer.prepend");
+  expect_error([](json& t) {
+    json doubling = {{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", "aa"}};
+    t["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array()}};
+    for (int i = 0; i < 40; ++i) t["normalizer"]["normalizers"].push_back(doubling);  // 2^40-fold
+  }, "normalizer: its Replace steps could grow");
   expect_error([](json& t) { t["pre_tokenizer"] = {{"type", "Whitespace"}}; }, "pre_tokenizer");
   expect_error([](json& t) { t["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "ab"}}; },
                "pre_tokenizer.replacement");
