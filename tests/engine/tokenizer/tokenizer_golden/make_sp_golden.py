@@ -125,7 +125,15 @@ def main():
     for k, name in enumerate(sorted(os.listdir(root))):
         path = os.path.join(root, name, "tokenizer.json")
         if os.path.exists(path):
-            make_golden.write_golden(name, path, os.path.join(root, name, "golden.jsonl"), 250, 20 + k)
+            golden = os.path.join(root, name, "golden.jsonl")
+            make_golden.write_golden(name, path, golden, 250, 20 + k)
+            with open(golden, encoding="utf-8") as f:  # the header names the file as under MODELS
+                lines = f.readlines()
+            header = json.loads(lines[0])
+            header["tokenizer"] = f"build/models/sp-tokenizers/{name}/tokenizer.json"
+            lines[0] = json.dumps(header, ensure_ascii=False) + "\n"
+            with open(golden, "w", encoding="utf-8") as f:
+                f.writelines(lines)
 
 
 if __name__ == "__main__":
