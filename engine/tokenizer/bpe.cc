@@ -53,24 +53,42 @@ uint64_t pair_key(int32_t a, int32_t b) {
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>* out) const {
   if (ignore_merges) {
     std::string mapped;
-    for (unsigned char b : word) mapped += byte_to_unicode()[b];
-    if (auto it = vocab.find(mapped); it != vocab.end()) {
+    if (byte_level) {
+      for (unsigned char b : word) mapped += byte_to_unicode()[b];
+    }
+    if (auto it = vocab.find(byte_level ? std::string_view(mapped) : word); it != vocab.end()) {
       out->push_back(it->second);
       return;
     }
   }
   std::vector<Symbol> symbols;
   symbols.reserve(word.size());
-  for (unsigned char b : word) {
-    int32_t id = byte_ids[b];
-    if (id < 0) {
-      if (unk_id < 0) continue;  // no unk token: the byte is dropped, as HF does
-      if (fuse_unk && !symbols.empty() && symbols.back().id == unk_id) continue;
-      id = unk_id;
-    }
+  auto push = [&](int32_t id) {
     int32_t pos = static_cast<int32_t>(symbols.size());
     symbols.push_back({id, pos - 1, -1, true});
     if (pos > 0) symbols[pos - 1].next = pos;
+  };
+  // One char (its text `chr`): its id, else its byte tokens, else unk, else nothing (HF merge_word).
+  auto push_char = [&](int32_t id, std::string_view chr) {
+    if (id >= 0) return push(id);
+    if (byte_fallback && std::all_of(chr.begin(), chr.end(), [&](char b) { return fallback_ids[static_cast<uint8_t>(b)] >= 0; })) {
+      for (char b : chr) push(fallback_ids[static_cast<uint8_t>(b)]);
+      return;
+    }
+    if (unk_id < 0) return;  // no unk token: the char is dropped, as HF does
+    if (fuse_unk && !symbols.empty() && symbols.back().id == unk_id) return;
+    push(unk_id);
+  };
+  if (byte_level) {
+    for (unsigned char b : word) push_char(byte_ids[b], byte_to_unicode()[b]);
+  } else {
+    for (size_t i = 0; i < word.size();) {  // an invalid byte is a char of its own (never in the vocab)
+      size_t start = i;
+      bool valid = next_code_point(word, &i) >= 0;
+      std::string_view chr = word.substr(start, i - start);
+      auto it = valid ? vocab.find(chr) : vocab.end();
+      push_char(it == vocab.end() ? -1 : it->second, chr);
+    }
   }
 
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;

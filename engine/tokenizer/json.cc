@@ -15,6 +15,9 @@ using nlohmann::json;
 // Nested Sequences deeper than this are refused (the parser recurses once per level).
 constexpr int kMaxSequenceDepth = 16;
 
+// How many times longer the Replace normalizers may make a text (see check_normalizer_growth).
+constexpr double kMaxNormalizerGrowth = 64;
+
 // Ids size per-id tables: a larger id in a file is an error, not a multi-GB allocation.
 // Ids must also be dense-ish (see check_ids_dense), so memory stays proportional to the file.
 constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
@@ -65,7 +68,13 @@ class Parser {
   Status parse_normalizer(const json& n, const std::string& path, int depth, TokenizerImpl* impl) const;
   Status parse_pre_tokenizer(const json& p, const std::string& path, bool last, int depth,
                              TokenizerImpl* impl) const;
-  Status check_decoder(const json* decoder) const;
+  // Replace steps that each lengthen the text multiply: a file whose steps could grow a text more
+  // than kMaxNormalizerGrowth-fold is refused, not run out of memory on.
+  Status check_normalizer_growth(const std::vector<NormalizerStep>& steps) const;
+  Status parse_decoder(const json& d, const std::string& path, int depth, TokenizerImpl* impl) const;
+  Status parse_metaspace(const json& p, const std::string& path, MetaspaceStep* step) const;
+  // A {"String": s} pattern (HF Replace); a {"Regex": ...} one is refused, naming `path`.
+  Result<std::string> get_string_pattern(const json& obj, const std::string& path) const;
 
  private:
   std::string source_;
@@ -74,19 +83,18 @@ class Parser {
 Status Parser::parse_model(const json& model, TokenizerImpl* impl) const {
   if (!model.is_object()) return error("model", str("expected an object, got ", model.type_name()));
   RLRUN_ASSIGN_OR_RETURN(std::string type, get_string(model, "model", "type"));
-  if (type != "BPE") return error("model.type", str("`", type, "` is not supported (only byte-level BPE)"));
+  if (type != "BPE") return error("model.type", str("`", type, "` is not supported (only BPE)"));
   if (const json* d = member(model, "dropout"); d != nullptr && !(d->is_number() && d->get<double>() == 0.0)) {
     return error("model.dropout", "BPE dropout is not supported (expected null)");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const json* v = member(model, key);
     if (v != nullptr && !(v->is_string() && v->get<std::string>().empty())) {
-      return error(str("model.", key), "is not supported by byte-level BPE (expected null)");
+      return error(str("model.", key), "is not supported (expected null)");
     }
   }
-  RLRUN_ASSIGN_OR_RETURN(bool byte_fallback, get_bool(model, "model", "byte_fallback", false));
-  if (byte_fallback) return error("model.byte_fallback", "is not supported (byte-level BPE needs no fallback)");
   BpeModel& bpe = impl->bpe;
+  RLRUN_ASSIGN_OR_RETURN(bpe.byte_fallback, get_bool(model, "model", "byte_fallback", false));
   RLRUN_ASSIGN_OR_RETURN(bpe.fuse_unk, get_bool(model, "model", "fuse_unk", false));
   RLRUN_ASSIGN_OR_RETURN(bpe.ignore_merges, get_bool(model, "model", "ignore_merges", false));
 
@@ -170,19 +178,33 @@ Status Parser::parse_normalizer(const json& n, const std::string& path, int dept
   if (!n.is_object()) return error(path, str("expected an object, got ", n.type_name()));
   if (depth > kMaxSequenceDepth) return error(path, str("Sequences nested deeper than ", kMaxSequenceDepth));
   RLRUN_ASSIGN_OR_RETURN(std::string type, get_string(n, path, "type"));
-  if (type == "NFC") impl->normalizers.push_back(NormalizerKind::kNFC);
-  else if (type == "NFD") impl->normalizers.push_back(NormalizerKind::kNFD);
-  else if (type == "NFKC") impl->normalizers.push_back(NormalizerKind::kNFKC);
-  else if (type == "NFKD") impl->normalizers.push_back(NormalizerKind::kNFKD);
-  else if (type == "Sequence") {
+  NormalizerStep step;
+  if (type == "NFC") step.kind = NormalizerKind::kNFC;
+  else if (type == "NFD") step.kind = NormalizerKind::kNFD;
+  else if (type == "NFKC") step.kind = NormalizerKind::kNFKC;
+  else if (type == "NFKD") step.kind = NormalizerKind::kNFKD;
+  else if (type == "Prepend") {
+    step.kind = NormalizerKind::kPrepend;
+    RLRUN_ASSIGN_OR_RETURN(step.text, get_string(n, path, "prepend"));
+  } else if (type == "Replace") {
+    step.kind = NormalizerKind::kReplace;
+    RLRUN_ASSIGN_OR_RETURN(step.text, get_string_pattern(n, path));
+    RLRUN_ASSIGN_OR_RETURN(step.content, get_string(n, path, "content"));
+  } else if (type == "Strip") {
+    step.kind = NormalizerKind::kStrip;
+    RLRUN_ASSIGN_OR_RETURN(step.strip_left, get_bool(n, path, "strip_left", true));
+    RLRUN_ASSIGN_OR_RETURN(step.strip_right, get_bool(n, path, "strip_right", true));
+  } else if (type == "Sequence") {
     const json* list = member(n, "normalizers");
     if (list == nullptr || !list->is_array()) return error(path + ".normalizers", "missing or not a list");
     for (size_t i = 0; i < list->size(); ++i) {
       RLRUN_RETURN_IF_ERROR(parse_normalizer((*list)[i], str(path, ".normalizers[", i, "]"), depth + 1, impl));
     }
+    return Status::ok_status();
   } else {
-    return error(path + ".type", str("normalizer `", type, "` is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence)"));
+    return error(path + ".type", str("normalizer `", type, "` is not supported (supported: NFC, NFD, NFKC, NFKD, Prepend, Replace, Strip, Sequence)"));
   }
+  impl->normalizers.push_back(std::move(step));
   return Status::ok_status();
 }
 
@@ -221,9 +243,13 @@ Status Parser::parse_pre_tokenizer(const json& p, const std::string& path, bool 
     }
     return Status::ok_status();
   }
-  if (last) return error(path, str("the last pre-tokenizer must be ByteLevel, not `", type, "` (only byte-level BPE is supported)"));
-  SplitStep step;
-  if (type == "Digits") {
+  if (impl->byte_level.present) return error(path, "ByteLevel must be the last pre-tokenizer");
+  PreTokenizerStep pre;
+  SplitStep& step = pre.split;
+  if (type == "Metaspace") {
+    pre.is_metaspace = true;
+    RLRUN_RETURN_IF_ERROR(parse_metaspace(p, path, &pre.metaspace));
+  } else if (type == "Digits") {
     RLRUN_ASSIGN_OR_RETURN(bool individual, get_bool(p, path, "individual_digits", false));
     RLRUN_ASSIGN_OR_RETURN(step.regex, Regex::compile(individual ? R"(\p{N})" : R"(\p{N}+)", false));
   } else if (type == "Split") {
@@ -241,22 +267,112 @@ Status Parser::parse_pre_tokenizer(const json& p, const std::string& path, bool 
     step.behavior = *b;
     RLRUN_ASSIGN_OR_RETURN(step.invert, get_bool(p, path, "invert", false));
   } else {
-    return error(path + ".type", str("pre-tokenizer `", type, "` is not supported (supported: ByteLevel, Split, Digits, Sequence)"));
+    return error(path + ".type", str("pre-tokenizer `", type, "` is not supported (supported: ByteLevel, Metaspace, Split, Digits, Sequence)"));
   }
-  impl->split_steps.push_back(std::move(step));
+  impl->pre_steps.push_back(std::move(pre));
   return Status::ok_status();
 }
 
-Status Parser::check_decoder(const json* decoder) const {
-  if (decoder == nullptr) return error("decoder", "missing (expected {\"type\": \"ByteLevel\"})");
-  if (!decoder->is_object()) return error("decoder", str("expected an object, got ", decoder->type_name()));
-  RLRUN_ASSIGN_OR_RETURN(std::string type, get_string(*decoder, "decoder", "type"));
-  if (type != "ByteLevel") return error("decoder.type", str("decoder `", type, "` is not supported (only ByteLevel)"));
+Result<std::string> Parser::get_string_pattern(const json& obj, const std::string& path) const {
+  const json* pattern = member(obj, "pattern");
+  if (pattern == nullptr || !pattern->is_object()) return error(path + ".pattern", "missing or not an object {\"String\": ...}");
+  if (pattern->contains("Regex")) {
+    return error(path + ".pattern", "a Regex pattern is not supported here (only {\"String\": ...})");
+  }
+  RLRUN_ASSIGN_OR_RETURN(std::string text, get_string(*pattern, path + ".pattern", "String"));
+  if (text.empty()) return error(path + ".pattern.String", "is empty");
+  return text;
+}
+
+Status Parser::check_normalizer_growth(const std::vector<NormalizerStep>& steps) const {
+  double growth = 1;
+  for (const NormalizerStep& step : steps) {
+    // NFKC and friends grow a char at most 18-fold (U+FDFA), but not again on a second pass.
+    if (step.kind == NormalizerKind::kReplace && step.content.size() > step.text.size()) {
+      growth *= static_cast<double>(step.content.size()) / static_cast<double>(step.text.size());
+    }
+  }
+  if (growth > kMaxNormalizerGrowth) {
+    return error("normalizer", str("its Replace steps could grow a text ", growth, "-fold (at most ",
+                                   kMaxNormalizerGrowth, " is accepted)"));
+  }
   return Status::ok_status();
 }
 
-// The bytes a token decodes to: each char mapped back through the byte-level table, or, when a
-// char is not in it (added tokens such as "<|im_start|>" with a space), the token's own bytes.
+Status Parser::parse_metaspace(const json& p, const std::string& path, MetaspaceStep* step) const {
+  RLRUN_ASSIGN_OR_RETURN(step->replacement, get_string(p, path, "replacement"));
+  size_t end = 0;
+  if (step->replacement.empty() || next_code_point(step->replacement, &end) < 0 || end != step->replacement.size()) {
+    return error(path + ".replacement", "must be one character");
+  }
+  RLRUN_ASSIGN_OR_RETURN(step->split, get_bool(p, path, "split", true));
+  std::string scheme = "always";
+  if (member(p, "prepend_scheme") != nullptr) {
+    RLRUN_ASSIGN_OR_RETURN(scheme, get_string(p, path, "prepend_scheme"));
+  } else if (member(p, "add_prefix_space") != nullptr) {  // files from before prepend_scheme
+    RLRUN_ASSIGN_OR_RETURN(bool add, get_bool(p, path, "add_prefix_space", true));
+    scheme = add ? "always" : "never";
+  }
+  if (scheme == "always") step->prepend_scheme = PrependScheme::kAlways;
+  else if (scheme == "first") step->prepend_scheme = PrependScheme::kFirst;
+  else if (scheme == "never") step->prepend_scheme = PrependScheme::kNever;
+  else return error(path + ".prepend_scheme", str("`", scheme, "` is not one of always, first, never"));
+  RLRUN_ASSIGN_OR_RETURN(step->splitter.regex, Regex::compile(step->replacement, true));
+  step->splitter.behavior = SplitBehavior::kMergedWithNext;
+  return Status::ok_status();
+}
+
+Status Parser::parse_decoder(const json& d, const std::string& path, int depth, TokenizerImpl* impl) const {
+  if (!d.is_object()) return error(path, str("expected an object, got ", d.type_name()));
+  if (depth > kMaxSequenceDepth) return error(path, str("Sequences nested deeper than ", kMaxSequenceDepth));
+  RLRUN_ASSIGN_OR_RETURN(std::string type, get_string(d, path, "type"));
+  if (type == "Sequence") {
+    const json* list = member(d, "decoders");
+    if (list == nullptr || !list->is_array()) return error(path + ".decoders", "missing or not a list");
+    for (size_t i = 0; i < list->size(); ++i) {
+      RLRUN_RETURN_IF_ERROR(parse_decoder((*list)[i], str(path, ".decoders[", i, "]"), depth + 1, impl));
+    }
+    return Status::ok_status();
+  }
+  DecoderStep step;
+  if (type == "ByteLevel") {
+    step.kind = DecoderKind::kByteLevel;
+  } else if (type == "ByteFallback") {
+    step.kind = DecoderKind::kByteFallback;
+  } else if (type == "Fuse") {
+    step.kind = DecoderKind::kFuse;
+  } else if (type == "Replace") {
+    step.kind = DecoderKind::kReplace;
+    RLRUN_ASSIGN_OR_RETURN(step.pattern, get_string_pattern(d, path));
+    RLRUN_ASSIGN_OR_RETURN(step.content, get_string(d, path, "content"));
+  } else if (type == "Strip") {
+    step.kind = DecoderKind::kStrip;
+    RLRUN_ASSIGN_OR_RETURN(step.content, get_string(d, path, "content"));
+    size_t end = 0;
+    if (step.content.empty() || next_code_point(step.content, &end) < 0 || end != step.content.size()) {
+      return error(path + ".content", "must be one character");
+    }
+    for (auto [key, field] : {std::pair{"start", &step.start}, std::pair{"stop", &step.stop}}) {
+      const json* v = member(d, key);
+      if (v == nullptr || !v->is_number_unsigned()) return error(str(path, ".", key), "missing or not a count");
+      *field = static_cast<int32_t>(std::min<uint64_t>(v->get<uint64_t>(), 1 << 20));
+    }
+  } else if (type == "Metaspace") {
+    step.kind = DecoderKind::kMetaspace;
+    MetaspaceStep m;
+    RLRUN_RETURN_IF_ERROR(parse_metaspace(d, path, &m));
+    step.replacement = m.replacement;
+    step.metaspace_prepend = m.prepend_scheme != PrependScheme::kNever;
+  } else {
+    return error(path + ".type", str("decoder `", type, "` is not supported (supported: ByteLevel, ByteFallback, "
+                                     "Fuse, Replace, Strip, Metaspace, Sequence)"));
+  }
+  impl->decoders.push_back(std::move(step));
+  return Status::ok_status();
+}
+
+}  // namespace
+
 std::string token_bytes(const std::string& token) {
   static const std::unordered_map<int32_t, char> char_to_byte = [] {
     std::unordered_map<int32_t, char> m;
@@ -275,6 +391,8 @@ std::string token_bytes(const std::string& token) {
   }
   return out;
 }
+
+namespace {
 
 int32_t max_token_id(const TokenizerImpl& impl) {
   int32_t max_id = -1;
@@ -309,9 +427,13 @@ void build_id_tables(TokenizerImpl* impl) {
       return a->content.size() > b->content.size();
     });
   }
+  static const char* kHex = "0123456789ABCDEF";
   for (int b = 0; b < 256; ++b) {
     auto it = impl->bpe.vocab.find(byte_to_unicode()[b]);
     impl->bpe.byte_ids[b] = it == impl->bpe.vocab.end() ? -1 : it->second;
+    const std::string byte_token = str("<0x", kHex[b >> 4], kHex[b & 15], ">");  // HF format!("<{:#04X}>")
+    it = impl->bpe.vocab.find(byte_token);
+    impl->bpe.fallback_ids[b] = it == impl->bpe.vocab.end() ? -1 : it->second;
   }
 }
 
@@ -337,12 +459,18 @@ Result<std::shared_ptr<TokenizerImpl>> parse_tokenizer_json(std::string_view jso
   }
   if (const json* n = Parser::member(root, "normalizer")) {
     RLRUN_RETURN_IF_ERROR(parser.parse_normalizer(*n, "normalizer", 0, impl.get()));
+    RLRUN_RETURN_IF_ERROR(parser.check_normalizer_growth(impl->normalizers));
   }
-  const json* pre = Parser::member(root, "pre_tokenizer");
-  if (pre == nullptr) return parser.error("pre_tokenizer", "missing (byte-level BPE needs a ByteLevel pre-tokenizer)");
-  RLRUN_RETURN_IF_ERROR(parser.parse_pre_tokenizer(*pre, "pre_tokenizer", true, 0, impl.get()));
-  if (!impl->byte_level.present) return parser.error("pre_tokenizer", "has no ByteLevel step (only byte-level BPE is supported)");
-  RLRUN_RETURN_IF_ERROR(parser.check_decoder(Parser::member(root, "decoder")));
+  if (const json* pre = Parser::member(root, "pre_tokenizer")) {
+    RLRUN_RETURN_IF_ERROR(parser.parse_pre_tokenizer(*pre, "pre_tokenizer", true, 0, impl.get()));
+  }
+  impl->bpe.byte_level = impl->byte_level.present;
+  if (const json* decoder = Parser::member(root, "decoder")) {
+    RLRUN_RETURN_IF_ERROR(parser.parse_decoder(*decoder, "decoder", 0, impl.get()));
+  } else {
+    impl->has_decoder = false;
+  }
+  // post_processor (e.g. TemplateProcessing adding BOS) is not read: encode() adds no special tokens.
   const size_t n_tokens = impl->bpe.vocab.size() + impl->added.size();
   if (static_cast<size_t>(max_token_id(*impl)) >= 2 * n_tokens + 1024) {
     return parser.error("model.vocab", str("ids are sparse: the largest is ", max_token_id(*impl), " for only ",

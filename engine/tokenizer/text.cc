@@ -98,6 +98,7 @@ int utf8proc_options(NormalizerKind kind) {
     case NormalizerKind::kNFD: return UTF8PROC_STABLE | UTF8PROC_DECOMPOSE;
     case NormalizerKind::kNFKC: return UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
     case NormalizerKind::kNFKD: return UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+    default: break;
   }
   return 0;
 }
@@ -119,22 +120,92 @@ void normalize_run(std::string_view run, int options, std::string* out) {
 
 }  // namespace
 
-std::string normalize(std::string_view text, const std::vector<NormalizerKind>& kinds) {
+namespace {
+
+// Applies one Unicode normalization form (utf8proc options) around invalid UTF-8 runs.
+std::string normalize_form(const std::string& current, int options) {
+  std::string out;
+  out.reserve(current.size());
+  size_t run_start = 0, i = 0;
+  while (i < current.size()) {
+    size_t at = i;
+    if (next_code_point(current, &i) >= 0) continue;
+    normalize_run(std::string_view(current).substr(run_start, at - run_start), options, &out);
+    out.append(current, at, i - at);  // invalid bytes pass through untouched
+    run_start = i;
+  }
+  normalize_run(std::string_view(current).substr(run_start), options, &out);
+  return out;
+}
+
+// Every non-overlapping occurrence of `pattern`, left to right (HF Replace with a String pattern).
+std::string replace_all(std::string_view text, std::string_view pattern, std::string_view content) {
+  std::string out;
+  size_t pos = 0;
+  while (true) {
+    size_t hit = text.find(pattern, pos);
+    if (hit == std::string_view::npos) break;
+    out.append(text.substr(pos, hit - pos));
+    out.append(content);
+    pos = hit + pattern.size();
+  }
+  out.append(text.substr(pos));
+  return out;
+}
+
+std::string strip_whitespace(const std::string& text, bool left, bool right) {
+  size_t start = 0, end = text.size();
+  while (left && start < end) {
+    size_t next = start;
+    if (!is_unicode_whitespace(next_code_point(text, &next))) break;
+    start = next;
+  }
+  while (right && end > start && is_unicode_whitespace(last_code_point(text, end))) {
+    do --end; while (end > start && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80);
+  }
+  return text.substr(start, end - start);
+}
+
+}  // namespace
+
+std::string replace_literal(std::string_view text, std::string_view pattern, std::string_view content) {
+  return replace_all(text, pattern, content);
+}
+
+// Whether a Replace of `pattern` by `content` moves the first char of `text` off the text's first
+// original char: HF aligns the chars replacing a multi-char match with the match's last char, and a
+// deletion leaves the next char first.
+bool replace_moves_start(std::string_view text, const NormalizerStep& step) {
+  if (text.substr(0, step.text.size()) != step.text) return false;
+  size_t i = 0;
+  next_code_point(step.text, &i);
+  return i < step.text.size() || step.content.empty();
+}
+
+std::string normalize(std::string_view text, const std::vector<NormalizerStep>& steps, bool* starts_at_origin) {
   std::string current(text);
-  for (NormalizerKind kind : kinds) {
-    const int options = utf8proc_options(kind);
-    std::string out;
-    out.reserve(current.size());
-    size_t run_start = 0, i = 0;
-    while (i < current.size()) {
-      size_t at = i;
-      if (next_code_point(current, &i) >= 0) continue;
-      normalize_run(std::string_view(current).substr(run_start, at - run_start), options, &out);
-      out.append(current, at, i - at);  // invalid bytes pass through untouched
-      run_start = i;
+  for (const NormalizerStep& step : steps) {
+    if (starts_at_origin != nullptr && !current.empty()) {
+      if (step.kind == NormalizerKind::kReplace && replace_moves_start(current, step)) *starts_at_origin = false;
+      size_t i = 0;
+      if (step.kind == NormalizerKind::kStrip && step.strip_left && is_unicode_whitespace(next_code_point(current, &i))) {
+        *starts_at_origin = false;
+      }
     }
-    normalize_run(std::string_view(current).substr(run_start), options, &out);
-    current.swap(out);
+    switch (step.kind) {
+      case NormalizerKind::kNFC: case NormalizerKind::kNFD: case NormalizerKind::kNFKC: case NormalizerKind::kNFKD:
+        current = normalize_form(current, utf8proc_options(step.kind));
+        break;
+      case NormalizerKind::kPrepend:
+        if (!current.empty()) current.insert(0, step.text);
+        break;
+      case NormalizerKind::kReplace:
+        current = replace_all(current, step.text, step.content);
+        break;
+      case NormalizerKind::kStrip:
+        current = strip_whitespace(current, step.strip_left, step.strip_right);
+        break;
+    }
   }
   return current;
 }
@@ -249,6 +320,30 @@ void split_pieces(const SplitStep& step, std::string_view text, std::vector<std:
   }
   for (const Span& s : merged) {
     if (s.end > s.start) out->push_back(text.substr(s.start, s.end - s.start));
+  }
+}
+
+void pre_tokenize_step(const PreTokenizerStep& step, const std::vector<PrePiece>& in,
+                       std::deque<std::string>* owned, std::vector<PrePiece>* out) {
+  std::vector<std::string_view> parts;
+  for (const PrePiece& piece : in) {
+    std::string_view text = piece.text;
+    if (step.is_metaspace) {
+      const MetaspaceStep& m = step.metaspace;
+      std::string s = replace_all(text, " ", m.replacement);
+      bool prepend = m.prepend_scheme == PrependScheme::kAlways ||
+                     (m.prepend_scheme == PrependScheme::kFirst && piece.at_start);
+      if (prepend && s.compare(0, m.replacement.size(), m.replacement) != 0) s.insert(0, m.replacement);
+      owned->push_back(std::move(s));  // a deque: earlier pieces' views stay valid
+      text = owned->back();
+      if (!m.split) {
+        if (!text.empty()) out->push_back({text, piece.at_start});
+        continue;
+      }
+    }
+    parts.clear();
+    split_pieces(step.is_metaspace ? step.metaspace.splitter : step.split, text, &parts);
+    for (std::string_view part : parts) out->push_back({part, piece.at_start && part.data() == text.data()});
   }
 }
 

@@ -105,15 +105,17 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
     if (seg.id >= 0) { ids.push_back(seg.id); continue; }
     std::string_view piece = text.substr(seg.start, seg.end - seg.start);
     std::string normalized;
+    bool starts_at_origin = seg.start == 0;
     if (!impl.normalizers.empty()) {
-      normalized = normalize(piece, impl.normalizers);
+      normalized = normalize(piece, impl.normalizers, &starts_at_origin);
       piece = normalized;
     }
     norm_segments.clear();
     find_added_tokens(piece, impl.added_normalized, impl.added_normalized_first, &norm_segments);
     for (const Segment& nseg : norm_segments) {
       if (nseg.id >= 0) { ids.push_back(nseg.id); continue; }
-      pre_tokenize(impl, piece.substr(nseg.start, nseg.end - nseg.start),
+      const bool at_start = starts_at_origin && nseg.start == 0;
+      pre_tokenize(impl, piece.substr(nseg.start, nseg.end - nseg.start), at_start,
                    [&](std::string_view word) { encode_word_cached(impl, word, &ids); });
     }
   }
@@ -122,7 +124,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
 
 Result<std::string> Tokenizer::decode(std::span<const int32_t> ids, const DecodeOptions& options) const {
   const TokenizerImpl& impl = *impl_;
-  std::string bytes;
+  std::vector<int32_t> kept;
+  kept.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     int32_t id = ids[i];
     if (id < 0 || static_cast<size_t>(id) >= impl.id_assigned.size() || !impl.id_assigned[id]) {
@@ -130,9 +133,9 @@ Result<std::string> Tokenizer::decode(std::span<const int32_t> ids, const Decode
                                   " is not a token id (vocab size ", vocab_size(), ")"));
     }
     if (options.skip_special_tokens && impl.id_special[id]) continue;
-    bytes += impl.id_bytes[id];
+    kept.push_back(id);
   }
-  return options.lossy_utf8 ? utf8_lossy(bytes) : bytes;
+  return run_decoders(impl, kept, options.lossy_utf8);
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_assigned.size()); }

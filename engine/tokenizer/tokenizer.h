@@ -1,17 +1,24 @@
-// tokenizer.h - HF `tokenizer.json` byte-level BPE: text -> token ids -> text.
+// tokenizer.h - HF `tokenizer.json` BPE: text -> token ids -> text.
 //
-// One tokenizer path for every model: real checkpoints (SmolLM2, GPT-2 style vocabularies) and the
-// small test tokenizer under configs/tokenizers/ go through the same loader and encoder.
+// One tokenizer path for every model: byte-level BPE (GPT-2, Qwen2.5, Llama 3, SmolLM2, the small
+// test tokenizer under configs/tokenizers/) and SentencePiece-style BPE (Llama 2, TinyLlama,
+// Mistral, Gemma: byte_fallback, "▁" for spaces) go through the same loader and encoder.
 //
 // Encoding follows HF `tokenizers` (the reference the golden tests compare against):
 //   1. added tokens (`added_tokens`) are matched first, leftmost-longest, honouring
 //      lstrip / rstrip / single_word; `normalized: false` ones on the raw text, `normalized: true`
 //      ones on the normalized text;
-//   2. the remaining text is normalized (NFC / NFD / NFKC / NFKD, or a Sequence of them);
-//   3. pre-tokenized (Split, Digits, ByteLevel, or a Sequence of them ending in ByteLevel);
-//   4. each pre-token is mapped to byte-level symbols and merged by BPE rank.
-// encode() never adds template tokens (BOS/EOS): the post_processor is ignored, i.e. ids are
-// those of HF `encode(text, add_special_tokens=False)`. Callers add special tokens explicitly.
+//   2. the remaining text is normalized (NFC / NFD / NFKC / NFKD, Prepend, Replace of a string,
+//      Strip, or a Sequence of them);
+//   3. pre-tokenized (Split, Digits, Metaspace, ByteLevel last, a Sequence of them, or none);
+//   4. each pre-token is split into symbols (bytes after ByteLevel, else UTF-8 chars; a char not
+//      in the vocab becomes its <0xNN> tokens under byte_fallback, else unk) and merged by rank.
+// Decoding runs the file's decoders (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace,
+// Sequence). Anything else that would change the ids or the text (a Regex Replace, another model
+// type, normalizer, pre-tokenizer or decoder) is refused at load, naming the field.
+// encode() never adds template tokens (BOS/EOS): the post_processor (e.g. TemplateProcessing) is
+// ignored, i.e. ids are those of HF `encode(text, add_special_tokens=False)`. Callers add special
+// tokens explicitly.
 //
 // Thread safety: a Tokenizer is immutable after load except for an internal word cache guarded
 // by a mutex; encode/decode may be called from any thread. Copies share the loaded state.
@@ -53,8 +60,8 @@ class Tokenizer {
 
   // One past the largest id (vocab and added tokens); ids below it may still be unassigned.
   int32_t vocab_size() const;
-  // The id of a token as written in the file (added token content, or a byte-level vocab entry
-  // such as "Ġthe"); nullopt when absent.
+  // The id of a token as written in the file (added token content, or a vocab entry such as
+  // "Ġthe" or "▁the"); nullopt when absent.
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::optional<std::string> id_to_token(int32_t id) const;
   bool is_special(int32_t id) const;

@@ -46,8 +46,8 @@ TEST(TokenizerHostile, TruncatedJsonIsAnErrorAtEveryLength) {
   }
 }
 
-TEST(TokenizerHostile, RandomByteMutationsNeverCrash) {
-  const std::string text = tiny_text();
+// Loads 400 randomly mutated copies of `text`; each must load or fail cleanly, and encode/decode.
+void mutations_never_crash(const std::string& text) {
   std::mt19937 rng(7);
   int loaded = 0;
   const std::string alphabet = "\"{}[],:0123456789-.eE abcnul\\\x01\xff";
@@ -69,6 +69,25 @@ TEST(TokenizerHostile, RandomByteMutationsNeverCrash) {
     (void)result->decode(ids);
   }
   EXPECT_GT(loaded, 0);  // some mutations land in harmless places (string contents)
+}
+
+TEST(TokenizerHostile, RandomByteMutationsNeverCrash) { mutations_never_crash(tiny_text()); }
+
+// tiny.json as a SentencePiece-style file: the normalizers, Metaspace and decoders get mutated too.
+TEST(TokenizerHostile, RandomByteMutationsOfSentencePieceStyleNeverCrash) {
+  json tok = json::parse(tiny_text());
+  tok["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "Prepend"}, {"prepend", "\u2581"}},
+                                                              {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}},
+                                                              {{"type", "Strip"}, {"strip_left", false}, {"strip_right", true}}}}};
+  tok["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}},
+                                                                   {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", true}}}}};
+  tok["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                                                        {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
+                                                        {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}},
+                                                        {{"type", "Metaspace"}, {"replacement", "\u2581"}}}}};
+  tok["model"]["byte_fallback"] = true;
+  ASSERT_TRUE(Tokenizer::from_json(tok.dump(), "sp.json").ok());
+  mutations_never_crash(tok.dump(2));
 }
 
 TEST(TokenizerHostile, WrongTypesNameTheField) {
@@ -97,11 +116,24 @@ TEST(TokenizerHostile, WrongTypesNameTheField) {
   expect_error([](json& t) { t["added_tokens"][2]["content"] = ""; }, "added_tokens[2].content");
   expect_error([](json& t) { t["added_tokens"][2] = 7; }, "added_tokens[2]");
   expect_error([](json& t) { t["normalizer"] = {{"type", "Lowercase"}}; }, "normalizer.type");
-  expect_error([](json& t) { t["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Strip"}}}}}; },
+  expect_error([](json& t) { t["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}}; },
                "normalizer.normalizers[1].type");
-  expect_error([](json& t) { t["pre_tokenizer"] = nullptr; }, "pre_tokenizer");
+  // A Regex Replace would change the ids: refused, naming the pattern (a String one is supported).
+  expect_error([](json& t) { t["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", " "}}; },
+               "normalizer.pattern");
+  expect_error([](json& t) { t["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", ""}}}, {"content", " "}}; },
+               "normalizer.pattern.String");
+  expect_error([](json& t) { t["normalizer"] = {{"type", "Prepend"}}; }, "normalizer.prepend");
+  expect_error([](json& t) {
+    json doubling = {{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", "aa"}};
+    t["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array()}};
+    for (int i = 0; i < 40; ++i) t["normalizer"]["normalizers"].push_back(doubling);  // 2^40-fold
+  }, "normalizer: its Replace steps could grow");
   expect_error([](json& t) { t["pre_tokenizer"] = {{"type", "Whitespace"}}; }, "pre_tokenizer");
-  expect_error([](json& t) { t["pre_tokenizer"]["pretokenizers"] = json::array(); }, "pre_tokenizer");
+  expect_error([](json& t) { t["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "ab"}}; },
+               "pre_tokenizer.replacement");
+  expect_error([](json& t) { t["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "sometimes"}}; },
+               "pre_tokenizer.prepend_scheme");
   expect_error([](json& t) { std::swap(t["pre_tokenizer"]["pretokenizers"][0], t["pre_tokenizer"]["pretokenizers"][1]); },
                "pre_tokenizer.pretokenizers[0]");
   expect_error([](json& t) { t["pre_tokenizer"]["pretokenizers"][0] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}}; },
@@ -110,8 +142,13 @@ TEST(TokenizerHostile, WrongTypesNameTheField) {
                "pre_tokenizer.pretokenizers[0].behavior");
   expect_error([](json& t) { t["pre_tokenizer"]["pretokenizers"][0] = {{"type", "Split"}, {"pattern", "a"}, {"behavior", "Isolated"}}; },
                "pre_tokenizer.pretokenizers[0].pattern");
-  expect_error([](json& t) { t["decoder"] = nullptr; }, "decoder");
   expect_error([](json& t) { t["decoder"] = {{"type", "WordPiece"}}; }, "decoder.type");
+  expect_error([](json& t) { t["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "Fuse"}}, {{"type", "CTC"}}}}}; },
+               "decoder.decoders[1].type");
+  expect_error([](json& t) { t["decoder"] = {{"type", "Replace"}, {"pattern", {{"Regex", "x"}}}, {"content", "y"}}; },
+               "decoder.pattern");
+  expect_error([](json& t) { t["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", -1}, {"stop", 0}}; },
+               "decoder.start");
 }
 
 TEST(TokenizerHostile, MergesReferringToUnknownTokens) {

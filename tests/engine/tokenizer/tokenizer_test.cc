@@ -67,13 +67,21 @@ std::string show(const std::vector<int32_t>& ids) {
   return s + "]";
 }
 
-void run_golden(const std::string& name) {
-  std::ifstream in(kGoldenDir / (name + ".jsonl"));
-  ASSERT_TRUE(in) << "missing golden file " << (kGoldenDir / (name + ".jsonl"));
+// `golden`: a .jsonl of make_golden.py; `tokenizer`: the file it was made with, else the one its
+// header names.
+void run_golden_file(const std::string& name, const fs::path& golden, const fs::path& tokenizer = {}) {
+  if (!fs::exists(golden) && !tokenizer.empty()) {
+    const char* skip = std::getenv("RLRUN_SKIP_MODEL_TESTS");
+    if (skip != nullptr && std::string(skip) == "1") GTEST_SKIP() << golden << " missing (RLRUN_SKIP_MODEL_TESTS=1)";
+    FAIL() << golden << " is missing: run scripts/setup.sh --test (or scripts/fetch-test-models.sh) to make it, "
+           << "or set RLRUN_SKIP_MODEL_TESTS=1 to skip this test";
+  }
+  std::ifstream in(golden);
+  ASSERT_TRUE(in) << "missing golden file " << golden;
   std::string line;
   std::getline(in, line);
   const json header = json::parse(line);
-  const fs::path path = tokenizer_path(header["tokenizer"].get<std::string>());
+  const fs::path path = tokenizer.empty() ? tokenizer_path(header["tokenizer"].get<std::string>()) : tokenizer;
   if (!fs::exists(path)) {
     const char* skip = std::getenv("RLRUN_SKIP_MODEL_TESTS");
     if (skip != nullptr && std::string(skip) == "1") GTEST_SKIP() << path << " missing (RLRUN_SKIP_MODEL_TESTS=1)";
@@ -121,11 +129,27 @@ void run_golden(const std::string& name) {
                          << "tests/engine/tokenizer/tokenizer_golden/make_golden.py)";
 }
 
+void run_golden(const std::string& name) { run_golden_file(name, kGoldenDir / (name + ".jsonl")); }
+
+// SentencePiece-style BPE (byte_fallback, Metaspace / Prepend+Replace, Sequence decoders) and
+// transformers' conversion of the SmolLM2 GGUF: tokenizer and golden both made at fetch time by
+// tokenizer_golden/make_sp_golden.py into <models>/sp-tokenizers/<name>/.
+void run_sp_golden(const std::string& name) {
+  const fs::path dir = models_dir() / "sp-tokenizers" / name;
+  run_golden_file(name, dir / "golden.jsonl", dir / "tokenizer.json");
+}
+
 TEST(TokenizerGolden, Tiny) { run_golden("tiny"); }
 TEST(TokenizerGolden, TinySplitNfcAddedTokenFlags) { run_golden("tiny_split"); }
 TEST(TokenizerGolden, TinySplitBehaviorsNfkcIgnoreMerges) { run_golden("tiny_behaviors"); }
 TEST(TokenizerGolden, SmolLM2) { run_golden("smollm2"); }
 TEST(TokenizerGolden, ClaudeV1) { run_golden("claude_v1"); }
+TEST(TokenizerGolden, SentencePieceLegacyPrependReplace) { run_sp_golden("sp_legacy"); }
+TEST(TokenizerGolden, SentencePieceMetaspaceFirst) { run_sp_golden("sp_metaspace"); }
+TEST(TokenizerGolden, SentencePieceMetaspaceSplitAlways) { run_sp_golden("sp_metaspace_split"); }
+TEST(TokenizerGolden, SentencePieceNoPrefix) { run_sp_golden("sp_no_prefix"); }
+TEST(TokenizerGolden, SentencePieceMixedStepsNoFallback) { run_sp_golden("sp_mixed_steps"); }
+TEST(TokenizerGolden, SmolLM2FromGgufByTransformers) { run_sp_golden("smollm2_gguf"); }
 
 // ---------------------------------------------------------------- the small tokenizer
 
@@ -191,6 +215,50 @@ TEST(TinyTokenizer, ConcurrentEncodeMatchesSerial) {
   }
   for (auto& t : threads) t.join();
   for (int w = 0; w < 4; ++w) EXPECT_EQ(mismatches[w], 0) << "thread " << w;
+}
+
+// ---------------------------------------------------------------- SentencePiece-style BPE
+
+// A Llama 2 style file in miniature (ids 3..258 are <0x00>..<0xFF>); expected values from HF
+// tokenizers 0.20.3 on the same JSON, so this runs without the fetched models.
+json sp_tiny() {
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  const char* hex = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) vocab[std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">"] = 3 + b;
+  for (const char* t : {"\u2581", "a", "b", "\u2581a", "ab", "\u2581ab"}) vocab[t] = static_cast<int>(vocab.size());
+  json added = json::array();
+  for (auto [content, id] : {std::pair{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}}) {
+    added.push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+  }
+  return {
+      {"added_tokens", added},
+      {"normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "Prepend"}, {"prepend", "\u2581"}},
+                                                             {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"post_processor", {{"type", "TemplateProcessing"}, {"single", json::array()}, {"pair", json::array()}, {"special_tokens", json::object()}}},
+      {"decoder", {{"type", "Sequence"}, {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                                                       {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
+                                                       {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true},
+                 {"ignore_merges", false}, {"vocab", vocab}, {"merges", {"\u2581 a", "a b", "\u2581a b"}}}},
+  };
+}
+
+TEST(SentencePieceTokenizer, PrependReplaceByteFallbackLikeHf) {
+  auto tok = Tokenizer::from_json(sp_tiny().dump(), "sp_tiny.json");
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  EXPECT_EQ(tok->encode("ab ab"), (std::vector<int32_t>{264, 264}));
+  EXPECT_EQ(tok->encode("a\u00e9"), (std::vector<int32_t>{262, 3 + 0xC3, 3 + 0xA9}));  // é: byte fallback
+  EXPECT_EQ(tok->encode("<s>ab b"), (std::vector<int32_t>{1, 264, 259, 261}));  // no BOS added; "b" unprefixed
+  EXPECT_EQ(tok->encode("  a"), (std::vector<int32_t>{259, 259, 262}));
+  EXPECT_TRUE(tok->encode("").empty());
+  const std::vector<int32_t> bos_ab_b = {1, 264, 259, 261}, partial = {3 + 0xC3}, e_acute = {3 + 0xC3, 3 + 0xA9};
+  EXPECT_EQ(*tok->decode(bos_ab_b), "<s> ab b");
+  EXPECT_EQ(*tok->decode(bos_ab_b, {.skip_special_tokens = true}), "ab b");
+  EXPECT_EQ(*tok->decode(partial), "\xEF\xBF\xBD");  // an incomplete character: U+FFFD per byte
+  EXPECT_EQ(*tok->decode(partial, {.lossy_utf8 = false}), "\xC3");
+  EXPECT_EQ(*tok->decode(e_acute), "\u00e9");
 }
 
 }  // namespace

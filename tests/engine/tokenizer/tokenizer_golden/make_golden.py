@@ -19,7 +19,7 @@ import random
 import tokenizers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
+REPO = os.path.normpath(os.path.join(HERE, "..", "..", "..", ".."))
 
 FIXED = [
     "", " ", "  ", "\n", "\t", "Hello world", "Hello, world!", " leading space", "trailing space ",
