@@ -50,6 +50,16 @@ inline std::filesystem::path smollm2_dir() {
   return models / "smollm2-135m-instruct";
 }
 
+// Token ids as a comma-separated flag value: --prompt-ids 1,2,3.
+inline std::string ids_arg(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(id);
+  }
+  return s;
+}
+
 inline bool skip_model_tests() {
   const char* skip = std::getenv("RLRUN_SKIP_MODEL_TESTS");
   return skip != nullptr && std::string(skip) == "1";

@@ -26,20 +26,12 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using nlohmann::json;
 using rlrun::testing::CliRun;
+using rlrun::testing::ids_arg;
 using rlrun::testing::run_rlrun;
 using rlrun::testing::run_shell;
 using rlrun::testing::skip_model_tests;
 using rlrun::testing::smollm2_dir;
 using rlrun::testing::TempDir;
-
-std::string ids_arg(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (int32_t id : ids) {
-    if (!s.empty()) s += ',';
-    s += std::to_string(id);
-  }
-  return s;
-}
 
 TEST(ConvertCli, RefusesBadArgumentsAndFiles) {
   TempDir dir;

@@ -32,6 +32,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using nlohmann::json;
 using rlrun::testing::CliRun;
+using rlrun::testing::ids_arg;
 using rlrun::testing::read_all;
 using rlrun::testing::run_shell;
 using rlrun::testing::skip_model_tests;
@@ -40,15 +41,6 @@ using rlrun::testing::TempDir;
 
 CliRun rlrun(const TempDir& dir, const std::string& args) {
   return run_shell(dir, str("'", RLRUN_BINARY, "' generate --threads 1 ", args));
-}
-
-std::string ids_arg(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (int32_t id : ids) {
-    if (!s.empty()) s += ',';
-    s += std::to_string(id);
-  }
-  return s;
 }
 
 // A random tiny model (vocabulary 400 over the tiny tokenizer's 397 tokens) saved as an HF

@@ -90,14 +90,12 @@ void train_two_steps(const fs::path& checkpoint, const std::string& name, const 
                chat ? "--chat " : "", "--prompt '", question, "'"));
   ASSERT_EQ(gen.exit_code, 0) << gen.err;
   const json g = json::parse(gen.out);
-  std::vector<int32_t> prompt = g["prompt_ids"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> prompt = g["prompt_ids"].get<std::vector<int32_t>>();
   // HF's tokenizer from the folder: the same ids, in the exported template when there is one.
   EXPECT_EQ(prompt, (chat ? t["chat"][0]["ids"] : t["ids"][0]).get<std::vector<int32_t>>());
-  std::string prompt_arg;
-  for (int32_t id : prompt) prompt_arg += (prompt_arg.empty() ? "" : ",") + std::to_string(id);
   const testing::CliRun hf = testing::run_shell(
       dir, str("'", python, "' '", RLRUN_SOURCE_DIR, "/tests/reference/hf_generate.py' '", model.string(),
-               "' --max-new-tokens 12 --stop-ids 2 --prompt-ids ", prompt_arg));
+               "' --max-new-tokens 12 --stop-ids 2 --prompt-ids ", testing::ids_arg(prompt)));
   ASSERT_EQ(hf.exit_code, 0) << hf.err;
   EXPECT_EQ(g["ids"], json::parse(hf.out)["completions"][0]) << g["text"];
 }

@@ -38,50 +38,43 @@ int lines_in(const std::string& path) {
   return n;
 }
 
-TEST(RunStop, NoBatchCanFormStopsAfterTheBoundWithTheReason) {
-  // No warm-start: the random model never answers right, so every group has zero reward spread.
+// A quickstart run without warm-start and with `set` that cannot form a batch: waited for (it must
+// end by itself), it fails; returns its output and fills `summary`.
+std::string run_without_batches(const std::string& set, json& summary) {
   testing::TempDir dir;
   const std::string run = dir.path() + "/run", log = dir.path() + "/rlrun.log";
   const pid_t pid = testing::spawn_in(dir.path(),
                                       {RLRUN_BINARY, quickstart(), "--run-dir", run, "--set", "metrics_bind=127.0.0.1:0",
-                                       "--set", "format_warm_start_steps=0", "--set", "max_zero_spread_rounds=3"},
+                                       "--set", "format_warm_start_steps=0", "--set", set},
                                       log);
-  ASSERT_GT(pid, 0);
+  EXPECT_GT(pid, 0);
   int status = 0;
-  ASSERT_TRUE(wait_for_exit(pid, &status, std::chrono::seconds(120)))
+  EXPECT_TRUE(wait_for_exit(pid, &status, std::chrono::seconds(120)))
       << "the run waited for a batch that cannot form:\n" << testing::read_all(log);
   const std::string output = testing::read_all(log);
-  ASSERT_TRUE(WIFEXITED(status)) << output;
-  EXPECT_NE(WEXITSTATUS(status), 0);
-  EXPECT_NE(output.find("24 groups in a row earned no reward"), std::string::npos) << output;
-  EXPECT_NE(output.find("max_zero_spread_rounds = 3"), std::string::npos) << output;
-  const json summary = json::parse(testing::read_all(run + "/summary.json"));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << output;
+  summary = json::parse(testing::read_all(run + "/summary.json"));
   EXPECT_NE(summary["exit"].get<std::string>().find("no batch can form"), std::string::npos) << summary.dump(2);
   EXPECT_EQ(summary["steps_completed"], 0);
+  return output;
+}
+
+TEST(RunStop, NoBatchCanFormStopsAfterTheBoundWithTheReason) {
+  // No warm-start: the random model never answers right, so every group has zero reward spread.
+  json summary;
+  const std::string output = run_without_batches("max_zero_spread_rounds=3", summary);
+  EXPECT_NE(output.find("24 groups in a row earned no reward"), std::string::npos) << output;
+  EXPECT_NE(output.find("max_zero_spread_rounds = 3"), std::string::npos) << output;
   EXPECT_EQ(summary["samples"]["lost"], 0);
   EXPECT_TRUE(summary["eval"]["accuracy_after"].is_number()) << summary.dump(2);
 }
 
 TEST(RunStop, PromptsThatNeverFitStopTheRunNamingTheKeys) {
   // "reverse abc:" is a dozen tokens: none fits in 4. The run must not wait for a batch forever.
-  testing::TempDir dir;
-  const std::string run = dir.path() + "/run", log = dir.path() + "/rlrun.log";
-  const pid_t pid = testing::spawn_in(dir.path(),
-                                      {RLRUN_BINARY, quickstart(), "--run-dir", run, "--set", "metrics_bind=127.0.0.1:0",
-                                       "--set", "format_warm_start_steps=0", "--set", "max_prompt_tokens=4"},
-                                      log);
-  ASSERT_GT(pid, 0);
-  int status = 0;
-  ASSERT_TRUE(wait_for_exit(pid, &status, std::chrono::seconds(120)))
-      << "the run waited for prompts that never fit:\n" << testing::read_all(log);
-  const std::string output = testing::read_all(log);
-  ASSERT_TRUE(WIFEXITED(status)) << output;
-  EXPECT_NE(WEXITSTATUS(status), 0);
+  json summary;
+  const std::string output = run_without_batches("max_prompt_tokens=4", summary);
   EXPECT_NE(output.find("prompts in a row were skipped"), std::string::npos) << output;
   EXPECT_NE(output.find("max_prompt_tokens = 4"), std::string::npos) << output;
-  const json summary = json::parse(testing::read_all(run + "/summary.json"));
-  EXPECT_NE(summary["exit"].get<std::string>().find("no batch can form"), std::string::npos) << summary.dump(2);
-  EXPECT_EQ(summary["steps_completed"], 0);
 }
 
 TEST(RunStop, SigtermStillMeasuresHeldOutAccuracy) {
