@@ -6,6 +6,7 @@
 #include <initializer_list>
 
 #include "common/config/load.h"
+#include "common/config/reward_expr.h"
 
 namespace rlrun {
 namespace {
@@ -133,6 +134,29 @@ void check_model(Rules& r) {
   r.file_exists("model.tokenizer", m.tokenizer);
 }
 
+// task.reward and the keys its terms need.
+void check_reward(Rules& r) {
+  const TaskSection& t = r.config().task;
+  const Result<RewardExpression> expr = parse_reward_expression(t.reward);
+  if (!expr.ok()) {
+    r.fail({"task.reward"}, expr.status().message());
+    return;
+  }
+  const auto needs = [&](RewardTerm term, const char* key, const std::string& value, const char* example) {
+    if (expr->has(term) && value.empty())
+      r.fail({"task.reward", key}, str("task.reward uses the term `", reward_term_name(term), "`, which needs `",
+                                       key, "` (e.g. ", example, ")"));
+    if (!expr->has(term) && !value.empty())
+      r.fail({key, "task.reward"}, str("`", key, "` is only read by the term `", reward_term_name(term),
+                                       "`, which task.reward (\"", t.reward, "\") does not use"));
+  };
+  needs(RewardTerm::kHttp, "task.reward_url", t.reward_url, "http://127.0.0.1:8000/reward");
+  needs(RewardTerm::kRegex, "task.reward_regex", t.reward_regex, "\"answer is {answer}\"");
+  needs(RewardTerm::kFormat, "task.format_regex", t.format_regex, "\"####\\\\s*-?[0-9]\"");
+  if (!t.reward_url.empty() && t.reward_url.rfind("http://", 0) != 0 && t.reward_url.rfind("https://", 0) != 0)
+    r.fail({"task.reward_url"}, str("`task.reward_url` \"", t.reward_url, "\" is not an http:// or https:// URL"));
+}
+
 void check_task(Rules& r) {
   const TaskSection& t = r.config().task;
   if (t.name == TaskName::kJsonl && t.dataset.empty()) {
@@ -157,6 +181,7 @@ void check_task(Rules& r) {
            str("`task.partial_credit` scores characters of reverse and sort answers, but task.name is ",
                enum_name(t.name), "; remove task.partial_credit"));
   }
+  check_reward(r);
   if (t.min_digits > t.max_digits) {
     r.fail({"task.min_digits", "task.max_digits"},
            str("`task.min_digits` (", t.min_digits, ") exceeds `task.max_digits` (", t.max_digits,
