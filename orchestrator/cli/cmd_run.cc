@@ -77,6 +77,7 @@ TaskSpec task_spec(const Config& c) {
   t.eval_dataset = c.task.eval_dataset;
   t.prompt_field = c.task.prompt_field;
   t.answer_field = c.task.answer_field;
+  t.messages_field = c.task.messages_field;
   t.eval_size = static_cast<int>(c.task.eval_size);
   t.min_digits = static_cast<int>(c.task.min_digits);
   t.max_digits = static_cast<int>(c.task.max_digits);
@@ -135,6 +136,11 @@ Status run(const Config& config, const std::string& dir, const std::optional<Res
                          PromptFormat::create(config.task.chat_template, config.model.tokenizer, tokenizer));
   log::info(str("prompts: ", format.description(), " (task.chat_template: ", config.task.chat_template, ")"));
   RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<Task> task, make_task(task_spec(config)));
+  if (task->has_chat_rows() && !format.is_chat())
+    return invalid_argument(str(config.task.dataset, ": rows with \"", config.task.messages_field,
+                                "\" (task.messages_field) are chats, which need a chat template, but the prompts are ",
+                                format.description(), " (task.chat_template: ", config.task.chat_template,
+                                "); use a model with a chat template or set task.chat_template to a Jinja file"));
   // A bad or busy metrics_bind is the user's to fix before anything starts; an HTTP server that
   // fails on a usable address must not cost the run: it goes on without /metrics.
   Result<std::unique_ptr<MetricsServer>> metrics_server = MetricsServer::start(config.metrics_bind);

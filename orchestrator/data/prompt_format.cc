@@ -67,6 +67,21 @@ Result<std::vector<int32_t>> PromptFormat::ids(const std::string& prompt) const 
   return tokenizer_.encode(rendered);
 }
 
+Result<std::string> PromptFormat::text(const Problem& problem) const {
+  if (problem.messages_json.empty()) return text(problem.prompt);
+  if (!chat_)
+    return invalid_argument(str("a chat row (task.messages_field) needs a chat template, and the prompts are ",
+                                description_, ": set task.chat_template to auto (a model with a template) or a Jinja file"));
+  const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(problem.messages_json, nullptr, false);
+  if (!messages.is_array()) return invalid_argument("a chat row's messages are not a JSON list");
+  return render(messages, true);
+}
+
+Result<std::vector<int32_t>> PromptFormat::ids(const Problem& problem) const {
+  RLRUN_ASSIGN_OR_RETURN(const std::string rendered, text(problem));
+  return tokenizer_.encode(rendered);
+}
+
 // The first special token the template writes after an assistant message's content.
 std::optional<int32_t> PromptFormat::find_end_of_turn() const {
   const std::string answer = "rlrun-answer-8d1f";  // no spaces: templates trim the content

@@ -6,6 +6,8 @@
 //   none  the raw text, encoded as is
 //   PATH  one user message in the Jinja template at PATH
 //
+// A chat row of a dataset (Problem::messages_json) is rendered whole instead of one user message.
+//
 // With a template, the text is HF's apply_chat_template([{"role": "user", "content": prompt}],
 // add_generation_prompt=True, tokenize=False) with the model's special tokens, encoded without
 // adding special tokens (HF's tokenize=True): the same ids HF gives. The template's end-of-turn
@@ -26,6 +28,7 @@
 #include "engine/io/tokenizer_config.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "orchestrator/tasks/tasks.h"
 
 namespace rlrun::orchestrator {
 
@@ -40,6 +43,10 @@ class PromptFormat {
 
   Result<std::string> text(const std::string& prompt) const;  // what the model reads
   Result<std::vector<int32_t>> ids(const std::string& prompt) const;
+  // A problem's prompt, or its chat (messages_json) rendered as HF's apply_chat_template(messages,
+  // add_generation_prompt=True) does; a chat without a template is an error.
+  Result<std::string> text(const Problem& problem) const;
+  Result<std::vector<int32_t>> ids(const Problem& problem) const;
   bool is_chat() const { return chat_.has_value(); }
   std::optional<int32_t> end_of_turn() const { return end_of_turn_; }
   // For the log: "raw text" or "the chat template of /m/tokenizer_config.json".

@@ -17,7 +17,7 @@ PromptSource::~PromptSource() {
 Prompt PromptSource::draw() {
   Prompt p;
   p.problem = task_.next_train();
-  Result<std::vector<int32_t>> ids = format_.ids(p.problem.prompt);
+  Result<std::vector<int32_t>> ids = format_.ids(p.problem);
   if (ids.ok()) {
     p.ids = std::move(*ids);
   } else {
@@ -28,7 +28,7 @@ Prompt PromptSource::draw() {
 }
 
 void PromptSource::skip(uint64_t n) {
-  for (uint64_t i = 0; i < n; ++i) (void)task_.next_train();
+  task_.skip_train(n);
   consumed_ += n;
 }
 

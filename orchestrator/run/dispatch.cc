@@ -34,7 +34,13 @@ Status Orchestrator::send_request(int worker, const GenerateRequest& request) {
 
 bool Orchestrator::start_group() {
   for (int tries = 0; tries < kMaxPromptTries; ++tries) {
-    Prompt prompt = prompts_.next();
+    Prompt prompt;
+    try {
+      prompt = prompts_.next();
+    } catch (const std::exception& e) {  // the dataset changed or became unreadable under the run
+      no_batch_error_ = str("cannot draw the next training prompt: ", e.what());
+      return false;
+    }
     const int64_t n = static_cast<int64_t>(prompt.ids.size());
     if (n == 0 || n > config_.max_prompt_tokens || n + config_.max_tokens > config_.max_model_len) {
       longest_skipped_prompt_ = std::max(longest_skipped_prompt_, n);
@@ -332,7 +338,7 @@ Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
       rollouts.push_back(static_cast<int>(i));
   size_t sent = 0;
   for (size_t p = 0; p < problems.size(); ++p) {
-    Result<std::vector<int32_t>> ids = format_.ids(problems[p].prompt);
+    Result<std::vector<int32_t>> ids = format_.ids(problems[p]);
     const size_t n = ids.ok() ? ids->size() : 0;
     if (n == 0 || static_cast<int64_t>(n) + config_.max_tokens > config_.max_model_len) {
       eval_rewards_[p] = 0.0;  // cannot be asked: counts as wrong

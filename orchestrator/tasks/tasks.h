@@ -19,17 +19,25 @@
 namespace rlrun::orchestrator {
 
 struct Problem {
-  std::string prompt;  // the text given to the model
+  // The text given to the model; for a chat row, the content of its last message (for logs).
+  std::string prompt;
   std::string answer;  // the reference answer (exact-match tasks) or a known solution (countdown)
   std::vector<int64_t> numbers;  // countdown: the numbers that may be used
   int64_t target = 0;            // countdown: the value to reach
+  // A chat row (task.messages_field): its messages as a JSON array text ([{"role", "content"}, ...]),
+  // rendered by the chat template instead of `prompt`. Empty for a prompt string.
+  std::string messages_json;
+  // The row's other fields as a JSON object text ("{}" for none, or for a built-in task): metadata
+  // that travels with the sample to the reward (the http term sends it).
+  std::string metadata_json = "{}";
 };
 
 struct TaskSpec {
   std::string name = "arithmetic";  // arithmetic | countdown | reverse | sort | jsonl
   std::string dataset;              // jsonl: training file
-  std::string eval_dataset;         // jsonl: held-out file (default: the last eval_size lines of dataset)
+  std::string eval_dataset;         // jsonl: held-out file, its first eval_size rows (default: the last eval_size rows of dataset)
   std::string prompt_field = "prompt", answer_field = "answer";  // jsonl: the fields of a row
+  std::string messages_field = "messages";                       // jsonl: a chat instead of a prompt
   int eval_size = 64;
   int min_digits = 1, max_digits = 2;  // arithmetic operands
   int num_numbers = 3, max_number = 20;  // countdown
@@ -44,7 +52,13 @@ class Task {
   virtual std::string name() const = 0;
   // The next training problem; never one of eval_set().
   virtual Problem next_train() = 0;
+  // As n calls of next_train() (resuming a run), without building the problems where it can.
+  virtual void skip_train(uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i) (void)next_train();
+  }
   virtual const std::vector<Problem>& eval_set() const = 0;
+  // Some problems are chats (messages_json), which only a chat template can give to the model.
+  virtual bool has_chat_rows() const { return false; }
   // 1 for a correct completion, 0 otherwise; with task.partial_credit (reverse, sort) the share
   // of answer characters in the right place.
   virtual double reward(const Problem& problem, std::string_view completion) const = 0;

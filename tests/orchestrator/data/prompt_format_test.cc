@@ -141,6 +141,31 @@ TEST(PromptFormat, RealTemplatesRenderAUserMessageAsHF) {
   }
   std::printf("[prompt format] %d templates render a user message as HF\n", compared);
   EXPECT_GE(compared, 60);
+  // A dataset's chat rows (Problem::messages_json) render whole, as HF renders the same messages.
+  int chats = 0;
+  for (const auto& c : golden["cases"]) {
+    const std::string kind = c["case"];
+    if ((kind != "system_user" && kind != "multi_turn_gen" && kind != "user_user") || !c["expected"].is_string() ||
+        !c["tools"].is_null() || !c["documents"].is_null() || !c["kwargs"].empty())
+      continue;
+    const std::string name = c["template"];
+    const ordered_json& t = golden["templates"][name];
+    ordered_json config = t["special_tokens"];
+    config["chat_template"] = t["source"];
+    Result<PromptFormat> f = PromptFormat::create("auto", model_folder(dir, name, config), tok, [now] { return now; });
+    ASSERT_TRUE(f.ok()) << name << ": " << f.status().message();
+    Problem chat;
+    chat.messages_json = c["messages"].dump();
+    EXPECT_EQ(f->text(chat).value(), c["expected"].get<std::string>()) << name << " " << kind;
+    ++chats;
+  }
+  std::printf("[prompt format] %d chats (system + user, multi-turn, user + user) render as HF\n", chats);
+  EXPECT_GE(chats, 150);
+  Problem chat;
+  chat.messages_json = R"([{"role": "user", "content": "hi"}])";
+  Result<std::string> raw = PromptFormat::raw(tok).text(chat);
+  ASSERT_FALSE(raw.ok());
+  EXPECT_NE(raw.status().message().find("needs a chat template"), std::string::npos) << raw.status().message();
   EXPECT_EQ(end_of_turn["HuggingFaceTB-SmolLM2-135M-Instruct"], "<|im_end|>");
   EXPECT_EQ(end_of_turn["Qwen-Qwen2.5-7B-Instruct"], "<|im_end|>");
   EXPECT_EQ(end_of_turn["google-gemma-2-2b-it"], "<end_of_turn>");

@@ -211,5 +211,133 @@ TEST_F(JsonlTaskTest, FieldNamesComeFromTheConfig) {
       << t.status().message();
 }
 
+// A row may hold a chat instead of a prompt string; numbers are answers too; every other field is
+// metadata for the reward.
+TEST_F(JsonlTaskTest, ChatRowsAndMetadataTravelWithTheProblem) {
+  TaskSpec spec;
+  spec.name = "jsonl";
+  spec.dataset = write("chat.jsonl",
+                       "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                       "{\"role\": \"user\", \"content\": \"2+2?\"}], \"answer\": 4, \"level\": 1, \"tags\": [\"a\"]}\n"
+                       "{\"prompt\": \"3+3?\", \"answer\": \"6\"}\n"
+                       "{\"prompt\": \"4+4?\", \"answer\": \"8\", \"id\": \"x\"}\n");
+  spec.eval_size = 1;
+  auto t = make_task(spec);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_TRUE((*t)->has_chat_rows());
+  EXPECT_EQ((*t)->eval_set()[0].metadata_json, R"({"id":"x"})");
+  std::set<std::string> seen;
+  for (int i = 0; i < 4; ++i) {
+    Problem p = (*t)->next_train();
+    seen.insert(p.prompt);
+    if (p.prompt == "2+2?") {
+      EXPECT_EQ(p.answer, "4");
+      EXPECT_EQ(p.messages_json,
+                R"([{"role":"system","content":"Be brief."},{"role":"user","content":"2+2?"}])");
+      EXPECT_EQ(p.metadata_json, R"({"level":1,"tags":["a"]})");
+    } else {
+      EXPECT_EQ(p.prompt, "3+3?");
+      EXPECT_TRUE(p.messages_json.empty());
+      EXPECT_EQ(p.metadata_json, "{}");
+    }
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"2+2?", "3+3?"}));
+
+  spec.messages_field = "conversation";  // the field names come from the config
+  spec.dataset = write("conv.jsonl", "{\"conversation\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": \"a\"}\n"
+                                     "{\"conversation\": [{\"role\": \"user\", \"content\": \"r\"}], \"answer\": \"b\"}\n");
+  spec.eval_size = 0;
+  t = make_task(spec);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_TRUE((*t)->has_chat_rows());
+}
+
+TEST_F(JsonlTaskTest, MalformedChatRowsNameFileLineAndField) {
+  TaskSpec spec;
+  spec.name = "jsonl";
+  const auto error = [&](const std::string& row) {
+    spec.dataset = write("m.jsonl", "{\"prompt\": \"ok\", \"answer\": \"1\"}\n" + row + "\n");
+    auto t = make_task(spec);
+    return t.ok() ? std::string("(no error)") : t.status().message();
+  };
+  EXPECT_NE(error(R"({"messages": [], "answer": "1"})").find("m.jsonl:2: \"messages\" (task.messages_field) must be a non-empty list"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"messages": [{"role": "user"}], "answer": "1"})").find("m.jsonl:2: \"messages\" (task.messages_field) message 0 needs string"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"messages": "hi", "answer": "1"})").find("must be a non-empty list"), std::string::npos);
+  EXPECT_NE(error(R"({"prompt": "p", "messages": [{"role": "user", "content": "c"}], "answer": "1"})").find("m.jsonl:2: has both"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"prompt": "p", "answer": null})").find("m.jsonl:2: missing string field \"answer\""), std::string::npos);
+  EXPECT_NE(error(R"({"answer": "1"})").find("or chat field \"messages\""), std::string::npos);
+  EXPECT_NE(error("\xff\xfe garbage").find("m.jsonl:2: not valid JSON"), std::string::npos);
+  spec.dataset = write("blank.jsonl", "\n  \n");
+  EXPECT_NE(make_task(spec).status().message().find("the dataset has no rows"), std::string::npos);
+}
+
+// task.eval_dataset gives the first eval_size rows; the rows of the training file that are also in
+// it are never trained on.
+TEST_F(JsonlTaskTest, EvalDatasetIsCappedAndHeldOut) {
+  std::string train, eval;
+  for (int i = 0; i < 20; ++i) train += "{\"prompt\": \"q" + std::to_string(i) + "\", \"answer\": \"1\"}\n";
+  for (int i = 0; i < 10; ++i) eval += "{\"prompt\": \"q" + std::to_string(i) + "\", \"answer\": \"1\"}\n";
+  TaskSpec spec;
+  spec.name = "jsonl";
+  spec.dataset = write("train.jsonl", train);
+  spec.eval_dataset = write("eval.jsonl", eval);
+  spec.eval_size = 4;
+  auto t = make_task(spec);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  ASSERT_EQ((*t)->eval_set().size(), 4u);
+  EXPECT_EQ((*t)->eval_set()[3].prompt, "q3");
+  std::set<std::string> trained;
+  for (int i = 0; i < 16; ++i) trained.insert((*t)->next_train().prompt);
+  EXPECT_EQ(trained.size(), 16u);  // one epoch: q4..q19, each once
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(trained.count("q" + std::to_string(i)), 0u);
+}
+
+// Resuming skips rows without reading them and lands where next_train() would have, across epochs.
+TEST_F(JsonlTaskTest, SkipTrainMatchesDrawingAcrossEpochs) {
+  std::string rows;
+  for (int i = 0; i < 7; ++i) rows += "{\"prompt\": \"q" + std::to_string(i) + "\", \"answer\": \"1\"}\r\n";
+  TaskSpec spec;
+  spec.name = "jsonl";
+  spec.dataset = write("skip.jsonl", rows);
+  spec.eval_size = 0;
+  auto drawn = make_task(spec), skipped = make_task(spec);
+  ASSERT_TRUE(drawn.ok() && skipped.ok());
+  for (int i = 0; i < 17; ++i) (void)(*drawn)->next_train();
+  (*skipped)->skip_train(17);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ((*drawn)->next_train().prompt, (*skipped)->next_train().prompt) << i;
+}
+
+// The training file streams: a row is read when drawn, so a dataset far larger than what the task
+// keeps in memory works, and a row changed under the run is an error naming the file, not a crash.
+TEST_F(JsonlTaskTest, TrainingRowsAreReadWhenDrawn) {
+  std::string rows;
+  for (int i = 0; i < 200000; ++i) rows += "{\"prompt\": \"question number " + std::to_string(i) + " with some padding text\", \"answer\": \"" + std::to_string(i) + "\", \"i\": " + std::to_string(i) + "}\n";
+  TaskSpec spec;
+  spec.name = "jsonl";
+  spec.dataset = write("big.jsonl", rows);
+  spec.eval_size = 8;
+  auto t = make_task(spec);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  for (int i = 0; i < 1000; ++i) {
+    Problem p = (*t)->next_train();
+    EXPECT_EQ(p.metadata_json, "{\"i\":" + p.answer + "}");
+    ASSERT_EQ(p.prompt, "question number " + p.answer + " with some padding text");
+  }
+  std::ofstream(spec.dataset, std::ios::trunc) << "{\"prompt\": \"gone\"}\n";  // answer missing now
+  bool threw = false;
+  for (int i = 0; i < 20 && !threw; ++i) {
+    try {
+      (void)(*t)->next_train();
+    } catch (const std::exception& e) {
+      threw = true;
+      EXPECT_NE(std::string(e.what()).find("big.jsonl"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(threw);
+}
+
 }  // namespace
 }  // namespace rlrun::orchestrator
