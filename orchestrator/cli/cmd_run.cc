@@ -170,6 +170,7 @@ Status run(const Config& config, const std::string& dir, const std::optional<Res
     if (slot.role == Role::kRollout) rollout_names.push_back(slot.name);
   }
   RunMetrics metrics(*registry, rollout_names, processes);
+  metrics.max_async_rollout->Set(static_cast<double>(config.max_async_rollout));
   if (metrics_server.ok()) (*metrics_server)->add_collectable(process_memory_collectable("orchestrator"));
 
   Launcher* launcher = target.launcher.get();

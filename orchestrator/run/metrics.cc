@@ -18,10 +18,12 @@ RunMetrics::RunMetrics(prometheus::Registry& r, const std::vector<std::string>& 
   queue_depth = &gauge_family(r, "queue_depth_groups", "finished groups waiting for a trainer batch").Add({});
   in_flight_groups = &gauge_family(r, "in_flight_groups", "groups being generated").Add({});
   async_level = &gauge_family(r, "async_level", "inference_step - trainer_step - 1").Add({});
+  max_async_rollout = &gauge_family(r, "max_async_rollout", "the bound on async_level (config max_async_rollout)").Add({});
   trainer_step = &gauge_family(r, "trainer_step", "trainer steps completed").Add({});
   sample_staleness = &histogram_family(r, "sample_staleness_steps", "weight versions between sampling and training")
                           .Add({}, prometheus::Histogram::BucketBoundaries{0, 1, 2, 3, 4, 8, 16});
   discarded = &counter_family(r, "samples_discarded_total", "samples dropped, by reason");
+  for (const char* reason : kDiscardReasons) discarded->Add({{"reason", reason}});  // 0 from the start
   cancelled = &counter_family(r, "samples_cancelled_total", "in-flight samples cancelled").Add({});
   worker_restarts = &counter_family(r, "worker_restarts_total", "rollout worker restarts after a failure, by worker");
   for (const std::string& w : rollout_workers) worker_restarts->Add({{"worker", w}});  // 0 from the start

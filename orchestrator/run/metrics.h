@@ -15,6 +15,12 @@
 
 namespace rlrun::orchestrator {
 
+// The reasons the dispatcher discards samples for (dispatch.cc), registered at 0 so a dashboard
+// shows each one from the start; count_discard takes any reason, one missing here appears at its
+// first discard.
+inline constexpr const char* kDiscardReasons[] = {"generation_error", "group_incomplete", "advantage_error",
+                                                  "zero_advantage", "stale", "too_long"};
+
 struct RunMetrics {
   RunMetrics(prometheus::Registry& registry, const std::vector<std::string>& rollout_workers,
              const std::vector<std::string>& processes);
@@ -27,6 +33,7 @@ struct RunMetrics {
   prometheus::Gauge* queue_depth;     // finished groups waiting for a batch
   prometheus::Gauge* in_flight_groups;
   prometheus::Gauge* async_level;
+  prometheus::Gauge* max_async_rollout;  // the config's bound on async_level (alerts compare the two)
   prometheus::Gauge* trainer_step;
   prometheus::Histogram* sample_staleness;  // versions between sampling and training
   prometheus::Family<prometheus::Counter>* discarded;  // {reason}

@@ -8,6 +8,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <string>
 
 namespace rlrun::testing {
@@ -53,6 +54,22 @@ inline HttpResponse http_get(int port, const std::string& path) {
   r.status = std::atoi(reply.c_str() + sp + 1);
   r.body = reply.substr(head_end + 4);
   return r;
+}
+
+// `text` for a URL's query string: every byte but [A-Za-z0-9-._~] as %XX.
+inline std::string url_encode(const std::string& text) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
 }
 
 // A port that was free a moment ago (bind 127.0.0.1:0, read it, close). For servers that cannot

@@ -1,5 +1,6 @@
 // prometheus_process.h - a real Prometheus (Debian's `prometheus` package) as a child process of a
-// test, scraping one target every second, and readers of its HTTP query API.
+// test, scraping its targets and evaluating its rule files every second, and readers of its HTTP
+// query API.
 #pragma once
 
 #include <fcntl.h>
@@ -19,6 +20,9 @@
 #include <utility>
 #include <vector>
 
+#include "tests/common/eventually.h"
+#include "tests/common/http_get.h"
+
 extern char** environ;
 
 namespace rlrun::testing {
@@ -36,6 +40,11 @@ inline std::string find_in_path(const std::string& name) {
   return "";
 }
 
+struct PrometheusOptions {
+  std::vector<std::string> targets;     // host:port of each /metrics endpoint (one job, `rlrun`)
+  std::vector<std::string> rule_files;  // absolute paths; rules are evaluated every second
+};
+
 // A Prometheus child process and its temporary directory; both gone when this goes.
 class PrometheusProcess {
  public:
@@ -50,15 +59,27 @@ class PrometheusProcess {
 
   // Starts `binary` on 127.0.0.1:port scraping `target` every second.
   bool start(const std::string& binary, int port, const std::string& target) {
+    return start(binary, port, PrometheusOptions{{target}, {}});
+  }
+
+  bool start(const std::string& binary, int port, const PrometheusOptions& options) {
     if (dir_.empty()) return false;
-    std::ofstream(dir_ / "prometheus.yml") << "global:\n"
-                                              "  scrape_interval: 1s\n"
-                                              "  scrape_timeout: 1s\n"
-                                              "scrape_configs:\n"
-                                              "  - job_name: rlrun\n"
-                                              "    static_configs:\n"
-                                              "      - targets: ['"
-                                           << target << "']\n";
+    std::ofstream config(dir_ / "prometheus.yml");
+    config << "global:\n"
+              "  scrape_interval: 1s\n"
+              "  scrape_timeout: 1s\n"
+              "  evaluation_interval: 1s\n";
+    if (!options.rule_files.empty()) {
+      config << "rule_files:\n";
+      for (const std::string& f : options.rule_files) config << "  - '" << f << "'\n";
+    }
+    config << "scrape_configs:\n"
+              "  - job_name: rlrun\n"
+              "    static_configs:\n"
+              "      - targets: [";
+    for (size_t i = 0; i < options.targets.size(); ++i) config << (i ? ", '" : "'") << options.targets[i] << "'";
+    config << "]\n";
+    config.close();
     const std::vector<std::string> args = {
         binary, "--config.file=" + (dir_ / "prometheus.yml").string(),
         "--storage.tsdb.path=" + (dir_ / "data").string(),
@@ -97,6 +118,21 @@ class PrometheusProcess {
     }
   }
 
+  // Starts it on a free port and waits until it is ready; returns the port, or 0 (see log_text()).
+  // A port taken between our check and Prometheus's bind makes it exit at once: then another.
+  int start_on_free_port(const std::string& binary, const PrometheusOptions& options) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const int port = pick_free_port();
+      if (port <= 0 || !start(binary, port, options)) return 0;
+      const bool ready = eventually([&] { return !running() || http_get(port, "/-/ready").status == 200; },
+                                    std::chrono::seconds(20), std::chrono::milliseconds(50));
+      if (running()) return ready ? port : 0;
+    }
+    return 0;
+  }
+
+  // Where the config, the data and the log live; a test may put its rule files here.
+  const prometheus_fs::path& dir() const { return dir_; }
   std::string log_path() const { return (dir_ / "prometheus.log").string(); }
   std::string log_text() const {
     std::ifstream in(log_path());
@@ -117,6 +153,13 @@ inline std::pair<std::string, std::string> first_sample(const std::string& body)
   const nlohmann::json& result = reply["data"]["result"];
   if (!result.is_array() || result.empty()) return {};
   return {result[0]["metric"].value("instance", ""), result[0]["value"][1].get<std::string>()};
+}
+
+// The reply of GET /api/v1/query?query=<expr> as JSON (null when there is no parsable reply).
+// A reply has "status" ("success" or "error", with "error" saying why) and data.result.
+inline nlohmann::json prometheus_query(int port, const std::string& expr) {
+  const HttpResponse r = http_get(port, "/api/v1/query?query=" + url_encode(expr));
+  return r.status == 0 ? nlohmann::json() : nlohmann::json::parse(r.body, nullptr, false);
 }
 
 }  // namespace rlrun::testing

@@ -38,17 +38,7 @@ TEST(PrometheusScrape, RealPrometheusReadsOurCounter) {
 
   const auto t0 = Clock::now();
   PrometheusProcess prometheus;
-  // The free port may be taken between our check and Prometheus's bind: then it exits at once
-  // and we try another port.
-  int port = 0;
-  for (int attempt = 0; attempt < 3 && port == 0; ++attempt) {
-    port = testing::pick_free_port();
-    ASSERT_GT(port, 0);
-    ASSERT_TRUE(prometheus.start(binary, port, (*server)->address()));
-    testing::eventually([&] { return !prometheus.running() || testing::http_get(port, "/-/ready").status == 200; },
-                        std::chrono::seconds(20), std::chrono::milliseconds(50));
-    if (!prometheus.running()) port = 0;
-  }
+  const int port = prometheus.start_on_free_port(binary, {{(*server)->address()}, {}});
   ASSERT_GT(port, 0) << "prometheus did not start:\n" << prometheus.log_text();
   const double ready_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/observe/log.h"
+
 namespace rlrun::orchestrator {
 namespace {
 
@@ -46,6 +48,21 @@ TEST(RunMetrics, WorkerRestartsAreCountedPerWorkerFromZero) {
   const std::string text = serialize_metrics(registry);
   EXPECT_NE(text.find("rlrun_worker_restarts_total{worker=\"rollout-0\"} 0"), std::string::npos) << text;
   EXPECT_NE(text.find("rlrun_worker_restarts_total{worker=\"rollout-1\"} 2"), std::string::npos) << text;
+}
+
+// A dashboard's "discarded by reason" panel and the staleness alert need these series before the
+// first discard and without a config at hand.
+TEST(RunMetrics, DiscardReasonsAndTheAsyncBoundExistFromTheStart) {
+  prometheus::Registry registry;
+  RunMetrics metrics(registry, {"rollout-0"}, {"trainer-0", "rollout-0"});
+  metrics.count_discard("stale", 8);
+  const std::string text = serialize_metrics(registry);
+  for (const char* reason : kDiscardReasons) {
+    const std::string expected = str("rlrun_samples_discarded_total{reason=\"", reason, "\"} ",
+                                     std::string(reason) == "stale" ? "8" : "0");
+    EXPECT_NE(text.find(expected), std::string::npos) << expected << "\n" << text;
+  }
+  EXPECT_NE(text.find("rlrun_max_async_rollout 0"), std::string::npos) << text;
 }
 
 }  // namespace
