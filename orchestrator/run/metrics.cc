@@ -27,6 +27,14 @@ RunMetrics::RunMetrics(prometheus::Registry& r, const std::vector<std::string>& 
   cancelled = &counter_family(r, "samples_cancelled_total", "in-flight samples cancelled").Add({});
   worker_restarts = &counter_family(r, "worker_restarts_total", "rollout worker restarts after a failure, by worker");
   for (const std::string& w : rollout_workers) worker_restarts->Add({{"worker", w}});  // 0 from the start
+  reward_term = &gauge_family(r, "reward_term_mean", "each task.reward term's mean (unweighted) over the samples "
+                                                  "scored since the previous step");
+  reward_server_log = &gauge_family(r, "reward_server_log_mean", "the reward server's extra_logs, mean over the "
+                                                              "samples scored since the previous step");
+  reward_requests = &counter_family(r, "reward_requests_total", "requests to the reward server (task.reward_url)");
+  reward_round_trip_seconds = &gauge_family(r, "reward_round_trip_seconds", "median round trip of the reward "
+                                                                            "server's recent successful requests").Add({});
+  reward_waiting_samples = &gauge_family(r, "reward_waiting_samples", "samples waiting for the reward server").Add({});
   tokens_generated = &counter_family(r, "tokens_generated_total", "completion tokens generated").Add({});
   tokens_trained = &counter_family(r, "tokens_trained_total", "tokens in trainer batches").Add({});
   eval_accuracy = &gauge_family(r, "eval_accuracy", "held-out exact-match accuracy (greedy) of the last evaluation").Add({});

@@ -19,7 +19,7 @@ namespace rlrun::orchestrator {
 // shows each one from the start; count_discard takes any reason, one missing here appears at its
 // first discard.
 inline constexpr const char* kDiscardReasons[] = {"generation_error", "group_incomplete", "advantage_error",
-                                                  "zero_advantage", "stale", "too_long"};
+                                                  "zero_advantage", "stale", "too_long", "reward_unavailable"};
 
 struct RunMetrics {
   RunMetrics(prometheus::Registry& registry, const std::vector<std::string>& rollout_workers,
@@ -66,6 +66,15 @@ struct RunMetrics {
   std::map<std::string, RolloutGauges> rollout;  // by worker name
 
   prometheus::Family<prometheus::Counter>* worker_restarts;  // {worker}: rlrun_worker_restarts_total
+
+  // task.reward: each term's mean over the samples scored between two steps (unweighted), and the
+  // reward server's extra_logs likewise.
+  prometheus::Family<prometheus::Gauge>* reward_term;         // {term}
+  prometheus::Family<prometheus::Gauge>* reward_server_log;   // {name}
+  // The http term's reward server (task.reward_url).
+  prometheus::Family<prometheus::Counter>* reward_requests;   // {outcome="ok"|"failed"}
+  prometheus::Gauge* reward_round_trip_seconds;               // median of the recent successful requests
+  prometheus::Gauge* reward_waiting_samples;                  // submitted, not yet scored
 
   void count_discard(const std::string& reason, double n = 1);
   void count_worker_restart(const std::string& worker);

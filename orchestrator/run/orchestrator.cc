@@ -54,10 +54,10 @@ DispatchOptions dispatch_options(const Config& config, std::vector<int32_t> stop
 
 Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher& launcher, RunMetrics& metrics,
                            Task& task, const engine::Tokenizer& tokenizer, const PromptFormat& format,
-                           std::vector<WorkerSlot> workers, const std::string& metrics_jsonl,
-                           const std::atomic<int>& interrupted)
+                           RewardFunction& reward, HttpRewardClient* http_reward, std::vector<WorkerSlot> workers,
+                           const std::string& metrics_jsonl, const std::atomic<int>& interrupted)
     : config_(config), server_(server), launcher_(launcher), metrics_(metrics), task_(task), tokenizer_(tokenizer),
-      format_(format), workers_(std::move(workers)), metrics_jsonl_(metrics_jsonl), interrupted_(interrupted),
+      format_(format), reward_(reward), http_reward_(http_reward), workers_(std::move(workers)), metrics_jsonl_(metrics_jsonl), interrupted_(interrupted),
       gate_(GateOptions{config.max_async_rollout, config.max_off_policy_steps, config.prompts_batch_size_for_trainer}),
       group_size_(static_cast<uint32_t>(config.group_size)), stop_ids_(stop_token_ids(tokenizer, format)),
       dispatcher_(dispatch_options(config, stop_ids_), workers_,
@@ -188,6 +188,7 @@ Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
   }
   rendezvous_.expire(server_);
   RLRUN_RETURN_IF_ERROR(supervise());
+  RLRUN_RETURN_IF_ERROR(poll_rewards());
   RLRUN_RETURN_IF_ERROR(advance_sync());
   dispatcher_.send_requeued();  // already admitted work first, also while dispatch is held
   if (allow_dispatch) {
@@ -292,6 +293,10 @@ void Orchestrator::write_step_line(const std::map<std::string, double>& trainer_
                                  {"group_ids", batch.group_ids},
                                  {"prompt_hash", batch.prompt_hash}};
   if (eval_accuracy) line["eval_accuracy"] = *eval_accuracy;
+  const auto [terms, server_logs] = take_reward_means();
+  line["reward_terms"] = terms;  // each task.reward term's mean (unweighted), samples scored since the last step
+  if (!server_logs.empty()) line["reward_server_logs"] = server_logs;
+  if (http_reward_ != nullptr) line["reward_waiting"] = http_reward_->waiting();
   line["trainer"] = trainer_metrics;
   std::ofstream out(metrics_jsonl_, std::ios::app);
   out << line.dump() << '\n';
@@ -349,6 +354,16 @@ RunOutcome Orchestrator::finish() {
   // Whatever was generated and will not be trained now is accounted for, by reason.
   for (const Group& g : dispatcher_.take_scored()) {
     for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(g.id, i), "unused_at_exit");
+  }
+  for (const auto& [id, g] : awaiting_reward_) {
+    for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(id, i), "reward_unavailable");
+  }
+  awaiting_reward_.clear();
+  outcome_.reward_expression = config_.task.reward;
+  if (http_reward_ != nullptr) {
+    (void)http_reward_->abandon();  // their samples are accounted for above
+    outcome_.reward_url = config_.task.reward_url;
+    outcome_.reward_server = http_reward_->stats();
   }
   for (uint64_t id : training_samples_) ledger_.discarded(id, "step_not_completed");
   training_samples_.clear();

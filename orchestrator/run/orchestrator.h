@@ -48,6 +48,8 @@
 #include "orchestrator/data/sample_ledger.h"
 #include "orchestrator/data/staleness_gate.h"
 #include "orchestrator/launch/launcher.h"
+#include "orchestrator/reward/http_reward.h"
+#include "orchestrator/reward/reward_function.h"
 #include "orchestrator/run/dispatcher.h"
 #include "orchestrator/run/metrics.h"
 #include "orchestrator/run/rendezvous.h"
@@ -89,16 +91,22 @@ struct RunOutcome {
   std::vector<WorkerFailure> worker_failures;
   int64_t worker_restarts = 0;
   std::string model_dir;  // <run_dir>/model once trainer rank 0 exported the final weights
+  std::string reward_expression;  // task.reward as written
+  // The http term's reward server: its URL and what its client counted (no http term: nullopt).
+  std::string reward_url;
+  std::optional<HttpRewardClient::Stats> reward_server;
   std::string exit = "ok";
 };
 
 class Orchestrator {
  public:
   // Everything passed must outlive the Orchestrator. `workers` are the launched processes.
-  // `format`: how a prompt's text becomes ids (task.chat_template), over `tokenizer`.
+  // `format`: how a prompt's text becomes ids (task.chat_template), over `tokenizer`. `reward`:
+  // task.reward over `task`; `http_reward`: its http term's client (null without one).
   Orchestrator(const Config& config, ControlServer& server, Launcher& launcher, RunMetrics& metrics,
-               Task& task, const engine::Tokenizer& tokenizer, const PromptFormat& format,
-               std::vector<WorkerSlot> workers, const std::string& metrics_jsonl, const std::atomic<int>& interrupted);
+               Task& task, const engine::Tokenizer& tokenizer, const PromptFormat& format, RewardFunction& reward,
+               HttpRewardClient* http_reward, std::vector<WorkerSlot> workers, const std::string& metrics_jsonl,
+               const std::atomic<int>& interrupted);
 
   // Registration, evaluation, number_of_steps steps, evaluation. Errors name the worker at fault.
   Status run();
@@ -182,7 +190,17 @@ class Orchestrator {
   Status send_request(int worker, const GenerateRequest& request);
   void cancel_off_policy();
   void on_result(const GenerateResult& result);
-  void finish_group(Group group);  // scores a complete group: queued for a batch, or discarded
+  // A group whose samples are all back: with an http term its samples go to the reward server and
+  // the group waits in awaiting_reward_, else finish_group().
+  void complete_group(Group group);
+  // In tick: the reward server's answers; a group with all of them goes to finish_group(). An
+  // error once the server failed reward_max_failures times in a row.
+  Status poll_rewards();
+  void finish_group(Group group);  // advantages of a complete, rewarded group: queued for a batch, or discarded
+  // Adds one scored sample's terms (and the server's extra_logs) to the means of the next step line.
+  void note_reward_terms(const LocalReward& local);
+  // The means since the last step, for metrics.jsonl and Prometheus; resets them.
+  std::pair<std::map<std::string, double>, std::map<std::string, double>> take_reward_means();
   // Discards a group with no reward spread (every sample earned `reward`) and applies
   // max_zero_spread_rounds to the step waiting for a batch.
   void discard_zero_spread(float reward, const std::function<void(const std::string&)>& discard_all);
@@ -208,6 +226,8 @@ class Orchestrator {
   Task& task_;
   const engine::Tokenizer& tokenizer_;
   const PromptFormat& format_;
+  RewardFunction& reward_;
+  HttpRewardClient* http_reward_;
   std::vector<WorkerSlot> workers_;
   std::string metrics_jsonl_;
   const std::atomic<int>& interrupted_;
@@ -225,6 +245,14 @@ class Orchestrator {
   WorkerSupervisor supervisor_;       // when a rollout worker has failed, when it restarts
   int64_t training_groups_ = 0;       // groups in the batch being trained or synced
   std::vector<uint64_t> training_samples_;
+  // Complete groups waiting for the reward server, by group id; Group::rewards_waiting counts down.
+  std::map<uint64_t, Group> awaiting_reward_;
+  struct Mean {
+    double sum = 0;
+    int64_t n = 0;
+  };
+  std::map<std::string, Mean> reward_terms_, reward_server_logs_;  // since the last step line
+  HttpRewardClient::Stats reward_stats_seen_;  // as of the last poll_rewards(), for the request counters
   int64_t trainer_step_ = 0;          // steps completed and synced = weight version
   // Groups discarded for no reward spread while the current step waits for its batch (reset when
   // it has one); max_zero_spread_rounds bounds them (discard_zero_spread).

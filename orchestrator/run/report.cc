@@ -79,6 +79,18 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
   Json eval = {{"accuracy_before", optional_number(o.accuracy_before)},
                {"accuracy_after", optional_number(o.accuracy_after)}};
   if (!o.accuracy_after_note.empty()) eval["accuracy_after_note"] = o.accuracy_after_note;
+  Json reward = {{"expression", o.reward_expression}};
+  if (o.reward_server) {
+    const HttpRewardClient::Stats& r = *o.reward_server;
+    reward["server"] = {{"url", o.reward_url},
+                        {"requests", r.requests},
+                        {"failed_requests", r.failed_requests},
+                        {"samples_scored", r.items_scored},
+                        {"samples_retried", r.items_retried},
+                        {"samples_waited", r.items_waited},
+                        {"round_trip_median_seconds", number(r.round_trip_median_seconds)},
+                        {"round_trip_max_seconds", number(r.round_trip_max_seconds)}};
+  }
   const Json summary = {
       {"steps_completed", o.steps_completed},
       {"wall_seconds", number(wall_seconds)},
@@ -92,6 +104,7 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
         {"anomalies", s.anomalies}}},
       {"reward_mean", {{"first", tenth_mean(o.step_reward_means, false)}, {"last", tenth_mean(o.step_reward_means, true)}}},
       {"eval", eval},
+      {"reward", reward},
       {"trainer_idle_fraction", per_loop_second(o.trainer_idle_seconds)},
       {"rollout_idle_fraction", loop > 0 ? number(o.rollout_idle_fraction) : Json(nullptr)},
       {"tokens_per_second",

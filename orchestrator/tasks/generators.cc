@@ -72,6 +72,29 @@ Result<std::unique_ptr<Task>> finish(std::unique_ptr<T> task) {
 class ArithmeticTask : public GeneratedTask {
  public:
   using GeneratedTask::GeneratedTask;
+  // task.question_format with its placeholders filled in.
+  std::string question(int64_t a, char op, int64_t b) const {
+    const std::pair<std::string_view, std::string> fields[] = {
+        {"{a}", std::to_string(a)},
+        {"{b}", std::to_string(b)},
+        {"{op}", std::string(1, op)},
+        {"{op_word}", op == '+' ? "plus" : op == '-' ? "minus" : "times"}};
+    std::string out;
+    const std::string& f = spec_.question_format;
+    for (size_t i = 0; i < f.size();) {
+      bool replaced = false;
+      for (const auto& [name, value] : fields) {
+        if (f.compare(i, name.size(), name) == 0) {
+          out += value;
+          i += name.size();
+          replaced = true;
+          break;
+        }
+      }
+      if (!replaced) out += f[i++];
+    }
+    return out;
+  }
   std::string name() const override { return "arithmetic"; }
   double reward(const Problem& p, std::string_view completion) const override {
     return extract_answer(completion) == p.answer ? 1.0 : 0.0;
@@ -85,9 +108,10 @@ class ArithmeticTask : public GeneratedTask {
   Problem make(std::mt19937_64& rng) const override {
     int64_t a = random_number(rng, spec_.min_digits, spec_.max_digits);
     int64_t b = random_number(rng, spec_.min_digits, spec_.max_digits);
-    bool plus = rng() % 2 == 0;
-    if (!plus && b > a) std::swap(a, b);  // non-negative results keep the vocabulary small
-    return {str(a, plus ? "+" : "-", b, "="), std::to_string(plus ? a + b : a - b), {}, 0};
+    const char op = spec_.operations[rng() % spec_.operations.size()];
+    if (op == '-' && b > a) std::swap(a, b);  // non-negative results keep the vocabulary small
+    const int64_t answer = op == '+' ? a + b : op == '-' ? a - b : a * b;
+    return {question(a, op, b), std::to_string(answer), {}, 0};
   }
 };
 
@@ -182,7 +206,11 @@ class CountdownTask : public GeneratedTask {
 }  // namespace
 
 Result<std::unique_ptr<Task>> make_task(const TaskSpec& spec) {
-  if (spec.name == "arithmetic") return finish(std::make_unique<ArithmeticTask>(spec));
+  if (spec.name == "arithmetic") {
+    if (spec.operations.empty() || spec.operations.find_first_not_of("+-*") != std::string::npos)
+      return invalid_argument(str("task.operations \"", spec.operations, "\" must be one or more of + - *"));
+    return finish(std::make_unique<ArithmeticTask>(spec));
+  }
   if (spec.name == "countdown") return finish(std::make_unique<CountdownTask>(spec));
   if (spec.name == "reverse") return finish(std::make_unique<StringTask>(spec, false));
   if (spec.name == "sort") return finish(std::make_unique<StringTask>(spec, true));

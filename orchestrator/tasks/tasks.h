@@ -40,6 +40,8 @@ struct TaskSpec {
   std::string messages_field = "messages";                       // jsonl: a chat instead of a prompt
   int eval_size = 64;
   int min_digits = 1, max_digits = 2;  // arithmetic operands
+  std::string operations = "+-";       // arithmetic: any of + - *
+  std::string question_format = "{a}{op}{b}=";  // arithmetic: {a} {b} {op} {op_word}
   int num_numbers = 3, max_number = 20;  // countdown
   int min_length = 3, max_length = 6;    // reverse / sort strings
   bool partial_credit = false;           // reverse / sort: reward the share of right characters

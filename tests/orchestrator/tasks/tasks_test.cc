@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -48,6 +49,26 @@ TEST(Tasks, EvalSetIsHeldOutFromTraining) {
     for (const Problem& p : t->eval_set()) eval.insert(p.prompt);
     for (int i = 0; i < 2000; ++i) ASSERT_FALSE(eval.count(t->next_train().prompt)) << name;
   }
+}
+
+// task.operations and task.question_format: chat models are asked in words.
+TEST(Tasks, ArithmeticOperationsAndQuestionFormat) {
+  TaskSpec spec;
+  spec.operations = "*";
+  spec.max_digits = 1;
+  spec.question_format = "What is {a} {op_word} {b}? ({a}{op}{b})";
+  auto t = make_task(spec);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  for (int i = 0; i < 20; ++i) {
+    const Problem p = (*t)->next_train();
+    int a = -1, b = -1;
+    ASSERT_EQ(std::sscanf(p.prompt.c_str(), "What is %d times %d?", &a, &b), 2) << p.prompt;
+    EXPECT_EQ(p.prompt, "What is " + std::to_string(a) + " times " + std::to_string(b) + "? (" + std::to_string(a) +
+                            "*" + std::to_string(b) + ")");
+    EXPECT_EQ(p.answer, std::to_string(a * b));
+  }
+  spec.operations = "+/";
+  EXPECT_NE(make_task(spec).status().message().find("task.operations"), std::string::npos);
 }
 
 TEST(Tasks, ReverseAndSort) {
