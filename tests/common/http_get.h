@@ -1,5 +1,6 @@
-// http_get.h - a tiny blocking HTTP/1.0 GET over a POSIX socket, and a free-port finder, for tests
-// that talk to real servers on loopback (our /metrics endpoint, a real Prometheus).
+// http_get.h - a tiny blocking HTTP/1.0 GET (and POST) over a POSIX socket, and a free-port finder,
+// for tests that talk to real servers on loopback (our /metrics endpoint, a real Prometheus, a
+// reward server).
 #pragma once
 
 #include <arpa/inet.h>
@@ -18,8 +19,9 @@ struct HttpResponse {
   std::string body;
 };
 
-// GET http://127.0.0.1:<port><path>, 5 s timeout per socket operation.
-inline HttpResponse http_get(int port, const std::string& path) {
+// Sends `request` (a whole HTTP/1.0 request) to 127.0.0.1:<port> and reads the reply to its end;
+// 5 s timeout per socket operation.
+inline HttpResponse http_exchange(int port, const std::string& request) {
   HttpResponse r;
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return r;
@@ -34,8 +36,6 @@ inline HttpResponse http_get(int port, const std::string& path) {
     ::close(fd);
     return r;
   }
-  const std::string request =
-      "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
   if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(request.size())) {
     ::close(fd);
@@ -54,6 +54,18 @@ inline HttpResponse http_get(int port, const std::string& path) {
   r.status = std::atoi(reply.c_str() + sp + 1);
   r.body = reply.substr(head_end + 4);
   return r;
+}
+
+// GET http://127.0.0.1:<port><path>.
+inline HttpResponse http_get(int port, const std::string& path) {
+  return http_exchange(port, "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+}
+
+// POST `body` (as application/json) to http://127.0.0.1:<port><path>.
+inline HttpResponse http_post(int port, const std::string& path, const std::string& body) {
+  return http_exchange(port, "POST " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
+                                 "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                                 "\r\n\r\n" + body);
 }
 
 // `text` for a URL's query string: every byte but [A-Za-z0-9-._~] as %XX.
