@@ -143,7 +143,8 @@ void Orchestrator::on_result(const GenerateResult& result) {
 void Orchestrator::complete_group(Group group) {
   if (group.failed || http_reward_ == nullptr) return finish_group(std::move(group));
   // OpenRLHF's query is the text the model read and wrote: the prompt as the chat template gives it.
-  const std::string prompt = format_.text(group.problem).value_or(group.problem.prompt);
+  Result<std::string> rendered = format_.text(group.problem);  // it rendered once already, for the ids
+  const std::string prompt = rendered.ok() ? std::move(*rendered) : group.problem.prompt;
   for (uint32_t i = 0; i < group_size_; ++i) {
     Sample& s = group.samples[i];
     RewardItem item{sample_id(group.id, i), prompt + s.text, prompt, group.problem.answer,
