@@ -64,7 +64,7 @@ StepColumns step_columns(const std::vector<StepMetrics>& steps) {
     c.wait.push_back(m.wait_seconds);
     c.train.push_back(m.train_seconds);
     c.sync.push_back(m.weight_sync_seconds);
-    c.idle.push_back(timed ? part(m.wait_seconds) / seconds : kMissing);
+    c.idle.push_back(timed ? m.wait_seconds / seconds : kMissing);  // NaN without a wait figure
     c.generated_per_s.push_back(timed && generated >= 0 ? generated / seconds : kMissing);
     c.trained_per_s.push_back(timed ? m.tokens_trained / seconds : kMissing);
   }
@@ -102,18 +102,6 @@ void add_with_moving_mean(LineChart* chart, const std::string& name, const std::
   ChartSeries mean(str(name, ", mean of last ", window, " steps"), x, trailing_mean(per_step, window));
   mean.color = "#1f77b4";
   chart->series.push_back(std::move(mean));
-}
-
-// summary.json's number at a path of keys; NaN when any part is missing or not a number.
-double summary_number(const Json& summary, std::initializer_list<const char*> path) {
-  const Json* at = &summary;
-  for (const char* key : path) {
-    if (!at->is_object()) return kMissing;
-    auto it = at->find(key);
-    if (it == at->end()) return kMissing;
-    at = &*it;
-  }
-  return at->is_number() ? at->get<double>() : kMissing;
 }
 
 std::string figure(const std::string& title, const std::string& caption, const std::string& svg) {
@@ -170,9 +158,9 @@ std::string accuracy_figure(const RunFolder& run) {
   for (const StepMetrics& m : run.steps) {
     if (m.eval_accuracy) points[static_cast<double>(m.step)] = *m.eval_accuracy;
   }
-  const double before = summary_number(run.summary, {"eval", "accuracy_before"});
-  const double after = summary_number(run.summary, {"eval", "accuracy_after"});
-  double last_step = summary_number(run.summary, {"steps_completed"});
+  const double before = summary_number(run, {"eval", "accuracy_before"});
+  const double after = summary_number(run, {"eval", "accuracy_after"});
+  double last_step = summary_number(run, {"steps_completed"});
   if (!std::isfinite(last_step) && !run.steps.empty()) last_step = static_cast<double>(run.steps.back().step);
   if (std::isfinite(before)) points[0] = before;
   if (std::isfinite(after) && std::isfinite(last_step)) points[last_step] = after;
@@ -201,8 +189,8 @@ std::string idle_figure(const RunFolder& run, const StepColumns& c) {
   chart.y_max = 1;
   chart.y_format = AxisFormat::kPercent;
   add_with_moving_mean(&chart, "trainer idle", c.step, c.idle);
-  chart.references.push_back({"trainer, whole run", summary_number(run.summary, {"trainer_idle_fraction"})});
-  chart.references.push_back({"rollout, whole run", summary_number(run.summary, {"rollout_idle_fraction"})});
+  chart.references.push_back({"trainer, whole run", summary_number(run, {"trainer_idle_fraction"})});
+  chart.references.push_back({"rollout, whole run", summary_number(run, {"rollout_idle_fraction"})});
   return figure("Idle fractions",
                 "trainer: the step's wait for a batch / its wall time (wait + train + sync); dashed: the whole "
                 "run's trainer and rollout-worker idle fractions (summary.json)",
@@ -235,9 +223,8 @@ std::string step_time_figure(const StepColumns& c) {
 
 std::string memory_figure(const RunFolder& run) {
   std::vector<Bar> bars;
-  if (auto it = run.summary.find("peak_memory_bytes"); run.summary.is_object() && it != run.summary.end() &&
-                                                       it->is_object()) {
-    for (const auto& [process, bytes] : it->items()) {
+  if (const Json* peaks = find_summary_value(run, {"peak_memory_bytes"}); peaks != nullptr && peaks->is_object()) {
+    for (const auto& [process, bytes] : peaks->items()) {
       if (!bytes.is_number()) continue;
       bars.push_back({process, bytes.get<double>(), format_bytes(bytes.get<double>())});
     }
@@ -257,11 +244,13 @@ std::string report_curves_section(const RunFolder& run) {
 std::string render_report_html(const RunFolder& run) {
   const std::string name = std::filesystem::path(run.dir).lexically_normal().filename().string();
   std::string exit_text = "summary.json missing";
-  if (auto it = run.summary.find("exit"); run.summary.is_object() && it != run.summary.end() && it->is_string()) {
-    exit_text = "exit: " + it->get<std::string>();
+  if (const Json* exit = find_summary_value(run, {"exit"}); exit != nullptr && exit->is_string()) {
+    exit_text = "exit: " + exit->get<std::string>();
   }
   std::string steps_text = "no steps in metrics.jsonl";
-  if (!run.steps.empty()) steps_text = str(run.steps.size(), " steps (", run.steps.front().step, " to ", run.steps.back().step, ")");
+  if (!run.steps.empty()) {
+    steps_text = str(run.steps.size(), " steps (", run.steps.front().step, " to ", run.steps.back().step, ")");
+  }
   return str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
              "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>rlrun report: ",
              html_escape(name.empty() ? run.dir : name), "</title>\n<style>", kStyle, "</style>\n</head>\n<body>\n",

@@ -75,47 +75,41 @@ std::string json_html(const Json& v, const std::string& key) {
     out += "<tr>";
     for (const std::string& c : columns) {
       auto it = e.find(c);
-      out += it == e.end() ? "<td></td>" : str("<td", it->is_number() ? " class=\"num\"" : "", ">", json_html(*it, c), "</td>");
+      if (it == e.end()) {
+        out += "<td></td>";
+      } else {
+        out += str("<td", it->is_number() ? " class=\"num\"" : "", ">", json_html(*it, c), "</td>");
+      }
     }
     out += "</tr>\n";
   }
   return out + "</table>";
 }
 
-const Json* find_path(const Json& root, std::initializer_list<const char*> path) {
-  const Json* at = &root;
-  for (const char* key : path) {
-    if (!at->is_object()) return nullptr;
-    auto it = at->find(key);
-    if (it == at->end()) return nullptr;
-    at = &*it;
-  }
-  return at;
-}
-
 // "A -> B" of two summary values (formatted for `key`), or "" when neither is there.
-std::string from_to(const Json& summary, std::initializer_list<const char*> a, std::initializer_list<const char*> b,
+std::string from_to(const RunFolder& run, std::initializer_list<const char*> a, std::initializer_list<const char*> b,
                     const std::string& key) {
-  const Json *x = find_path(summary, a), *y = find_path(summary, b);
+  const Json *x = find_summary_value(run, a), *y = find_summary_value(run, b);
   if (x == nullptr && y == nullptr) return "";
   auto one = [&](const Json* v) { return v == nullptr ? std::string("&mdash;") : json_html(*v, key); };
   return one(x) + " &rarr; " + one(y);
 }
 
 // The figures a user looks at first, each when summary.json has it.
-std::string headline_table(const Json& s) {
+std::string headline_table(const RunFolder& run) {
   std::vector<std::pair<std::string, std::string>> rows;
   auto add = [&](const std::string& name, std::initializer_list<const char*> path, const std::string& key) {
-    if (const Json* v = find_path(s, path)) rows.push_back({name, json_html(*v, key)});
+    if (const Json* v = find_summary_value(run, path)) rows.push_back({name, json_html(*v, key)});
   };
   add("exit", {"exit"}, "exit");
   add("steps completed", {"steps_completed"}, "steps");
   add("wall time", {"wall_seconds"}, "wall_seconds");
-  if (std::string t = from_to(s, {"eval", "accuracy_before"}, {"eval", "accuracy_after"}, "accuracy_fraction"); !t.empty())
-    rows.push_back({"held-out accuracy, before &rarr; after RL", t});
+  // "accuracy_fraction": formatted as a percentage, like the idle fractions.
+  std::string t = from_to(run, {"eval", "accuracy_before"}, {"eval", "accuracy_after"}, "accuracy_fraction");
+  if (!t.empty()) rows.push_back({"held-out accuracy, before &rarr; after RL", t});
   add("note on accuracy after", {"eval", "accuracy_after_note"}, "note");
-  if (std::string t = from_to(s, {"reward_mean", "first"}, {"reward_mean", "last"}, "reward"); !t.empty())
-    rows.push_back({"reward mean, first &rarr; last 10% of steps", t});
+  t = from_to(run, {"reward_mean", "first"}, {"reward_mean", "last"}, "reward");
+  if (!t.empty()) rows.push_back({"reward mean, first &rarr; last 10% of steps", t});
   add("trainer idle", {"trainer_idle_fraction"}, "trainer_idle_fraction");
   add("rollout idle", {"rollout_idle_fraction"}, "rollout_idle_fraction");
   add("tokens/s generated", {"tokens_per_second", "generated"}, "generated");
@@ -175,7 +169,7 @@ std::string report_summary_section(const RunFolder& run) {
     return "<h2>Summary</h2>\n<p class=\"note\">No usable summary.json in this run folder (a run writes it when it "
            "ends, also after a failure or Ctrl-C).</p>\n";
   }
-  return str("<h2>Summary</h2>\n", headline_table(run.summary),
+  return str("<h2>Summary</h2>\n", headline_table(run),
              "<details><summary>all of summary.json</summary>\n", json_html(run.summary, ""), "\n</details>\n");
 }
 

@@ -165,6 +165,22 @@ std::string why_unusable(const InputFile& f) {
 
 }  // namespace
 
+const nlohmann::ordered_json* find_summary_value(const RunFolder& run, std::initializer_list<const char*> path) {
+  const nlohmann::ordered_json* at = &run.summary;
+  for (const char* key : path) {
+    if (!at->is_object()) return nullptr;
+    auto it = at->find(key);
+    if (it == at->end()) return nullptr;
+    at = &*it;
+  }
+  return at;
+}
+
+double summary_number(const RunFolder& run, std::initializer_list<const char*> path) {
+  const nlohmann::ordered_json* v = find_summary_value(run, path);
+  return v != nullptr && v->is_number() ? v->get<double>() : kMissing;
+}
+
 Result<RunFolder> read_run_folder(const std::string& dir, size_t samples_per_group) {
   const fs::path root(dir);
   std::error_code ec;

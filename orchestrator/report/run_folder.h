@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -69,6 +70,11 @@ struct RunFolder {
   int64_t sample_groups = 0;
   InputFile metrics, summary_file, config, samples_file;
 };
+
+// summary.json's value at a path of keys ({"eval", "accuracy_after"}); nullptr when a part is
+// missing or not an object. summary_number: that value as a number, else kMissing.
+const nlohmann::ordered_json* find_summary_value(const RunFolder& run, std::initializer_list<const char*> path);
+double summary_number(const RunFolder& run, std::initializer_list<const char*> path);
 
 // Reads `dir`. Errors: kNotFound when `dir` does not exist, kInvalidArgument when it is not a
 // folder or holds neither a usable metrics.jsonl nor a usable summary.json (the message names

@@ -65,8 +65,12 @@ Range exact_range(Range r) {
 
 std::vector<double> ticks(Range r, bool integers) {
   const double step = nice_step(r.hi - r.lo, 5, integers);
+  const double first = std::ceil(r.lo / step) * step;
   std::vector<double> out;
-  for (double v = std::ceil(r.lo / step) * step; v <= r.hi + step * 1e-6; v += step) {
+  // Counted, not accumulated: a step below the values' precision (1e17 + 0.2) must still end.
+  for (int k = 0; k < 20; ++k) {
+    const double v = first + k * step;
+    if (!(v <= r.hi + step * 1e-6)) break;
     out.push_back(std::fabs(v) < step * 1e-9 ? 0 : v);  // no "-0"
   }
   return out;
