@@ -122,6 +122,22 @@ TEST(ReportCli, ALongRunStaysSmall) {
   EXPECT_THAT(read_all(dir.path() + "/report.html"), HasSubstr("mean of last 200 steps"));
 }
 
+// Numbers a hand-edited or foreign file may hold: a range finer than the values' precision
+// (ticks 5 apart on 1e17, whose doubles are 16 apart), the largest doubles, negative steps,
+// keys of the wrong type. The page is written, quickly.
+TEST(ReportCli, ExtremeNumbersNeitherHangNorCrash) {
+  TempDir dir;
+  dir.write("metrics.jsonl",
+            "{\"step\":-3,\"reward_mean\":1e17,\"wait_seconds\":1e308,\"train_seconds\":1e308}\n"
+            "{\"step\":1,\"reward_mean\":100000000000000016,\"wait_seconds\":\"soon\",\"tokens_trained\":-5}\n"
+            "{\"step\":2,\"weight_sync_seconds\":-1e308,\"reward_terms\":[1,2],\"eval_accuracy\":7}\n"
+            "{\"step\":9223372036854775807,\"reward_mean\":1e17}\n");
+  dir.write("summary.json", "{\"peak_memory_bytes\": {\"trainer-0\": -1, \"rollout-0\": \"big\"}, \"eval\": 3}\n");
+  const CliRun r = run_rlrun(dir, str("report '", dir.path(), "'"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_self_contained(read_all(dir.path() + "/report.html"));
+}
+
 TEST(ReportCli, AFolderThatIsNoRunIsAClearErrorNamingIt) {
   TempDir dir;
   CliRun r = run_rlrun(dir, str("report '", dir.path(), "/nope'"));
