@@ -3,7 +3,8 @@
 #   scripts/install-deps.sh            build and runtime packages
 #   scripts/install-deps.sh --test     also what the test suite needs (Python references, curl,
 #                                      prometheus for the real-scrape test, slurm-wlm + munge for
-#                                      the real-Slurm launcher test)
+#                                      the real-Slurm launcher test, chromium for the report's
+#                                      browser test)
 # Runs `apt-get update` at most once, and only when something is missing.
 set -euo pipefail
 
@@ -12,7 +13,7 @@ pkgs=(build-essential cmake pkg-config ninja-build python3 ca-certificates
       libopenblas-dev libgloo-dev libpcre2-dev libutf8proc-dev nlohmann-json3-dev libcurl4-openssl-dev
       libgtest-dev libgmock-dev)
 if [ "${1:-}" = "--test" ]; then
-  pkgs+=(curl prometheus python3-venv python3-pip python3-torch slurm-wlm munge)
+  pkgs+=(curl prometheus python3-venv python3-pip python3-torch slurm-wlm munge chromium)
 fi
 
 missing=()

@@ -19,6 +19,7 @@ int cmd_generate(const Args& args);
 int cmd_convert(const Args& args);
 int cmd_rollout(const Args& args);
 int cmd_plan(const Args& args);
+int cmd_report(const Args& args);
 
 namespace {
 
@@ -191,6 +192,26 @@ constexpr Command kCommands[] = {
      "Exit status: 0 the plan fits (or --compare printed), 3 the plan does not fit (the advice is\n"
      "printed), 2 the command line or config is wrong, 1 RUN_DIR/summary.json is missing or bad.\n",
      cmd_plan},
+    {"report", "write a run folder's curves, summary, samples and config as one HTML page",
+     "usage: rlrun report RUN_DIR [-o FILE]\n\n"
+     "Reads the run folder RUN_DIR (what `rlrun CONFIG` wrote: metrics.jsonl, summary.json,\n"
+     "config.yaml, and samples.jsonl when there is one) and writes RUN_DIR/report.html, one\n"
+     "self-contained HTML file (inline SVG and CSS; it loads nothing, so it opens offline and can\n"
+     "be mailed or attached as is) with:\n"
+     "  curves     reward per step (and each reward term), held-out accuracy (before RL, every\n"
+     "             evaluation, after RL), trainer idle per step beside the run's trainer and\n"
+     "             rollout idle fractions, tokens/s generated and trained, the step time split\n"
+     "             into wait / train / weight sync, peak memory per process;\n"
+     "  summary    the headline figures and all of summary.json as tables;\n"
+     "  samples    up to 5 sampled completions per step and kind (eval, train) from samples.jsonl;\n"
+     "  config     config.yaml, collapsed.\n"
+     "A run still in progress, cut short or partly unreadable still gets a report: malformed lines\n"
+     "are skipped and counted (in the page and on stderr), missing files are said to be missing.\n"
+     "Text from the run (prompts, completions, config) is HTML-escaped.\n\n"
+     "  -o, --output FILE  write the page there instead of RUN_DIR/report.html\n\n"
+     "exit status: 0 written, 2 for bad flags or when RUN_DIR is missing or holds neither a usable\n"
+     "metrics.jsonl nor summary.json, 1 when the page cannot be written.\n",
+     cmd_report},
 };
 
 void print_overview() {
