@@ -1,5 +1,6 @@
 #include "common/observe/log.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -25,17 +26,20 @@ char level_letter(Level level) {
   return '?';
 }
 
-}  // namespace
+// Output state: the file copy and the status line, under one lock so a line and a redraw of the
+// status line never interleave.
+std::mutex g_out_mu;
+int g_file = -1;
+std::string g_status;  // shown at the bottom of a terminal; empty: none
+std::chrono::steady_clock::time_point g_last_plain_status{};
+const bool g_tty = ::isatty(STDERR_FILENO) == 1;
 
-void set_process_name(std::string name) {
-  std::lock_guard<std::mutex> lock(g_name_mu);
-  g_process_name = std::move(name);
+void write_all(int fd, std::string_view bytes) {
+  ssize_t ignored = ::write(fd, bytes.data(), bytes.size());
+  (void)ignored;
 }
 
-void set_min_level(Level level) { g_min_level.store(static_cast<int>(level)); }
-
-void write(Level level, std::string_view message) {
-  if (static_cast<int>(level) < g_min_level.load()) return;
+std::string prefix(Level level) {
   auto now = std::chrono::system_clock::now();
   std::time_t secs = std::chrono::system_clock::to_time_t(now);
   int millis = static_cast<int>(
@@ -49,12 +53,63 @@ void write(Level level, std::string_view message) {
     std::lock_guard<std::mutex> lock(g_name_mu);
     name = g_process_name;
   }
-  std::string line = std::string("[rlrun ") + stamp + " " + level_letter(level) + " " + name + "] ";
+  return std::string("[rlrun ") + stamp + " " + level_letter(level) + " " + name + "] ";
+}
+
+}  // namespace
+
+void set_process_name(std::string name) {
+  std::lock_guard<std::mutex> lock(g_name_mu);
+  g_process_name = std::move(name);
+}
+
+void set_min_level(Level level) { g_min_level.store(static_cast<int>(level)); }
+
+void write(Level level, std::string_view message) {
+  if (static_cast<int>(level) < g_min_level.load()) return;
+  std::string line = prefix(level);
   line.append(message);
   line.push_back('\n');
-  // One write(2) so lines from threads and processes sharing a log file never interleave.
-  ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
-  (void)ignored;
+  std::lock_guard<std::mutex> lock(g_out_mu);
+  // One write(2) per line, so lines from threads and processes sharing a log file never
+  // interleave; on a terminal the status line is cleared first and drawn again below the line.
+  if (g_tty && !g_status.empty()) {
+    write_all(STDERR_FILENO, "\r\033[K" + line + g_status);
+  } else {
+    write_all(STDERR_FILENO, line);
+  }
+  if (g_file >= 0) write_all(g_file, line);
+}
+
+bool set_file(const std::string& path) {
+  const int fd = path.empty() ? -1 : ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  std::lock_guard<std::mutex> lock(g_out_mu);
+  if (g_file >= 0) ::close(g_file);
+  g_file = fd;
+  return path.empty() || fd >= 0;
+}
+
+void status(std::string_view text, bool force, std::chrono::steady_clock::duration plain_interval) {
+  const std::string line = prefix(Level::kInfo) + std::string(text) + "\n";
+  std::lock_guard<std::mutex> lock(g_out_mu);
+  if (g_file >= 0) write_all(g_file, line);
+  if (g_tty) {
+    g_status = std::string(text);
+    write_all(STDERR_FILENO, "\r\033[K" + g_status);
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (!force && g_last_plain_status != std::chrono::steady_clock::time_point{} &&
+      now - g_last_plain_status < plain_interval)
+    return;
+  g_last_plain_status = now;
+  write_all(STDERR_FILENO, line);
+}
+
+void end_status() {
+  std::lock_guard<std::mutex> lock(g_out_mu);
+  if (g_tty && !g_status.empty()) write_all(STDERR_FILENO, "\n");
+  g_status.clear();
 }
 
 void RateLimited::write(Level level, std::string_view message) {

@@ -16,6 +16,19 @@ void set_process_name(std::string name);  // "orchestrator", "trainer-0", "rollo
 void set_min_level(Level level);
 void write(Level level, std::string_view message);
 
+// Every line from now on is also appended to `path` (the run's logs/orchestrator.log), as are
+// status lines; an empty path stops it. Errors are returned, and the log goes on without the file.
+bool set_file(const std::string& path);
+
+// A progress line ("step 12/50  ETA 4m ..."). On a terminal it is one line at the bottom of the
+// screen, redrawn in place, which other lines scroll above; elsewhere (a pipe, a file) it is an
+// ordinary info line, written at most once per `plain_interval` unless `force` (the last one).
+// It always goes to the set_file() copy.
+void status(std::string_view line, bool force = false,
+            std::chrono::steady_clock::duration plain_interval = std::chrono::seconds(30));
+// The status line stops being redrawn (a terminal keeps its last state on a line of its own).
+void end_status();
+
 inline void debug(std::string_view m) { write(Level::kDebug, m); }
 inline void info(std::string_view m) { write(Level::kInfo, m); }
 inline void warn(std::string_view m) { write(Level::kWarn, m); }

@@ -246,6 +246,9 @@ int cmd_run(const Args& args) {
   if (!effective.ok()) return report_config_errors("run", effective.status());
   const Status written = write_file_atomic((fs::path(*dir) / "config.yaml").string(), *effective);
   if (!written.ok()) return std::fprintf(stderr, "rlrun: %s\n", written.message().c_str()), kExitFailed;
+  // Every line of this process (and every step's progress line) also goes to logs/orchestrator.log.
+  if (!log::set_file((fs::path(*dir) / "logs" / "orchestrator.log").string()))
+    log::warn(str("cannot write ", *dir, "/logs/orchestrator.log; the log goes to stderr only"));
   log::info(str("run folder ", *dir));
   if (resume)
     log::info(str("resuming from ", resume->dir, " (", resume->state.steps_completed, " of ", config.number_of_steps,

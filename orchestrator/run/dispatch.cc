@@ -1,11 +1,17 @@
 // run/dispatch.cc - the sample path: dispatch, results, rewards and advantages, batches, evaluation.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "common/clock.h"
 #include "common/observe/log.h"
 #include "common/observe/timeline.h"
 #include "orchestrator/data/batcher.h"
+#include <filesystem>
+
+#include <fstream>
+
 #include "orchestrator/run/orchestrator.h"
 #include "trainer/advantages.h"
 
@@ -107,6 +113,7 @@ void Orchestrator::on_result(const GenerateResult& result) {
     const Problem& p = task_.eval_set()[routed.problem];
     Result<std::string> text = tokenizer_.decode(tokens, decode_options);
     eval_rewards_[routed.problem] = ok && text.ok() && reward_.correct(p, *text) ? 1.0 : 0.0;
+    if (routed.problem < kLoggedSamples) eval_texts_[routed.problem] = text.ok() ? *text : "";
     return;
   }
   Group& group = *routed.group;
@@ -364,6 +371,16 @@ Status Orchestrator::run_step() {
     log::warn(str("step ", step, ": no sample fits seq_len; waiting for another batch"));
     return Status();
   }
+  if (config_.log_samples_every > 0 && step % static_cast<uint64_t>(config_.log_samples_every) == 0) {
+    std::vector<nlohmann::ordered_json> shown;  // the first group's samples: one prompt, its spread
+    for (const Sample& s : batch.front().samples) {
+      if (shown.size() == kLoggedSamples) break;
+      shown.push_back({{"prompt", batch.front().problem.prompt}, {"completion", s.text},
+                       {"answer", batch.front().problem.answer}, {"reward", s.reward}, {"advantage", s.advantage},
+                       {"correct", nullptr}});
+    }
+    log_samples("train", shown);
+  }
   training_groups_ = static_cast<int64_t>(batch.size());
   committing_ = true;  // from here the step completes even after a SIGINT (run/orchestrator.h)
   const auto train_start = Clock::now();
@@ -449,7 +466,28 @@ Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
   const double accuracy = correct / static_cast<double>(problems.size());
   log::info(str("eval ", when, ": accuracy ", accuracy, " on ", problems.size(), " held-out problems (greedy)"));
   metrics_.eval_accuracy->Set(accuracy);
+  last_eval_accuracy_ = accuracy;
+  std::vector<nlohmann::ordered_json> shown;
+  for (const auto& [p, text] : eval_texts_) {
+    shown.push_back({{"prompt", problems[p].prompt}, {"completion", text}, {"answer", problems[p].answer},
+                     {"reward", eval_rewards_[p]}, {"advantage", nullptr}, {"correct", eval_rewards_[p] > 0.5}});
+  }
+  eval_texts_.clear();
+  log_samples("eval", shown);
   return std::optional<double>(accuracy);
+}
+
+void Orchestrator::log_samples(const char* kind, const std::vector<nlohmann::ordered_json>& samples) const {
+  if (samples.empty()) return;
+  const std::string path = (std::filesystem::path(metrics_jsonl_).parent_path() / "samples.jsonl").string();
+  std::ofstream out(path, std::ios::app);
+  for (const nlohmann::ordered_json& sample : samples) {
+    nlohmann::ordered_json line = {{"step", outcome_.steps_completed}, {"kind", kind}};
+    line.update(sample);
+    // completions are untrusted bytes: invalid UTF-8 is replaced, never a throw
+    out << line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
+  }
+  if (!out) log::warn(str("could not append to ", path));
 }
 
 }  // namespace rlrun::orchestrator

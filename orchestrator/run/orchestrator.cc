@@ -22,6 +22,16 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// "35s", "4m05s", "2h03m": a remaining time for a person.
+std::string format_duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::max(0.0, seconds) + 0.5);
+  char out[32];
+  if (s < 60) std::snprintf(out, sizeof out, "%llds", static_cast<long long>(s));
+  else if (s < 3600) std::snprintf(out, sizeof out, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  else std::snprintf(out, sizeof out, "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s / 60 % 60));
+  return out;
+}
+
 // Workers build models and join groups before registering: generous on a loaded machine.
 constexpr std::chrono::seconds kRegistrationTimeout{300};
 
@@ -317,18 +327,25 @@ void Orchestrator::print_progress(double reward_mean) {
     ++rollouts;
   }
   rollout_idle = rollouts ? rollout_idle / rollouts : 0;
-  const std::string line =
-      str("step ", outcome_.steps_completed, "/", config_.number_of_steps, "  reward ", reward_mean, "  tok/s gen ",
-          static_cast<int64_t>(outcome_.tokens_generated / loop), " train ",
-          static_cast<int64_t>(outcome_.tokens_trained / loop), "  idle trainer ",
-          static_cast<int>(100 * outcome_.trainer_idle_seconds / loop), "% rollout ",
-          static_cast<int>(100 * rollout_idle), "%");
-  if (isatty(STDERR_FILENO)) {
-    std::fprintf(stderr, "\r\033[K%s", line.c_str());
-    if (outcome_.steps_completed == config_.number_of_steps) std::fprintf(stderr, "\n");
-  } else {
-    log::info(line);
+  const int64_t done = outcome_.steps_completed, total = config_.number_of_steps;
+  const int64_t this_run = done - (resumed_ ? resumed_->steps_completed : 0);
+  const double eta = this_run > 0 ? seconds_since(loop_start_) / static_cast<double>(this_run) * static_cast<double>(total - done) : 0;
+  char reward[16];
+  std::snprintf(reward, sizeof reward, "%.3f", reward_mean);
+  std::string line = str("step ", done, "/", total, "  ETA ", format_duration(eta), "  reward ", reward);
+  if (last_eval_accuracy_) {
+    char acc[16];
+    std::snprintf(acc, sizeof acc, "%.3f", *last_eval_accuracy_);
+    line += str("  accuracy ", acc);
   }
+  line += str("  idle trainer ", static_cast<int>(100 * outcome_.trainer_idle_seconds / loop), "% rollout ",
+              static_cast<int>(100 * rollout_idle), "%  tok/s gen ",
+              static_cast<int64_t>(static_cast<double>(outcome_.tokens_generated) / loop), " train ",
+              static_cast<int64_t>(static_cast<double>(outcome_.tokens_trained) / loop));
+  // a terminal: one line redrawn in place; a pipe or file: a line at most every 30 s (and the last);
+  // logs/orchestrator.log: every step
+  log::status(line, done == total);
+  if (done == total) log::end_status();
 }
 
 void Orchestrator::evaluate_at_stop(const std::string& why) {

@@ -38,6 +38,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/config/config.h"
 #include "common/observe/log.h"
 #include "common/protocol/control_plane.h"
@@ -280,6 +282,11 @@ class Orchestrator {
   SyncRounds sync_;  // weight-sync rounds: target version, epoch, the round in flight (run/weight_sync.cc)
 
   std::map<uint64_t, double> eval_rewards_;  // eval problem index -> reward
+  // samples.jsonl: a few completions of every evaluation and of every log_samples_every-th step.
+  static constexpr size_t kLoggedSamples = 4;
+  std::map<uint64_t, std::string> eval_texts_;  // the first kLoggedSamples evaluation problems' answers
+  std::optional<double> last_eval_accuracy_;     // for the progress line
+  void log_samples(const char* kind, const std::vector<nlohmann::ordered_json>& samples) const;
 
   RunOutcome outcome_;
   Clock::time_point last_tick_, loop_start_;

@@ -19,6 +19,26 @@ TEST(ConfigRules, DefaultsPassEveryRule) {
   EXPECT_TRUE(c.ok()) << c.status().message();
 }
 
+// task.reward is a weighted sum of terms; a term that needs a key names it, and a key no term
+// reads is refused.
+TEST(ConfigRules, RewardExpressionAndTheKeysItsTermsNeed) {
+  EXPECT_TRUE(load_text("task:\n  reward: numeric + 0.1*format\n  format_regex: '####'\n").ok());
+  EXPECT_THAT(error_lines(load_text("task:\n  reward: numerik\n")),
+              ElementsAre(AllOf(HasSubstr("run.yaml:2:"), HasSubstr("unknown term `numerik`"))));
+  EXPECT_THAT(error_lines(load_text("task:\n  reward: http\n")),
+              ElementsAre(HasSubstr("task.reward uses the term `http`, which needs `task.reward_url`")));
+  EXPECT_THAT(error_lines(load_text("task:\n  reward: regex\n")),
+              ElementsAre(HasSubstr("which needs `task.reward_regex`")));
+  EXPECT_THAT(error_lines(load_text("task:\n  reward_url: http://x/\n")),
+              ElementsAre(HasSubstr("`task.reward_url` is only read by the term `http`")));
+  EXPECT_THAT(error_lines(load_text("task:\n  reward: http\n  reward_url: ftp://x/\n")),
+              ElementsAre(HasSubstr("is not an http:// or https:// URL")));
+  EXPECT_THAT(error_lines(load_text("task:\n  operations: '+/'\n")),
+              ElementsAre(HasSubstr("`task.operations` \"+/\" must be one or more of + - *")));
+  EXPECT_THAT(error_lines(load_text("task:\n  question_format: 'What is {a}?'\n")),
+              ElementsAre(HasSubstr("must contain {a} and {b}")));
+}
+
 TEST(ConfigRules, InferenceWorkersDivisibleByTensorParallel) {
   EXPECT_THAT(error_lines(load_text("inference_num_workers: 6\n",
                                     {"inference_tensor_parallel_size=4"})),

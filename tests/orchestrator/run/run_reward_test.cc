@@ -118,6 +118,43 @@ TEST(RunReward, AServerThatNeverAnswersStopsTheRunNamingItAndLosesNothing) {
   EXPECT_EQ(r.summary["reward"]["server"]["failed_requests"], 3);
 }
 
+// A dataset's other fields reach the reward server as metadata, with the prompt the model read.
+TEST(RunReward, DatasetMetadataReachesTheRewardServer) {
+  auto server = RewardServerProcess::start("tests/reference/faulty_reward_server.py", {"--mode", "ok"});
+  ASSERT_TRUE(server->ok()) << server->log();
+  testing::TempDir dir;
+  std::string rows;
+  for (int a = 0; a < 10; ++a)
+    for (int b = 0; b < 5; ++b) rows += str("{\"q\": \"", a, "+", b, "=\", \"a\": ", a + b, ", \"id\": 7, \"source\": \"t\"}\n");
+  const std::string data = dir.write("data.jsonl", rows);
+  const RewardRun r = run_tiny(dir, str("--set task.name=jsonl --set task.dataset=", data,
+                                        " --set task.prompt_field=q --set task.answer_field=a --set task.eval_size=4",
+                                        " --set task.reward=http --set task.reward_url=", server->url()));
+  ASSERT_EQ(r.cli.exit_code, 0) << r.cli.err;
+  expect_every_sample_accounted(r.summary);
+  int logged = 0;
+  for (const json& step : r.steps) {
+    if (!step.contains("reward_server_logs")) continue;
+    EXPECT_EQ(step["reward_server_logs"]["meta_id"], 7.0) << step.dump();   // the row's "id"
+    EXPECT_EQ(step["reward_server_logs"]["prompt_ok"], 1.0) << step.dump(); // query = prompt + completion
+    ++logged;
+  }
+  EXPECT_GT(logged, 0);
+}
+
+// Chat rows need a chat template: a model without one is refused before anything starts, naming
+// the dataset and the keys.
+TEST(RunReward, ChatRowsWithoutAChatTemplateAreRefusedAtTheStart) {
+  testing::TempDir dir;
+  const std::string data = dir.write("chat.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"1+1=\"}], \"answer\": \"2\"}\n"
+                                                   "{\"messages\": [{\"role\": \"user\", \"content\": \"1+2=\"}], \"answer\": \"3\"}\n");
+  const RewardRun r = run_tiny(dir, str("--set task.name=jsonl --set task.dataset=", data, " --set task.eval_size=1"));
+  EXPECT_NE(r.cli.exit_code, 0);
+  EXPECT_NE(r.cli.err.find("chat.jsonl: rows with \"messages\" (task.messages_field) are chats, which need a chat template"),
+            std::string::npos)
+      << r.cli.err;
+}
+
 // The short CI version of the README's second example: configs/smollm2-arithmetic.yaml as shipped,
 // on the real SmolLM2-135M-Instruct, with fewer and smaller steps, its reward from the example
 // server (a real process).
