@@ -379,7 +379,7 @@ Status Orchestrator::run_step() {
                        {"answer", batch.front().problem.answer}, {"reward", s.reward}, {"advantage", s.advantage},
                        {"correct", nullptr}});
     }
-    log_samples("train", shown);
+    log_samples("train", static_cast<int64_t>(step), shown);  // the step these samples train
   }
   training_groups_ = static_cast<int64_t>(batch.size());
   committing_ = true;  // from here the step completes even after a SIGINT (run/orchestrator.h)
@@ -473,16 +473,16 @@ Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
                      {"reward", eval_rewards_[p]}, {"advantage", nullptr}, {"correct", eval_rewards_[p] > 0.5}});
   }
   eval_texts_.clear();
-  log_samples("eval", shown);
+  log_samples("eval", outcome_.steps_completed, shown);
   return std::optional<double>(accuracy);
 }
 
-void Orchestrator::log_samples(const char* kind, const std::vector<nlohmann::ordered_json>& samples) const {
+void Orchestrator::log_samples(const char* kind, int64_t step, const std::vector<nlohmann::ordered_json>& samples) const {
   if (samples.empty()) return;
   const std::string path = (std::filesystem::path(metrics_jsonl_).parent_path() / "samples.jsonl").string();
   std::ofstream out(path, std::ios::app);
   for (const nlohmann::ordered_json& sample : samples) {
-    nlohmann::ordered_json line = {{"step", outcome_.steps_completed}, {"kind", kind}};
+    nlohmann::ordered_json line = {{"step", step}, {"kind", kind}};
     line.update(sample);
     // completions are untrusted bytes: invalid UTF-8 is replaced, never a throw
     out << line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';

@@ -286,7 +286,8 @@ class Orchestrator {
   static constexpr size_t kLoggedSamples = 4;
   std::map<uint64_t, std::string> eval_texts_;  // the first kLoggedSamples evaluation problems' answers
   std::optional<double> last_eval_accuracy_;     // for the progress line
-  void log_samples(const char* kind, const std::vector<nlohmann::ordered_json>& samples) const;
+  // `step`: evaluations, the steps completed; training samples, the step they train.
+  void log_samples(const char* kind, int64_t step, const std::vector<nlohmann::ordered_json>& samples) const;
 
   RunOutcome outcome_;
   Clock::time_point last_tick_, loop_start_;

@@ -5,6 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 namespace rlrun {
@@ -29,6 +32,31 @@ TEST(RateLimited, WritesTheFirstThenOncePerIntervalWithTheCount) {
   const std::string second = ::testing::internal::GetCapturedStderr();
   EXPECT_THAT(second, HasSubstr("no spread [5 more like this in the last 0 s]"));
   EXPECT_EQ(limited.held_back(), 0);
+}
+
+// The progress line off a terminal: an ordinary line at most once per interval (and the last one,
+// forced); logs/orchestrator.log (set_file) gets every status line and every other line.
+TEST(Status, OffATerminalAtASaneRateAndEveryLineInTheFile) {
+  const std::string path = ::testing::TempDir() + "/log_status_test.log";
+  std::remove(path.c_str());
+  ASSERT_TRUE(log::set_file(path));
+  ::testing::internal::CaptureStderr();
+  log::status("step 1/3", false, std::chrono::seconds(60));
+  log::status("step 2/3", false, std::chrono::seconds(60));  // within the interval: file only
+  log::info("a line between");
+  log::status("step 3/3", true, std::chrono::seconds(60));   // the last one
+  log::end_status();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(log::set_file(""));
+  EXPECT_THAT(err, HasSubstr("step 1/3\n"));
+  EXPECT_THAT(err, Not(HasSubstr("step 2/3")));
+  EXPECT_THAT(err, HasSubstr("a line between\n"));
+  EXPECT_THAT(err, HasSubstr("step 3/3\n"));
+  std::ifstream in(path);
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const char* line : {"step 1/3\n", "step 2/3\n", "a line between\n", "step 3/3\n"}) EXPECT_THAT(file, HasSubstr(line));
+  EXPECT_FALSE(log::set_file("/nonexistent-dir/x.log"));  // said, and the log goes on
+  log::info("still logging");
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "tests/common/test_seed.h"
+#include "tests/orchestrator/run/summary_checks.h"
 
 namespace rlrun::orchestrator {
 namespace {
@@ -105,19 +106,6 @@ class WorkerFaults : public ::testing::Test {
   fs::path dir_;
 };
 
-// Every sample is accounted for exactly once: none lost, no refused (duplicate) transition, and
-// every generated sample was trained or discarded.
-void expect_every_sample_accounted_for(const json& summary) {
-  const json& s = summary["samples"];
-  EXPECT_EQ(s["lost"], 0) << summary.dump(2);
-  EXPECT_EQ(s["anomalies"], 0) << summary.dump(2);
-  int64_t discarded = 0;
-  for (const auto& [reason, n] : s["discarded"].items()) discarded += n.get<int64_t>();
-  EXPECT_EQ(s["trained"].get<int64_t>() + discarded - s["discarded"].value("generation_error", 0),
-            s["generated"].get<int64_t>())
-      << summary.dump(2);
-}
-
 // The run went on past the failure: the replacement got the weights and then work.
 void expect_one_recovery(const json& summary, const std::string& reason_part, const std::string& worker = "rollout-1") {
   EXPECT_EQ(summary["exit"], "ok") << summary.dump(2);
@@ -129,7 +117,7 @@ void expect_one_recovery(const json& summary, const std::string& reason_part, co
   EXPECT_NE(f["reason"].get<std::string>().find(reason_part), std::string::npos) << f.dump();
   ASSERT_TRUE(f["replacement_ready_at"].is_number()) << f.dump();
   EXPECT_GE(f["replacement_ready_at"].get<double>(), f["detected_at"].get<double>());
-  expect_every_sample_accounted_for(summary);
+  testing::expect_every_sample_accounted_for(summary);
 }
 
 TEST_F(WorkerFaults, KilledDuringGenerationIsReplacedAndTheRunFinishes) {
@@ -208,7 +196,7 @@ TEST_F(WorkerFaults, WorkerThatKeepsDyingUsesUpItsRestartsAndStopsTheRunNamingIt
   EXPECT_EQ(summary["worker_restarts"], 2);
   EXPECT_EQ(summary["worker_failures"].size(), 3u);
   EXPECT_EQ(summary["steps_completed"], 0);
-  expect_every_sample_accounted_for(summary);
+  testing::expect_every_sample_accounted_for(summary);
   const std::string out = run.output();
   EXPECT_NE(out.find("restarting (1/2) in 0.2 s"), std::string::npos) << out;
   EXPECT_NE(out.find("restarting (2/2) in 0.4 s"), std::string::npos) << out;

@@ -8,12 +8,14 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
 
 #include "common/observe/log.h"
 #include "tests/orchestrator/cli_test_util.h"
+#include "tests/orchestrator/run/summary_checks.h"
 #include "tests/orchestrator/reward/reward_server_process.h"
 
 namespace rlrun::orchestrator {
@@ -42,18 +44,6 @@ RewardRun run_tiny(const testing::TempDir& dir, const std::string& sets) {
   return r;
 }
 
-// Every dispatched sample ended somewhere: none lost, no refused transition.
-void expect_every_sample_accounted(const json& summary) {
-  const json& s = summary["samples"];
-  EXPECT_EQ(s["lost"], 0) << summary.dump(2);
-  EXPECT_EQ(s["anomalies"], 0) << summary.dump(2);
-  int64_t discarded = 0;
-  for (const auto& [reason, n] : s["discarded"].items()) discarded += n.get<int64_t>();
-  EXPECT_EQ(s["trained"].get<int64_t>() + discarded - s["discarded"].value("generation_error", 0),
-            s["generated"].get<int64_t>())
-      << summary.dump(2);
-}
-
 TEST(RunReward, LocalTermsAndTheHttpTermScoreEverySample) {
   auto server = RewardServerProcess::start("examples/reward_server.py", {});
   ASSERT_TRUE(server->ok()) << server->log();
@@ -65,7 +55,7 @@ TEST(RunReward, LocalTermsAndTheHttpTermScoreEverySample) {
             std::string::npos)
       << r.cli.err;
   EXPECT_EQ(r.summary["steps_completed"], 3);
-  expect_every_sample_accounted(r.summary);
+  testing::expect_every_sample_accounted_for(r.summary);
   const json& reward = r.summary["reward"];
   EXPECT_EQ(reward["expression"], "numeric + 0.5*http - 0.1*length");
   EXPECT_EQ(reward["server"]["url"], server->url());
@@ -96,7 +86,7 @@ TEST(RunReward, AServerThatFailsForAWhileLosesNoSample) {
   const RewardRun r = run_tiny(dir, str("--set task.reward=http --set task.reward_url=", server->url()));
   ASSERT_EQ(r.cli.exit_code, 0) << r.cli.err;
   EXPECT_EQ(r.summary["steps_completed"], 3);
-  expect_every_sample_accounted(r.summary);
+  testing::expect_every_sample_accounted_for(r.summary);
   EXPECT_EQ(r.summary["reward"]["server"]["failed_requests"], 3) << r.summary.dump(2);
   EXPECT_GT(r.summary["reward"]["server"]["samples_retried"].get<int64_t>(), 0);
 }
@@ -113,9 +103,33 @@ TEST(RunReward, AServerThatNeverAnswersStopsTheRunNamingItAndLosesNothing) {
   EXPECT_NE(r.cli.err.find("not JSON"), std::string::npos) << r.cli.err;  // what came back
   ASSERT_TRUE(r.summary.is_object()) << r.cli.err;
   EXPECT_NE(r.summary["exit"], "ok");
-  expect_every_sample_accounted(r.summary);
+  testing::expect_every_sample_accounted_for(r.summary);
   EXPECT_GT(r.summary["samples"]["discarded"].value("reward_unavailable", 0), 0) << r.summary.dump(2);
   EXPECT_EQ(r.summary["reward"]["server"]["failed_requests"], 3);
+}
+
+// samples.jsonl: what the policy says at every evaluation and every log_samples_every-th step;
+// logs/orchestrator.log: every step's progress line, while stderr (not a terminal) gets fewer.
+TEST(RunReward, SamplesJsonlAndTheLogFileShowEveryStep) {
+  testing::TempDir dir;
+  const RewardRun r = run_tiny(dir, "--set task.eval_size=4 --set task.eval_every=0 --set log_samples_every=1");
+  ASSERT_EQ(r.cli.exit_code, 0) << r.cli.err;
+  std::istringstream lines(testing::read_all(dir.path() + "/run/samples.jsonl"));
+  std::map<std::pair<std::string, int64_t>, int> seen;  // (kind, step) -> samples
+  for (std::string line; std::getline(lines, line);) {
+    const json j = json::parse(line);
+    ++seen[{j["kind"].get<std::string>(), j["step"].get<int64_t>()}];
+    EXPECT_TRUE(j["prompt"].is_string() && j["completion"].is_string() && j["answer"].is_string()) << line;
+    EXPECT_TRUE(j["reward"].is_number()) << line;
+    if (j["kind"] == "train") EXPECT_TRUE(j["advantage"].is_number()) << line;
+    if (j["kind"] == "eval") EXPECT_TRUE(j["correct"].is_boolean()) << line;
+  }
+  const std::map<std::pair<std::string, int64_t>, int> want = {
+      {{"eval", 0}, 4}, {{"train", 1}, 4}, {{"train", 2}, 4}, {{"train", 3}, 4}, {{"eval", 3}, 4}};
+  EXPECT_EQ(seen, want);
+  const std::string log = testing::read_all(dir.path() + "/run/logs/orchestrator.log");
+  for (const char* step : {"step 1/3  ETA", "step 2/3  ETA", "step 3/3  ETA 0s"}) EXPECT_NE(log.find(step), std::string::npos) << log;
+  EXPECT_NE(r.cli.err.find("step 3/3  ETA 0s"), std::string::npos) << r.cli.err;  // the last one, always
 }
 
 // A dataset's other fields reach the reward server as metadata, with the prompt the model read.
@@ -131,7 +145,7 @@ TEST(RunReward, DatasetMetadataReachesTheRewardServer) {
                                         " --set task.prompt_field=q --set task.answer_field=a --set task.eval_size=4",
                                         " --set task.reward=http --set task.reward_url=", server->url()));
   ASSERT_EQ(r.cli.exit_code, 0) << r.cli.err;
-  expect_every_sample_accounted(r.summary);
+  testing::expect_every_sample_accounted_for(r.summary);
   int logged = 0;
   for (const json& step : r.steps) {
     if (!step.contains("reward_server_logs")) continue;
@@ -177,7 +191,7 @@ TEST(RunReward, SmolLM2ArithmeticConfigRunsWithTheExampleRewardServer) {
   ASSERT_EQ(cli.exit_code, 0) << cli.err;
   const json summary = json::parse(testing::read_all(run + "/summary.json"));
   EXPECT_EQ(summary["steps_completed"], 2);
-  expect_every_sample_accounted(summary);
+  testing::expect_every_sample_accounted_for(summary);
   EXPECT_GE(summary["reward"]["server"]["samples_scored"].get<int64_t>(), summary["samples"]["trained"].get<int64_t>());
   EXPECT_GT(summary["samples"]["trained"].get<int64_t>(), 0);
   EXPECT_TRUE(summary["eval"]["accuracy_before"].is_number());

@@ -1,0 +1,24 @@
+// summary_checks.h - checks on a run's summary.json shared by the run tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+
+namespace rlrun::testing {
+
+// Every sample is accounted for exactly once: none lost, no refused (duplicate) transition, and
+// every generated sample was trained or discarded.
+inline void expect_every_sample_accounted_for(const nlohmann::json& summary) {
+  const nlohmann::json& s = summary["samples"];
+  EXPECT_EQ(s["lost"], 0) << summary.dump(2);
+  EXPECT_EQ(s["anomalies"], 0) << summary.dump(2);
+  int64_t discarded = 0;
+  for (const auto& [reason, n] : s["discarded"].items()) discarded += n.get<int64_t>();
+  EXPECT_EQ(s["trained"].get<int64_t>() + discarded - s["discarded"].value("generation_error", 0),
+            s["generated"].get<int64_t>())
+      << summary.dump(2);
+}
+
+}  // namespace rlrun::testing
