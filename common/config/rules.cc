@@ -1,6 +1,7 @@
 // Cross-field rules: combinations of individually valid values that cannot work together.
 // Each message names every key involved and what to change; it is reported at the origin of
 // the first involved key the user set (file:line or --set).
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <initializer_list>
@@ -151,7 +152,12 @@ void check_reward(Rules& r) {
                                        "`, which task.reward (\"", t.reward, "\") does not use"));
   };
   needs(RewardTerm::kHttp, "task.reward_url", t.reward_url, "http://127.0.0.1:8000/reward");
-  needs(RewardTerm::kRegex, "task.reward_regex", t.reward_regex, "\"answer is {answer}\"");
+  static constexpr std::string_view kAccuracy[] = {"auto", "task", "exact", "numeric", "regex"};
+  if (std::find(std::begin(kAccuracy), std::end(kAccuracy), t.accuracy) == std::end(kAccuracy))
+    r.fail({"task.accuracy"}, str("`task.accuracy` \"", t.accuracy, "\" is not one of auto, task, exact, numeric, regex"));
+  if (t.accuracy == "regex" && t.reward_regex.empty())
+    r.fail({"task.accuracy", "task.reward_regex"}, "`task.accuracy: regex` needs `task.reward_regex`");
+  if (t.accuracy != "regex") needs(RewardTerm::kRegex, "task.reward_regex", t.reward_regex, "\"answer is {answer}\"");
   needs(RewardTerm::kFormat, "task.format_regex", t.format_regex, "\"####\\\\s*-?[0-9]\"");
   if (!t.reward_url.empty() && t.reward_url.rfind("http://", 0) != 0 && t.reward_url.rfind("https://", 0) != 0)
     r.fail({"task.reward_url"}, str("`task.reward_url` \"", t.reward_url, "\" is not an http:// or https:// URL"));

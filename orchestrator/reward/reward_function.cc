@@ -35,6 +35,18 @@ Result<RewardFunction> RewardFunction::create(const RewardExpression& expression
         break;
     }
   }
+  f.verifier_ = expression.verifier();
+  if (keys.accuracy != "auto") {  // task.accuracy names it (config rules checked the name)
+    RLRUN_ASSIGN_OR_RETURN(const RewardExpression named, parse_reward_expression(keys.accuracy));
+    f.verifier_ = named.terms.front().term;
+    if (f.verifier_ != named.verifier())  // format, length, http: not a check of the answer
+      return invalid_argument(str("task.accuracy \"", keys.accuracy, "\" is not one of auto, task, exact, numeric, regex"));
+  }
+  if (f.verifier_ == RewardTerm::kRegex && !expression.has(RewardTerm::kRegex)) {
+    if (keys.reward_regex.empty()) return missing(RewardTerm::kRegex, "task.reward_regex", "\"answer is {answer}\"");
+    RLRUN_ASSIGN_OR_RETURN(AnswerRegex regex, AnswerRegex::compile(keys.reward_regex, limits));
+    f.reward_regex_ = std::move(regex);
+  }
   return f;
 }
 
@@ -72,7 +84,7 @@ LocalReward RewardFunction::local(const Problem& problem, const Completion& comp
 }
 
 bool RewardFunction::correct(const Problem& problem, std::string_view text) {
-  const RewardTerm verifier = expression_.verifier();
+  const RewardTerm verifier = verifier_;
   if (verifier == RewardTerm::kTask) return task_->correct(problem, text);
   return value(verifier, problem, Completion{text, 0, 0}) >= 1.0;
 }

@@ -9,8 +9,8 @@
 //   length   completion tokens / max_tokens, in [0, 1] (a negative weight penalizes length)
 //   http     an external server's score: not computed here (http_reward.h); local() leaves it out
 //            and the caller adds http_weight() * the server's reward.
-// correct() is held-out accuracy: the expression's verifier() term scores 1 (for `task`:
-// Task::correct, exact even with task.partial_credit).
+// correct() is held-out accuracy: the term task.accuracy names scores 1 (auto: the expression's
+// verifier() term; for `task`: Task::correct, exact even with task.partial_credit).
 //
 // Threads: one caller at a time (the orchestrator's loop): the regex terms keep match state.
 // The Task passed to create() must outlive the RewardFunction.
@@ -71,6 +71,7 @@ class RewardFunction {
   std::optional<AnswerRegex> reward_regex_;
   std::optional<RewardRegex> format_regex_;
   std::optional<double> http_weight_;
+  RewardTerm verifier_ = RewardTerm::kTask;  // what correct() asks: task.accuracy, or the expression's verifier()
 };
 
 }  // namespace rlrun::orchestrator

@@ -139,6 +139,25 @@ TEST(RewardFunction, CorrectUsesTheVerifierTerm) {
   EXPECT_FALSE(regex->correct({"q", "42", {}, 0}, "x = 42"));
 }
 
+// task.accuracy names the check held-out accuracy makes, whatever task.reward says: a reward from
+// a server alone still has its accuracy counted by a verifier.
+TEST(RewardFunction, AccuracyKeyOverridesTheVerifier) {
+  Fixture f;
+  f.keys.reward_url = "http://127.0.0.1:1/";
+  f.keys.accuracy = "numeric";
+  Result<RewardFunction> http = f.make("http");
+  ASSERT_TRUE(http.ok()) << http.status().message();
+  EXPECT_TRUE(http->correct(gsm8k("7"), "so 7 apples"));
+  EXPECT_FALSE(http->correct(gsm8k("7"), "right"));  // not the task's own rule
+  f.keys.accuracy = "regex";
+  f.keys.reward_regex = "is {answer}$";
+  Result<RewardFunction> regex = f.make("http");
+  ASSERT_TRUE(regex.ok()) << regex.status().message();
+  EXPECT_TRUE(regex->correct({"q", "42", {}, 0}, "it is 42"));
+  f.keys.accuracy = "length";
+  EXPECT_NE(f.make("http").status().message().find("task.accuracy \"length\" is not one of"), std::string::npos);
+}
+
 TEST(RewardFunction, ErrorsNameTheKey) {
   Fixture f;
   Result<RewardFunction> fn = f.make("regex");
