@@ -126,7 +126,7 @@ void Orchestrator::on_result(const GenerateResult& result) {
   } else if (!ok) {
     ledger_.discarded(id, "generation_error");
     metrics_.count_discard("generation_error");
-    log::warn(str("generation failed for group ", group.id, ": ", result.error));
+    generation_error_log_.write(log::Level::kWarn, str("generation failed for group ", group.id, ": ", result.error));
     group.failed = true;
   } else {
     ledger_.generated(id);
@@ -246,7 +246,7 @@ void Orchestrator::finish_group(Group group) {
   const Status s = algorithm.ok() ? trainer::compute_group_advantages(*algorithm, rewards, advantages)
                                   : algorithm.status();
   if (!s.ok()) {
-    log::warn(str("group ", group.id, ": ", s.message()));
+    advantage_error_log_.write(log::Level::kWarn, str("group ", group.id, ": ", s.message()));
     return discard_all("advantage_error");
   }
   for (uint32_t i = 0; i < group_size_; ++i) group.samples[i].advantage = advantages[i];
@@ -338,7 +338,7 @@ BatchBuild Orchestrator::pack_batch(const std::vector<Group>& batch, uint64_t st
     metrics_.count_discard("too_long");
   }
   if (!build.dropped_too_long.empty())
-    log::warn(str("step ", step, ": ", build.dropped_too_long.size(), " sample(s) longer than seq_len = ",
+    too_long_log_.write(log::Level::kWarn, str("step ", step, ": ", build.dropped_too_long.size(), " sample(s) longer than seq_len = ",
                   config_.seq_len, " dropped (counted as discarded: too_long)"));
   training_samples_.clear();
   for (size_t i = 0; i < ids.size(); ++i)

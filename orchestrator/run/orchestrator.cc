@@ -169,7 +169,7 @@ Status Orchestrator::handle(const Incoming& in) {
       log::warn(str(in.peer, " reported an error: ", err->message));
     }
   } else {
-    log::warn(str("unexpected ", message_kind_name(m.kind()), " from ", in.peer));
+    unexpected_message_log_.write(log::Level::kWarn, str("unexpected ", message_kind_name(m.kind()), " from ", in.peer));
   }
   return Status();
 }

@@ -265,6 +265,9 @@ class Orchestrator {
   std::string no_batch_error_;     // past the bound with nothing to learn from: run_step stops the run
   int64_t prompts_skipped_in_a_row_ = 0, longest_skipped_prompt_ = 0;  // start_group: no prompt fits
   log::RateLimited zero_spread_log_{std::chrono::seconds(60)};
+  // Warnings that can recur every group or message: the first, then one a minute with a count.
+  log::RateLimited generation_error_log_{std::chrono::seconds(60)}, advantage_error_log_{std::chrono::seconds(60)},
+      too_long_log_{std::chrono::seconds(60)}, unexpected_message_log_{std::chrono::seconds(60)};
   PromptSource prompts_;  // the only caller of task_.next_train(); consumed() is the data position
 
   // Checkpoints and resume (run/checkpoint.cc).
