@@ -8,10 +8,6 @@
 #include "common/observe/log.h"
 #include "common/observe/timeline.h"
 #include "orchestrator/data/batcher.h"
-#include <filesystem>
-
-#include <fstream>
-
 #include "orchestrator/run/orchestrator.h"
 #include "trainer/advantages.h"
 

@@ -368,6 +368,7 @@ void Orchestrator::evaluate_at_stop(const std::string& why) {
 }
 
 RunOutcome Orchestrator::finish() {
+  log::end_status();  // a run stopped early leaves no progress line redrawn under its last lines
   // Whatever was generated and will not be trained now is accounted for, by reason.
   for (const Group& g : dispatcher_.take_scored()) {
     for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(g.id, i), "unused_at_exit");
