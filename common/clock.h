@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 
 namespace rlrun {
 
@@ -23,6 +24,14 @@ inline std::chrono::milliseconds to_ms(double seconds) {
 // Seconds since the Unix epoch (system clock), for records, never for intervals.
 inline double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// CPU seconds this process has used, all threads together (CLOCK_PROCESS_CPUTIME_ID): the work a
+// step did, whatever else shared the cores meanwhile.
+inline double process_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 }  // namespace rlrun

@@ -38,6 +38,7 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/model/model.h"
 #include "rollout/sampler.h"
+#include "rollout/step_cost.h"
 
 namespace rlrun::rollout {
 
@@ -119,6 +120,8 @@ class Scheduler {
   void set_weight_version(uint64_t version) { weight_version_ = version; }
   uint64_t weight_version() const { return weight_version_; }
   SchedulerStats stats() const;
+  // What the last step() computed (all zero when it ran nothing).
+  const StepShape& last_step() const { return last_step_; }
   const SchedulerOptions& options() const { return options_; }
   engine::Model& model() { return model_; }
 
@@ -148,6 +151,7 @@ class Scheduler {
   engine::SeqId next_seq_id_ = 1;
   uint64_t next_admit_order_ = 1;
   bool preempted_this_step_ = false;
+  StepShape last_step_;
   SchedulerStats stats_;
 };
 

@@ -105,6 +105,10 @@ Status Scheduler::run_batch(const std::vector<Sequence*>& decoding, const std::v
     tokens.insert(tokens.end(), s->out.tokens.begin(), s->out.tokens.end());
     cu.push_back(static_cast<int32_t>(tokens.size()));
   }
+  last_step_.decoding = static_cast<int64_t>(decoding.size());
+  last_step_.prefill_tokens = static_cast<int64_t>(tokens.size() - decoding.size());
+  last_step_.context_tokens = 0;
+  for (Sequence* s : decoding) last_step_.context_tokens += s->length() - 1;  // in the cache before this step
   Result<engine::Tensor> logits = model_.forward_cached(*cache_, ids, tokens, cu);
   if (!logits.ok()) {
     for (auto* group : {&decoding, &prefilling})
@@ -132,6 +136,7 @@ Status Scheduler::run_batch(const std::vector<Sequence*>& decoding, const std::v
 
 Status Scheduler::step() {
   preempted_this_step_ = false;
+  last_step_ = {};
   reserve_decode_slots();
   std::vector<Sequence*> decoding;
   for (const auto& s : running_) decoding.push_back(s.get());

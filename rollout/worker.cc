@@ -178,6 +178,7 @@ void Worker::run_weight_sync(const WeightSyncBegin& begin) {
     }
   }
   last_heard_ = Clock::now();  // the orchestrator ordered the sync: its length (or timeout) is not silence
+  send_heartbeat();  // the step's engine costs reach the orchestrator before its end, however short the step
   send(end);
 }
 
@@ -210,6 +211,7 @@ void Worker::send_heartbeat() {
   hb.preemptions = static_cast<uint64_t>(st.preemptions);
   hb.idle_seconds = idle_seconds_;
   hb.last_weight_sync_seconds = last_weight_sync_seconds_;
+  hb.engine_step_costs = step_costs_.flat();
   if (Result<ProcessMemory> mem = read_process_memory(); mem.ok()) {
     hb.memory_bytes = static_cast<uint64_t>(mem->resident_bytes);
     hb.peak_memory_bytes = static_cast<uint64_t>(mem->peak_resident_bytes);
@@ -260,8 +262,12 @@ Status Worker::run() {
     if (scheduler_.can_step()) {
       if (generate_start_us_ < 0 && timeline.enabled()) generate_start_us_ = timeline.now_us();
       ++generate_steps_;
+      const double cpu_start = process_cpu_seconds();
+      const auto wall_start = Clock::now();
       const Status s = scheduler_.step();
       if (!s.ok()) log::error(str("rollout ", options_.index, ": engine step failed: ", s.message()));
+      send_finished();  // part of the step's cost: the results' encoding and sending
+      step_costs_.add(scheduler_.last_step(), process_cpu_seconds() - cpu_start, seconds_since(wall_start));
     } else if (generate_start_us_ >= 0) {
       timeline.complete("generate", "rollout", generate_start_us_, timeline.now_us() - generate_start_us_,
                         str("{\"engine_steps\":", generate_steps_, "}"));

@@ -123,6 +123,7 @@ class Worker {
   int64_t generate_start_us_ = -1;
   int64_t generate_steps_ = 0;
   double last_weight_sync_seconds_ = 0;
+  StepCostSums step_costs_;  // every engine step's shape and cost (Heartbeat::engine_step_costs)
   uint64_t heartbeat_counter_ = 0;
   WorkerSummary summary_;
 };

@@ -52,8 +52,8 @@ using Frames = std::vector<zmq::message_t>;
 // ---------------------------------------------------------------- constants and limits
 inline constexpr uint32_t kWireMagic = 0x4E524C52;  // "RLRN" as bytes in memory
 // 2: rollout stats in Heartbeat, per-token weight versions; 3: SaveCheckpoint / CheckpointSaved;
-// 4: TrainBatch.supervised; 5: WeightSyncBegin.group_epoch
-inline constexpr uint16_t kProtocolVersion = 6;
+// 4: TrainBatch.supervised; 5: WeightSyncBegin.group_epoch; 7: Heartbeat.engine_step_costs
+inline constexpr uint16_t kProtocolVersion = 7;
 inline constexpr size_t kHeaderPrefixBytes = 24;
 
 // Every limit of the wire format, in one place. The control plane also sets ZMQ_MAXMSGSIZE to
@@ -163,6 +163,7 @@ struct Heartbeat {
   uint64_t preemptions = 0;            // since the worker started
   double idle_seconds = 0;             // since the worker started: time with no sequence to run
   double last_weight_sync_seconds = 0; // duration of the last weight update (0 = none yet)
+  WireArray<double> engine_step_costs; // rollout: rollout/step_cost.h's StepCostSums::flat(), cumulative
 
   template <class V, class M> static void fields(V& v, M& m) {
     v.field("worker_id", m.worker_id); v.field("weight_version", m.weight_version);
@@ -173,6 +174,7 @@ struct Heartbeat {
     v.field("tokens_generated", m.tokens_generated); v.field("tokens_per_second", m.tokens_per_second);
     v.field("preemptions", m.preemptions); v.field("idle_seconds", m.idle_seconds);
     v.field("last_weight_sync_seconds", m.last_weight_sync_seconds);
+    v.field("engine_step_costs", m.engine_step_costs);
   }
   bool operator==(const Heartbeat&) const = default;
 };

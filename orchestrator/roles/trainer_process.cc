@@ -151,6 +151,7 @@ class TrainerLoop {
   void train(const TrainBatch& batch, uint64_t correlation_id) {
     ScopedSpan span("train_step", "trainer");
     span.arg("step", static_cast<int64_t>(batch.step));
+    const double cpu_start = process_cpu_seconds();
     Result<std::vector<trainer::MicroBatch>> micro = trainer::micro_batches_from_train_batch(batch);
     Result<trainer::StepReport> report =
         micro.ok() ? rank_.trainer->train(*micro, batch.supervised ? trainer::TrainObjective::kSupervised
@@ -164,7 +165,9 @@ class TrainerLoop {
       return;
     }
     if (!batch.supervised) ++version_;  // warm-start steps come before version 0
-    send(trainer::train_result(batch, *report, version_), correlation_id);
+    TrainResult result = trainer::train_result(batch, *report, version_);
+    result.metrics["cpu_seconds"] = process_cpu_seconds() - cpu_start;  // the step's work (`rlrun tune`)
+    send(result, correlation_id);
   }
 
   void send_weights(const WeightSyncBegin& begin, uint64_t correlation_id) {
