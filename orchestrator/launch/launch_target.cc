@@ -85,6 +85,10 @@ void place_worker(const PlacementPlan& plan, const Config& config, Role role, in
   for (const Assignment& t : plan.trainers) processes += t.node == a.node;
   for (const Assignment& s : plan.rollout_servers) processes += s.node == a.node ? tp : 0;
   spec.cpus = std::max(1, plan.nodes[a.node].cpus / std::max(1, processes));
+  // The worker's compute threads: its share, also where nothing confines it to spec.cpus cores (the
+  // local launcher). Left to itself a CPU backend takes every core, and processes that are busy
+  // at once then run more threads than there are cores.
+  if (config.backend == BackendKind::kCpu) spec.argv.insert(spec.argv.end(), {"--set", str("cpu_threads_per_worker=", spec.cpus)});
 }
 
 std::string ControlAddress::endpoint(int port) const { return str("tcp://", dial_host, ":", port); }

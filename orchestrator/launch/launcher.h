@@ -23,7 +23,7 @@ struct ProcessSpec {
   std::string log_path;                     // stdout and stderr go here (appended)
   std::string node;                         // placement node (slurm); ignored by the local launcher
   std::vector<int> gpus;                    // devices to expose (CUDA_VISIBLE_DEVICES)
-  int cpus = 1;                             // cores it uses (slurm: --cpus-per-task); local ignores it
+  int cpus = 1;                             // cores it uses (slurm: --cpus-per-task; its threads: place_worker)
 };
 
 struct ProcessExit {

@@ -66,6 +66,21 @@ TEST(PlaceWorker, CpuSpreadAndPackOverTwoNodes) {
   EXPECT_EQ(placed(*pack, c, Role::kRollout, 0).node, "node1");
 }
 
+TEST(PlaceWorker, ACpuWorkerIsToldItsShareOfTheCores) {
+  // Three processes on 4 cores: 1 thread each (nothing confines a local process to spec.cpus cores,
+  // so the share travels as a --set the worker's config load applies).
+  Config c = run_config(1, 2, 1, Placement::kPack, BackendKind::kCpu);
+  auto plan = plan_placement(nodes(1, 0, 4, "10.0.0."), placement_request(c));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  const ProcessSpec s = placed(*plan, c, Role::kRollout, 1);
+  EXPECT_EQ(s.cpus, 1);
+  ASSERT_GE(s.argv.size(), 2u);
+  EXPECT_EQ(s.argv[s.argv.size() - 2], "--set");
+  EXPECT_EQ(s.argv.back(), "cpu_threads_per_worker=1");
+  c.cpu_threads_per_worker = 3;  // the user's choice stays theirs: the config already says it
+  EXPECT_TRUE(placed(*plan, c, Role::kRollout, 1).argv.empty());
+}
+
 // A Slurm target over `allocation` as seen from `this_node` ("" = a login node called login1).
 LaunchTarget slurm_target(std::vector<NodeResources> allocation, const std::string& this_node) {
   LaunchTarget t;
