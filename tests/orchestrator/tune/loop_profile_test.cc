@@ -1,0 +1,92 @@
+// LoopProfile: what the orchestrator records survives profile.json, a restarted worker's
+// measurements are kept, the costs are fitted from it, and a damaged file is refused by name.
+#include "orchestrator/tune/loop_profile.h"
+
+#include <gtest/gtest.h>
+
+#include "orchestrator/tune/loop_costs.h"
+
+namespace rlrun::orchestrator::tune {
+namespace {
+
+rollout::StepCostSums engine_sums(int steps, double seconds_per_sequence) {
+  rollout::StepCostSums s;
+  for (int i = 0; i < steps; ++i) {
+    const rollout::StepShape shape{i % 8 + 1, 0, 0};
+    s.add(shape, seconds_per_sequence * static_cast<double>(shape.decoding), 0);
+  }
+  return s;
+}
+
+LoopProfile measured_profile() {
+  LoopProfile p;
+  p.threads = 1;
+  p.parameters = 1000;
+  p.nodes = 1;
+  p.slots_per_node = 2;
+  EXPECT_TRUE(p.on_heartbeat("rollout-0", engine_sums(40, 0.002).flat(), 0.01));
+  EXPECT_TRUE(p.on_heartbeat("rollout-0", engine_sums(80, 0.002).flat(), 0.01));  // cumulative: replaces
+  p.on_group(12, {3, 3, 5, 5});
+  p.on_group(12, {5, 5, 5, 5});
+  p.on_group_discarded();
+  // rank 0 spent 2 CPU s on 1000 tokens, a quarter of its compute in the optimizer (1 step)
+  p.on_train_step({{"cpu_seconds", 2.0}, {"tokens", 1000}, {"optimizer_steps", 1}, {"seconds_forward_backward", 1.5},
+                   {"seconds_optimizer", 0.5}},
+                  2.25, 0.1);
+  p.set_loop(10.0, 1.0);
+  return p;
+}
+
+TEST(LoopProfile, CostsComeFromWhatTheRunMeasured) {
+  Result<LoopCosts> c = fit_costs(measured_profile());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_NEAR(c->engine_step.per_sequence, 0.002, 1e-9);
+  EXPECT_NEAR(c->train_seconds_per_token, 1.5 / 1000, 1e-12);
+  EXPECT_NEAR(c->train_seconds_per_optimizer_step, 0.5, 1e-12);
+  EXPECT_NEAR(c->train_seconds_fixed, 0.25, 1e-12);
+  EXPECT_NEAR(c->weight_sync_seconds, 0.1, 1e-12);
+  EXPECT_NEAR(c->weight_load_seconds, 0.01, 1e-12);
+  EXPECT_NEAR(c->orchestrator_cores, 0.1, 1e-12);
+  EXPECT_NEAR(c->prompt_tokens, 12, 1e-12);
+  EXPECT_NEAR(c->group_discard_fraction, 0.5, 1e-12);
+  EXPECT_EQ(c->completion_tokens, (std::map<int64_t, int64_t>{{3, 2}, {5, 6}}));
+}
+
+TEST(LoopProfile, ARestartedWorkersEarlierStepsAreKept) {
+  LoopProfile p = measured_profile();
+  ASSERT_TRUE(p.on_heartbeat("rollout-0", engine_sums(10, 0.002).flat(), 0));  // a new process: fewer steps
+  EXPECT_EQ(p.engine_steps().steps(), 90);
+}
+
+TEST(LoopProfile, RoundTripsThroughJson) {
+  const LoopProfile p = measured_profile();
+  Result<LoopProfile> back = LoopProfile::from_json(p.to_json());
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->to_json(), p.to_json());
+}
+
+TEST(LoopProfile, ADamagedFileIsRefusedNamingTheField) {
+  nlohmann::json j = measured_profile().to_json();
+  j["train_tokens"] = "many";
+  Result<LoopProfile> r = LoopProfile::from_json(j);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("train_tokens"), std::string::npos) << r.status().message();
+  j = measured_profile().to_json();
+  j["engine_step_costs"] = nlohmann::json::array({1, 2, 3});
+  EXPECT_FALSE(LoopProfile::from_json(j).ok());
+  j = measured_profile().to_json();
+  j["completion_tokens"] = nlohmann::json::array({nlohmann::json::array({-1, 4})});
+  EXPECT_FALSE(LoopProfile::from_json(j).ok());
+  EXPECT_FALSE(LoopProfile::from_json(nlohmann::json::array()).ok());
+}
+
+TEST(LoopProfile, TooLittleMeasuredSaysSo) {
+  LoopProfile empty;
+  Result<LoopCosts> c = fit_costs(empty);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("let it run"), std::string::npos);
+  EXPECT_FALSE(LoopProfile().on_heartbeat("rollout-0", std::vector<double>{1.0, 2.0}, 0));
+}
+
+}  // namespace
+}  // namespace rlrun::orchestrator::tune

@@ -1,0 +1,144 @@
+// The loop simulator against cases worked out by hand: a synchronous loop is the sum of its
+// phases, an asynchronous one the slowest of them, lanes serialise groups, discards cost
+// generation, processes on too few cores share them; and the advisor finds the bottleneck's cure.
+#include "orchestrator/tune/loop_sim.h"
+
+#include <gtest/gtest.h>
+
+#include "orchestrator/tune/advisor.h"
+
+namespace rlrun::orchestrator::tune {
+namespace {
+
+// Every completion has `length` tokens; an engine step costs `step` seconds whatever its batch;
+// a trained token `per_token`; a weight sync `sync`.
+LoopCosts simple_costs(int64_t length, double step, double per_token, double sync) {
+  LoopCosts c;
+  c.engine_step.fixed = step;
+  c.train_seconds_per_token = per_token;
+  c.weight_sync_seconds = sync;
+  c.prompt_tokens = 4;
+  c.completion_tokens = {{length, 1}};
+  return c;
+}
+
+LoopSettings settings(int64_t async, int64_t lanes = 8) {
+  LoopSettings s;
+  s.max_async_rollout = async;
+  s.prompts_batch_size_for_trainer = 4;
+  s.group_size = 4;
+  s.max_concurrent_prompts_per_server = lanes;
+  s.max_num_seqs = 64;
+  return s;
+}
+
+Cluster gpus(int64_t n) { return {.nodes = 1, .slots_per_node = n, .devices = true}; }
+
+// One batch: 4 groups x 4 samples of 4 + 6 tokens = 160 tokens.
+constexpr double kBatchTokens = 160;
+
+TEST(LoopSim, ASynchronousStepIsGenerationThenTrainingThenSync) {
+  const LoopCosts c = simple_costs(6, 0.01, 0.001, 0.05);  // 6 steps of 10 ms; 160 ms; 50 ms
+  const Prediction p = simulate(c, settings(0), gpus(2), {.steps = 20, .seed = 1});
+  ASSERT_TRUE(p.feasible) << p.reason;
+  const double step = 6 * 0.01 + kBatchTokens * 0.001 + 0.05;
+  EXPECT_NEAR(p.seconds_per_step, step, 1e-9);
+  EXPECT_NEAR(p.trainer_idle_fraction, 0.06 / step, 1e-9);
+  EXPECT_NEAR(p.rollout_idle_fraction, (step - 0.06) / step, 1e-9);
+  EXPECT_NEAR(p.groups_generated_per_step, 4, 1e-9);
+  EXPECT_NEAR(p.mean_staleness, 0, 1e-9);
+}
+
+TEST(LoopSim, AsynchronyHidesGenerationBehindTraining) {
+  // Training (160 ms + 50 ms sync) is the bottleneck: with max_async_rollout 1 the next batch is
+  // generated meanwhile, so after the first step each step costs training + sync only.
+  const LoopCosts c = simple_costs(6, 0.01, 0.001, 0.05);
+  const Prediction p = simulate(c, settings(1), gpus(2), {.steps = 200, .seed = 1});
+  ASSERT_TRUE(p.feasible) << p.reason;
+  const double steady = kBatchTokens * 0.001 + 0.05;
+  EXPECT_NEAR(p.seconds_per_step, steady + 0.06 / 200, 1e-6);
+  EXPECT_LT(p.trainer_idle_fraction, 0.01);
+  EXPECT_GT(p.mean_staleness, 0.9);  // one step behind: the price of the speed
+}
+
+TEST(LoopSim, WhenGenerationIsTheBottleneckAsynchronyLeavesTheTrainerIdle) {
+  // 400 ms generation; 16 x 44 tokens x 0.1 ms = 70.4 ms training + 10 ms sync
+  const LoopCosts c = simple_costs(40, 0.01, 0.0001, 0.01);
+  const Prediction p = simulate(c, settings(2, 4), gpus(2), {.steps = 200, .seed = 1});  // one batch at a time
+  EXPECT_NEAR(p.seconds_per_step, 0.4, 0.01);
+  EXPECT_NEAR(p.trainer_idle_fraction, 1 - 0.0804 / 0.4, 0.02);
+  EXPECT_LT(p.rollout_idle_fraction, 0.01);
+}
+
+TEST(LoopSim, OneLanePerWorkerGeneratesTheGroupsOneAfterAnother) {
+  const LoopCosts c = simple_costs(6, 0.01, 0.001, 0.05);
+  const Prediction p = simulate(c, settings(0, 1), gpus(2), {.steps = 10, .seed = 1});
+  EXPECT_NEAR(p.seconds_per_step, 4 * 6 * 0.01 + kBatchTokens * 0.001 + 0.05, 1e-9);
+}
+
+TEST(LoopSim, TwoRolloutWorkersHalveTheGenerationOfABatch) {
+  const LoopCosts c = simple_costs(6, 0.01, 0.001, 0.05);
+  LoopSettings s = settings(0, 1);
+  s.inference_num_workers = 2;
+  const Prediction p = simulate(c, s, gpus(3), {.steps = 10, .seed = 1});
+  // Gloo-style weight sync scales with receivers only on CPU nodes: on devices it stays 50 ms.
+  EXPECT_NEAR(p.seconds_per_step, 2 * 6 * 0.01 + kBatchTokens * 0.001 + 0.05, 1e-9);
+}
+
+TEST(LoopSim, DiscardedGroupsAreGeneratedAgain) {
+  LoopCosts c = simple_costs(6, 0.01, 0.001, 0.05);
+  c.group_discard_fraction = 0.5;
+  const Prediction p = simulate(c, settings(0), gpus(2), {.steps = 400, .seed = 3});
+  EXPECT_NEAR(p.groups_generated_per_step, 8, 0.6);
+}
+
+TEST(LoopSim, ProcessesOnTooFewCoresShareThem) {
+  // One core, a rollout worker and a trainer: asynchrony cannot overlap what one core must do in
+  // turn, so it buys nothing over the synchronous loop (both take generation + training).
+  const LoopCosts c = simple_costs(16, 0.01, 0.0005, 0.0);  // 160 ms generation, 320 tokens: 160 ms training
+  const Cluster one_core{.nodes = 1, .slots_per_node = 1};
+  const Prediction sync = simulate(c, settings(0), one_core, {.steps = 100, .seed = 1});
+  const Prediction async = simulate(c, settings(1), one_core, {.steps = 100, .seed = 1});
+  EXPECT_NEAR(sync.seconds_per_step, 0.32, 1e-6);
+  EXPECT_NEAR(async.seconds_per_step, 0.32, 0.01);
+  // Two cores: the same work overlaps, and the step takes the longer phase.
+  const Cluster two_cores{.nodes = 1, .slots_per_node = 2};
+  EXPECT_NEAR(simulate(c, settings(1), two_cores, {.steps = 100, .seed = 1}).seconds_per_step, 0.16, 0.01);
+}
+
+TEST(LoopSim, InfeasibleSettingsSayWhy) {
+  const LoopCosts c = simple_costs(6, 0.01, 0.001, 0.05);
+  LoopSettings s = settings(0);
+  s.number_of_minibatches = 3;  // does not divide 4
+  EXPECT_FALSE(simulate(c, s, gpus(2), {}).feasible);
+  s = settings(0);
+  s.inference_num_workers = 4;
+  const Prediction p = simulate(c, s, gpus(2), {});
+  EXPECT_FALSE(p.feasible);
+  EXPECT_EQ(p.reason, "more processes than devices");
+}
+
+TEST(Advisor, RecommendsMoreRolloutWorkersWhenGenerationIsTheBottleneck) {
+  // A worker generates one token per 10 ms however it batches: only more workers help.
+  LoopCosts c = simple_costs(40, 0.0, 0.0001, 0.01);
+  c.engine_step.per_sequence = 0.01;
+  LoopSettings now = settings(1, 1);
+  const Advice a = advise(c, now, gpus(8), {.steps = 60, .seed = 1});
+  ASSERT_TRUE(a.change);
+  EXPECT_GT(a.recommended.settings.inference_num_workers, 1);
+  EXPECT_LT(a.recommended.prediction.seconds_per_step, a.current.prediction.seconds_per_step / 2);
+  EXPECT_NE(describe_change(now, a.recommended.settings).find("inference_num_workers: 1 -> "), std::string::npos);
+  for (size_t i = 1; i < a.candidates.size(); ++i)
+    EXPECT_LE(a.candidates[i - 1].prediction.seconds_per_step, a.candidates[i].prediction.seconds_per_step);
+}
+
+TEST(Advisor, KeepsSettingsThatNothingBeats) {
+  // Training is the bottleneck on one device pair with asynchrony already on: nothing helps.
+  const LoopCosts c = simple_costs(6, 0.01, 0.001, 0.05);
+  const Advice a = advise(c, settings(1), gpus(2), {.steps = 60, .seed = 1});
+  EXPECT_FALSE(a.change);
+  EXPECT_EQ(describe_change(a.current.settings, a.recommended.settings), "");
+}
+
+}  // namespace
+}  // namespace rlrun::orchestrator::tune
