@@ -7,6 +7,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "common/atomic_file.h"
@@ -186,6 +187,14 @@ Status run(const Config& config, const std::string& dir, const std::optional<Res
   Orchestrator orchestrator(config, server, *launcher, metrics, *task, tokenizer, format, reward, http_reward.get(), slots,
                             (fs::path(dir) / "metrics.jsonl").string(), g_interrupted);
   if (resume) orchestrator.resume_from(resume->state);
+  {  // for the loop simulator: the nodes the processes run on, and the cores (or GPUs) of the first
+    std::set<int> used;
+    for (const Assignment& a : plan.trainers) used.insert(a.node);
+    for (const Assignment& a : plan.rollout_servers) used.insert(a.node);
+    const NodeResources& first = plan.nodes.at(static_cast<size_t>(*used.begin()));
+    orchestrator.set_cluster_shape(static_cast<int64_t>(used.size()),
+                                   config.backend == BackendKind::kCuda ? first.gpus : first.cpus);
+  }
   Status status;
   for (const auto& [spec, slot] : specs) {
     status = launcher->start(spec);

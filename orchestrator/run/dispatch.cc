@@ -144,6 +144,9 @@ void Orchestrator::on_result(const GenerateResult& result) {
 }
 
 void Orchestrator::complete_group(Group group) {
+  std::vector<int64_t> lengths;
+  for (const Sample& s : group.samples) lengths.push_back(static_cast<int64_t>(s.completion.size()));
+  profile_.on_group(static_cast<int64_t>(group.prompt_ids.size()), lengths);
   if (group.failed || http_reward_ == nullptr) return finish_group(std::move(group));
   // OpenRLHF's query is the text the model read and wrote: the prompt as the chat template gives it.
   Result<std::string> rendered = format_.text(group.problem);  // it rendered once already, for the ids
@@ -225,6 +228,7 @@ std::pair<std::map<std::string, double>, std::map<std::string, double>> Orchestr
 
 void Orchestrator::finish_group(Group group) {
   auto discard_all = [&](const std::string& reason) {
+    profile_.on_group_discarded();
     for (uint32_t i = 0; i < group_size_; ++i) {
       if (ledger_.state(sample_id(group.id, i)) != SampleState::kGenerated) continue;
       ledger_.discarded(sample_id(group.id, i), reason);
@@ -410,6 +414,8 @@ Status Orchestrator::run_step() {
   }
   write_step_line(train_results_[0].metrics, wait_s, train_s, last_sync_seconds_, rewards.mean, rewards.std,
                   build.tokens, batch_identity(batch), accuracy);
+  profile_.on_train_step(train_results_[0].metrics, train_s, last_sync_seconds_);
+  profile_step(static_cast<int64_t>(step));
   print_progress(rewards.mean);
   last_step_state_ = capture_state();
   RLRUN_RETURN_IF_ERROR(checkpoint_if_due());

@@ -35,6 +35,12 @@ RunMetrics::RunMetrics(prometheus::Registry& r, const std::vector<std::string>& 
   reward_round_trip_seconds = &gauge_family(r, "reward_round_trip_seconds", "median round trip of the reward "
                                                                             "server's recent successful requests").Add({});
   reward_waiting_samples = &gauge_family(r, "reward_waiting_samples", "samples waiting for the reward server").Add({});
+  tune_seconds_per_step = &gauge_family(r, "tune_predicted_seconds_per_step", "seconds per RL step the loop simulator "
+                                                                          "predicts for the run's settings and the recommended ones");
+  tune_idle_fraction = &gauge_family(r, "tune_predicted_idle_fraction", "trainer and rollout idle fractions the loop "
+                                                                      "simulator predicts, by settings and side");
+  tune_recommendation = &gauge_family(r, "tune_recommendation", "1 for the change the loop simulator recommends "
+                                                               "(label change; \"\" = keep the settings)");
   tokens_generated = &counter_family(r, "tokens_generated_total", "completion tokens generated").Add({});
   tokens_trained = &counter_family(r, "tokens_trained_total", "tokens in trainer batches").Add({});
   eval_accuracy = &gauge_family(r, "eval_accuracy", "held-out exact-match accuracy (greedy) of the last evaluation").Add({});
@@ -64,6 +70,12 @@ RunMetrics::RunMetrics(prometheus::Registry& r, const std::vector<std::string>& 
     rollout[w] = {&running.Add(l), &waiting.Add(l), &used.Add(l), &free.Add(l), &tps.Add(l), &version.Add(l),
                   &update.Add(l), &preempt.Add(l), &engine_idle.Add(l)};
   }
+}
+
+void RunMetrics::set_recommendation(const std::string& change) {
+  if (recommendation_ != nullptr) tune_recommendation->Remove(recommendation_);
+  recommendation_ = &tune_recommendation->Add({{"change", change}});
+  recommendation_->Set(1);
 }
 
 void RunMetrics::observe_rollout(const std::string& worker, const Heartbeat& hb) {

@@ -76,7 +76,15 @@ struct RunMetrics {
   prometheus::Gauge* reward_round_trip_seconds;               // median of the recent successful requests
   prometheus::Gauge* reward_waiting_samples;                  // submitted, not yet scored
 
+  // `rlrun tune`'s simulation of this run (run/tuning.cc), refreshed every kAdviseEvery steps.
+  prometheus::Family<prometheus::Gauge>* tune_seconds_per_step;  // {settings="current"|"recommended"}
+  prometheus::Family<prometheus::Gauge>* tune_idle_fraction;     // {settings, side="trainer"|"rollout"}
+  prometheus::Family<prometheus::Gauge>* tune_recommendation;    // {change}: 1 for the latest one
+
   void count_discard(const std::string& reason, double n = 1);
+  // tune_recommendation{change} = 1 for `change` only (the previous one's series is removed).
+  void set_recommendation(const std::string& change);
+  prometheus::Gauge* recommendation_ = nullptr;
   void count_worker_restart(const std::string& worker);
   void observe_rollout(const std::string& worker, const Heartbeat& hb);
 };

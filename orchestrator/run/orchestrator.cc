@@ -110,6 +110,8 @@ void Orchestrator::handle_heartbeat(const Incoming& in, const Heartbeat& hb) {
   int64_t& best = outcome_.peak_memory_bytes[in.peer];
   best = std::max(best, static_cast<int64_t>(hb.peak_memory_bytes));
   metrics_.observe_rollout(in.peer, hb);  // no-op for trainers
+  if (hb.engine_step_costs.size() > 0)
+    (void)profile_.on_heartbeat(in.peer, hb.engine_step_costs.span(), hb.last_weight_sync_seconds);  // malformed: ignored
 }
 
 Status Orchestrator::handle_register(const Incoming& in, const Register& reg) {
@@ -254,6 +256,7 @@ Status Orchestrator::run() {
   }
   looping_ = true;
   loop_start_ = last_tick_ = Clock::now();
+  loop_cpu_start_ = process_cpu_seconds();
   while (outcome_.steps_completed < config_.number_of_steps) {
     const Status s = run_step();
     if (s.ok()) continue;
@@ -392,6 +395,10 @@ RunOutcome Orchestrator::finish() {
     }
   }
   if (looping_) outcome_.loop_seconds = loop_seconds();
+  if (outcome_.steps_completed > (resumed_ ? resumed_->steps_completed : 0)) {
+    save_profile();
+    advise(true);
+  }
   outcome_.samples = resumed_ ? add_samples(resumed_->samples, ledger_.summary()) : ledger_.summary();
   double idle = 0;
   int rollouts = 0;

@@ -60,6 +60,7 @@
 #include "orchestrator/run/sync_rounds.h"
 #include "orchestrator/run/worker_slot.h"
 #include "orchestrator/tasks/tasks.h"
+#include "orchestrator/tune/loop_profile.h"
 
 namespace rlrun::orchestrator {
 
@@ -97,6 +98,8 @@ struct RunOutcome {
   // The http term's reward server: its URL and what its client counted (no http term: nullopt).
   std::string reward_url;
   std::optional<HttpRewardClient::Stats> reward_server;
+  // The loop simulator's advice at the end (run/tuning.cc): null when the run measured too little.
+  nlohmann::ordered_json tuning;
   std::string exit = "ok";
 };
 
@@ -116,6 +119,9 @@ class Orchestrator {
   // position and the summary's counters. run() then syncs weight version steps_completed to the
   // rollout workers (the trainers loaded the checkpoint) and skips the evaluation before training.
   void resume_from(const ResumeState& state);
+  // Where the run's processes are, for the loop simulator (profile.json): nodes used and CPU cores
+  // (or GPUs) per node.
+  void set_cluster_shape(int64_t nodes, int64_t slots_per_node);
   // Tells every registered worker to exit (best effort, no wait).
   void shutdown_workers(const std::string& reason);
   // The outcome so far; call after run() (whatever it returned) to fill summary.json.
@@ -291,6 +297,18 @@ class Orchestrator {
   std::optional<double> last_eval_accuracy_;     // for the progress line
   // `step`: evaluations, the steps completed; training samples, the step they train.
   void log_samples(const char* kind, int64_t step, const std::vector<nlohmann::ordered_json>& samples) const;
+
+  // ---- run/tuning.cc: what the loop costs (profile.json) and what the simulator advises
+  static constexpr int64_t kProfileEvery = 10;  // steps between profile.json writes
+  static constexpr int64_t kAdviseEvery = 50;   // steps between advice refreshes (Prometheus gauges)
+  void profile_step(int64_t step);             // after a step: the profile file, the gauges
+  void save_profile();
+  // Simulates the run's settings and the candidates; sets the gauges; at_end: summary.json's
+  // "tuning" and, past advise_idle_threshold, the log line that says what to change.
+  void advise(bool at_end);
+  tune::LoopProfile profile_;
+  double loop_cpu_start_ = 0;  // the orchestrator's CPU seconds when the loop began
+  bool profile_write_failed_ = false;
 
   RunOutcome outcome_;
   Clock::time_point last_tick_, loop_start_;

@@ -116,6 +116,7 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
       {"worker_failures", failures_json(o)},
       {"prompts_skipped", o.prompts_skipped},
       {"zero_spread_groups_kept", o.zero_spread_kept},
+      {"tuning", o.tuning},
       {"model", o.model_dir.empty() ? Json(nullptr) : Json(o.model_dir)},
       {"exit", o.exit}};
   return summary.dump(2) + "\n";

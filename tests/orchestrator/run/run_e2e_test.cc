@@ -107,6 +107,26 @@ TEST_F(RunEndToEnd, TinyConfigRunsEveryStepAndAccountsForEverySample) {
   EXPECT_TRUE(fs::exists(run / "config.yaml"));
   EXPECT_TRUE(fs::exists(run / "logs" / "trainer-0.log"));
   EXPECT_TRUE(fs::exists(run / "logs" / "rollout-0.log"));
+
+  // The loop measured itself (profile.json) and `rlrun tune` predicts from it: the run's own
+  // settings first, every candidate with its figures.
+  ASSERT_TRUE(fs::exists(run / "profile.json"));
+  const json profile = json::parse(read_file(run / "profile.json"));
+  EXPECT_EQ(profile["train_steps"], 3);
+  EXPECT_GT(profile["engine_step_costs"][0].get<double>(), 0) << "no rollout engine step was measured";
+  EXPECT_TRUE(summary["tuning"].is_object()) << summary.dump(2);
+  ASSERT_EQ(run_rlrun("tune '" + run.string() + "' --json", dir_.string() + ".tune"), 0)
+      << read_file(dir_.string() + ".tune");
+  const json tune = json::parse(read_file(dir_.string() + ".tune"));
+  for (const char* key : {"prediction", "current", "recommended", "candidates"}) EXPECT_TRUE(tune.contains(key)) << key;
+  EXPECT_EQ(tune["current"]["settings"]["inference_num_workers"], 1);
+  ASSERT_FALSE(tune["candidates"].empty());
+  for (const json& c : tune["candidates"]) {
+    EXPECT_GT(c["seconds_per_step"].get<double>(), 0) << c.dump();
+    EXPECT_GE(c["trainer_idle_fraction"].get<double>(), 0) << c.dump();
+    EXPECT_LE(c["rollout_idle_fraction"].get<double>(), 1) << c.dump();
+  }
+  fs::remove(dir_.string() + ".tune");
 }
 
 // Starts a long tiny run in the background; returns once it has trained a step. The run's pid is
