@@ -20,6 +20,7 @@ int cmd_convert(const Args& args);
 int cmd_rollout(const Args& args);
 int cmd_plan(const Args& args);
 int cmd_report(const Args& args);
+int cmd_tune(const Args& args);
 
 namespace {
 
@@ -212,6 +213,29 @@ constexpr Command kCommands[] = {
      "exit status: 0 written, 2 for bad flags or when RUN_DIR is missing or holds neither a usable\n"
      "metrics.jsonl nor summary.json, 1 when the page cannot be written.\n",
      cmd_report},
+    {"tune", "predict step time and idle gaps for other worker counts, asynchrony and lanes",
+     "usage: rlrun tune RUN_DIR [--set key=value ...] [--cluster SPEC] [--json] [--seed N]\n\n"
+     "Reads what the run in RUN_DIR measured (profile.json: the cost of a rollout engine step by\n"
+     "batch, of a trained token and an optimizer step, of a weight sync; completion lengths; the\n"
+     "groups discarded) and its config.yaml, and simulates the asynchronous loop (staleness gate,\n"
+     "lanes, continuous batching, batches and minibatches, weight sync; processes sharing a node's\n"
+     "cores) for other settings. Prints the predicted seconds per RL step and trainer/rollout idle\n"
+     "fractions of the run's settings and of the best candidates (inference_num_workers,\n"
+     "trainer_num_workers, max_async_rollout 0-2, max_concurrent_prompts_per_server), and the one\n"
+     "change it recommends with the predicted gain. A running run can be tuned: profile.json is\n"
+     "rewritten every 10 steps.\n\n"
+     "  --set key=value  predict these settings instead of the run's (inference_num_workers,\n"
+     "                   trainer_num_workers, max_async_rollout, number_of_minibatches,\n"
+     "                   prompts_batch_size_for_trainer, max_concurrent_prompts_per_server,\n"
+     "                   cpu_threads_per_worker)\n"
+     "  --cluster SPEC   another cluster: nodes=N,gpus_per_node=G or nodes=N,cores_per_node=C, with\n"
+     "                   generation_speed=X and training_speed=Y (per process, relative to the\n"
+     "                   measured run) and allreduce_gbps=Z\n"
+     "  --json           {\"prediction\", \"current\", \"recommended\", \"change\", \"candidates\"}: each\n"
+     "                   with its settings, seconds_per_step, trainer_idle_fraction, rollout_idle_fraction\n"
+     "  --seed N         the simulation's seed (completion lengths, discards); default 1\n\n"
+     "exit status: 0 printed, 2 bad flags or config, 1 RUN_DIR has no usable profile.json.\n",
+     cmd_tune},
 };
 
 void print_overview() {
