@@ -250,9 +250,15 @@ int cmd_run(const Args& args) {
   if (!log::set_file((fs::path(*dir) / "logs" / "orchestrator.log").string()))
     log::warn(str("cannot write ", *dir, "/logs/orchestrator.log; the log goes to stderr only"));
   log::info(str("run folder ", *dir));
-  if (resume)
+  if (resume) {
+    for (const ResumePoint::Skipped& skipped : resume->skipped)
+      log::warn(str("--resume: not using ", skipped.dir, ": ", skipped.reason, "; it is kept as ", skipped.dir,
+                    ".unusable, and the run falls back to the previous complete checkpoint"));
+    if (Status s = set_aside_skipped(*resume); !s.ok())
+      return std::fprintf(stderr, "rlrun: %s\n", s.message().c_str()), kExitFailed;
     log::info(str("resuming from ", resume->dir, " (", resume->state.steps_completed, " of ", config.number_of_steps,
                   " steps done)"));
+  }
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;

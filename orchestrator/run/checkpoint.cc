@@ -1,8 +1,6 @@
 // run/checkpoint.cc - the orchestrator's side of checkpoints: when to save, what it records for a
 // resume (run/state.h), and continuing from it.
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
 #include <tuple>
 
 #include "common/clock.h"
@@ -130,14 +128,12 @@ void Orchestrator::export_final_model() {
 
 Orchestrator::BatchIdentity Orchestrator::batch_identity(const std::vector<Group>& batch) {
   BatchIdentity identity;
-  trainer::Fnv1a64 hash;
+  trainer::Checksum hash;
   for (const Group& g : batch) {
     identity.group_ids.push_back(g.id);
     hash.update(g.problem.prompt.data(), g.problem.prompt.size() + 1);  // with the NUL: prompts stay apart
   }
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016" PRIx64, hash.value);
-  identity.prompt_hash = hex;
+  identity.prompt_hash = trainer::checksum_hex(hash.value());
   return identity;
 }
 

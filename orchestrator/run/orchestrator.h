@@ -145,7 +145,7 @@ class Orchestrator {
   // Sends build's batches to the trainer ranks and ticks until every rank answers; `what` names
   // the step in errors.
   Status train(const BatchBuild& build, const std::string& what, bool allow_dispatch);
-  // Which prompts a step trained, for metrics.jsonl: group ids and an FNV-1a 64 hash of the
+  // Which prompts a step trained, for metrics.jsonl: group ids and an XXH3-64 hash of the
   // prompts' texts in batch order, as 16 hex digits (a resumed run must train the same ones).
   struct BatchIdentity {
     std::vector<uint64_t> group_ids;

@@ -117,22 +117,57 @@ SampleLedger::Summary add_samples(const SampleLedger::Summary& before, const Sam
 
 std::string checkpoint_root(const std::string& run_dir) { return (fs::path(run_dir) / "checkpoints").string(); }
 
+namespace {
+
+// The checkpoint `dir` of the run, checked whole, with its ResumeState.
+Result<ResumeState> usable_state(const std::string& dir) {
+  RLRUN_RETURN_IF_ERROR(trainer::verify_checkpoint(dir));
+  RLRUN_ASSIGN_OR_RETURN(trainer::CheckpointInfo info, trainer::read_checkpoint_info(dir));
+  RLRUN_ASSIGN_OR_RETURN(ResumeState state, parse_resume_state(info.extras.loader_state, dir + "/trainer_state.json"));
+  if (state.steps_completed != info.step)
+    return invalid_argument(str(dir, "/trainer_state.json: the orchestrator state is of step ", state.steps_completed,
+                                " but the checkpoint of step ", info.step));
+  return state;
+}
+
+}  // namespace
+
 Result<ResumePoint> find_resume_point(const std::string& run_dir) {
   if (!fs::is_directory(run_dir))
     return not_found(str("--resume: the run folder ", run_dir, " does not exist; give the folder of the run to "
                          "continue with --run-dir DIR (or run_dir), or start a new run without --resume"));
   const std::string root = checkpoint_root(run_dir);
-  const std::optional<std::string> dir = trainer::latest_complete_checkpoint(root);
-  if (!dir)
+  ResumePoint point;
+  for (const std::string& dir : trainer::complete_checkpoints(root)) {
+    Result<ResumeState> state = usable_state(dir);
+    if (!state.ok()) {
+      point.skipped.push_back({dir, state.status().message()});
+      continue;
+    }
+    point.dir = dir;
+    point.state = std::move(*state);
+    break;
+  }
+  if (point.dir.empty() && point.skipped.empty())
     return not_found(str("--resume: no complete checkpoint under ", root, " (checkpoints are written with "
                          "checkpoint_every: N); start the run again without --resume"));
-  RLRUN_ASSIGN_OR_RETURN(trainer::CheckpointInfo info, trainer::read_checkpoint_info(*dir));
-  RLRUN_ASSIGN_OR_RETURN(ResumeState state,
-                         parse_resume_state(info.extras.loader_state, *dir + "/trainer_state.json"));
-  if (state.steps_completed != info.step)
-    return invalid_argument(str(*dir, "/trainer_state.json: the orchestrator state is of step ",
-                                state.steps_completed, " but the checkpoint of step ", info.step));
-  return ResumePoint{*dir, std::move(state)};
+  if (point.dir.empty()) {
+    std::string why;
+    for (const ResumePoint::Skipped& s : point.skipped) why += str("\n  ", s.reason);
+    return not_found(str("--resume: no usable checkpoint under ", root, ", every one failed its check:", why,
+                         "\nstart the run again without --resume"));
+  }
+  return point;
+}
+
+Status set_aside_skipped(const ResumePoint& point) {
+  for (const ResumePoint::Skipped& s : point.skipped) {
+    std::error_code ec;
+    fs::rename(s.dir, s.dir + ".unusable", ec);
+    if (ec) return io_error(str("cannot rename the unusable checkpoint ", s.dir, " to ", s.dir, ".unusable: ",
+                                ec.message(), "; move or delete it, then resume again"));
+  }
+  return Status();
 }
 
 Status truncate_metrics_jsonl(const std::string& path, int64_t steps) {

@@ -52,13 +52,23 @@ SampleLedger::Summary add_samples(const SampleLedger::Summary& before, const Sam
 // "<run_dir>/checkpoints": where the trainer ranks write and `rlrun --resume` looks.
 std::string checkpoint_root(const std::string& run_dir);
 
-// The newest COMPLETE checkpoint of the run in `run_dir` and its ResumeState. not_found, saying
-// what to do, when there is none.
+// Where `rlrun CONFIG --resume` continues the run in `run_dir`: the newest checkpoint whose files
+// all match its manifest (trainer::verify_checkpoint) and whose state parses. Newer ones that do
+// not are in `skipped` with the reason. not_found, saying what to do, when no checkpoint is
+// usable.
 struct ResumePoint {
+  struct Skipped {
+    std::string dir, reason;
+  };
   std::string dir;
   ResumeState state;
+  std::vector<Skipped> skipped;
 };
 Result<ResumePoint> find_resume_point(const std::string& run_dir);
+
+// Renames each skipped checkpoint to <dir>.unusable, so that it is never picked nor counted by
+// checkpoint_keep_last again, and is kept to be looked at. Errors name the folder.
+Status set_aside_skipped(const ResumePoint& point);
 
 // Keeps only the metrics.jsonl lines of steps <= `steps` (a resumed run redoes the later ones),
 // rewriting the file atomically. A missing file is fine.

@@ -1,6 +1,7 @@
 // ResumeState: the orchestrator's part of a checkpoint survives a round trip, bad text is an
-// error naming the file, the newest COMPLETE checkpoint is the one resumed, metrics.jsonl keeps
-// only the steps the checkpoint holds.
+// error naming the file, the newest checkpoint that verifies is the one resumed (newer damaged
+// ones are skipped, saying why, and set aside), metrics.jsonl keeps only the steps the checkpoint
+// holds.
 #include "orchestrator/run/state.h"
 
 #include <gmock/gmock.h>
@@ -13,6 +14,7 @@
 #include "common/atomic_file.h"
 #include "tests/common/config_test_util.h"
 #include "trainer/checkpoint.h"
+#include "trainer/checkpoint_files.h"
 
 namespace rlrun::orchestrator {
 namespace {
@@ -97,15 +99,18 @@ TEST(RunState, SamplesOfTheResumedPartAddUp) {
   EXPECT_EQ(sum.in_flight, 3) << "in flight is about the running process";
 }
 
-// Writes a complete-looking checkpoint of `step` (only what find_resume_point reads).
+// Writes a checkpoint of `step` with only what find_resume_point reads, and (complete) its
+// manifest.
 void fake_checkpoint(const std::string& run, int64_t step, bool complete, const ResumeState& state) {
   const std::string dir = trainer::checkpoint_dir(checkpoint_root(run), step);
   fs::create_directories(dir);
-  const std::string manifest = str("{\"step\": ", step, ", \"optimizer_step\": ", step,
+  const std::string manifest = str("{\"format\": 2, \"step\": ", step, ", \"optimizer_step\": ", step,
                                    ", \"rng_state\": \"\", \"loader_state\": ", resume_state_json(state), "}");
   ASSERT_TRUE(write_file_atomic(dir + "/trainer_state.json", manifest).ok());
   if (complete) {
-    ASSERT_TRUE(write_file_atomic(dir + "/COMPLETE", "complete\n").ok());
+    Result<trainer::FileDigest> digest = trainer::digest_file(dir, "trainer_state.json");
+    ASSERT_TRUE(digest.ok());
+    ASSERT_TRUE(trainer::write_manifest(dir, {*digest}).ok());
   }
 }
 
@@ -130,9 +135,47 @@ TEST(RunState, ResumesTheNewestCompleteCheckpoint) {
   EXPECT_EQ(point->dir, trainer::checkpoint_dir(checkpoint_root(run), 4));
   EXPECT_EQ(point->state.steps_completed, 4);
 
-  s.steps_completed = 3;  // a state that does not belong to its checkpoint
+  s.steps_completed = 3;  // a state that does not belong to its checkpoint: not used
   fake_checkpoint(run, 8, true, s);
-  EXPECT_THAT(find_resume_point(run).status().message(), HasSubstr("of step 3 but the checkpoint of step 8"));
+  point = find_resume_point(run);
+  ASSERT_TRUE(point.ok()) << point.status().message();
+  EXPECT_EQ(point->dir, trainer::checkpoint_dir(checkpoint_root(run), 4));
+  ASSERT_EQ(point->skipped.size(), 1u);
+  EXPECT_THAT(point->skipped[0].reason, HasSubstr("of step 3 but the checkpoint of step 8"));
+}
+
+TEST(RunState, ACorruptCheckpointIsSkippedSayingWhyAndSetAside) {
+  testing::TempDir tmp;
+  const std::string run = tmp.path() + "/run";
+  ResumeState s = sample_state();
+  for (int64_t step : {2, 4}) {
+    s.steps_completed = step;
+    fake_checkpoint(run, step, true, s);
+  }
+  const std::string newest = trainer::checkpoint_dir(checkpoint_root(run), 4);
+  {
+    std::fstream f(newest + "/trainer_state.json", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(2);
+    f.put('X');  // bit rot
+  }
+  Result<ResumePoint> point = find_resume_point(run);
+  ASSERT_TRUE(point.ok()) << point.status().message();
+  EXPECT_EQ(point->state.steps_completed, 2);
+  ASSERT_EQ(point->skipped.size(), 1u);
+  EXPECT_EQ(point->skipped[0].dir, newest);
+  EXPECT_THAT(point->skipped[0].reason, HasSubstr(newest + "/trainer_state.json: checksum mismatch"));
+  ASSERT_TRUE(set_aside_skipped(*point).ok());
+  EXPECT_TRUE(fs::exists(newest + ".unusable/trainer_state.json")) << "kept to be looked at";
+  EXPECT_EQ(trainer::complete_checkpoints(checkpoint_root(run)),
+            std::vector<std::string>{trainer::checkpoint_dir(checkpoint_root(run), 2)});
+
+  // None usable: the error lists each and says what to do.
+  fs::resize_file(trainer::checkpoint_dir(checkpoint_root(run), 2) + "/trainer_state.json", 10);
+  const Status none = find_resume_point(run).status();
+  EXPECT_EQ(none.code(), StatusCode::kNotFound);
+  EXPECT_THAT(none.message(), HasSubstr("no usable checkpoint under " + checkpoint_root(run)));
+  EXPECT_THAT(none.message(), HasSubstr("step-000002/trainer_state.json"));
+  EXPECT_THAT(none.message(), HasSubstr("without --resume"));
 }
 
 TEST(RunState, MetricsKeepOnlyTheCheckpointedSteps) {
