@@ -92,6 +92,12 @@ struct RunOutcome {
   };
   std::vector<WorkerFailure> worker_failures;
   int64_t worker_restarts = 0;
+  // Checkpoints not written, the run going on (checkpoint_write_failure: continue).
+  struct CheckpointFailure {
+    int64_t step = 0;
+    std::string error;
+  };
+  std::vector<CheckpointFailure> checkpoint_failures;
   std::string model_dir;  // <run_dir>/model once trainer rank 0 exported the final weights
   std::string reward_expression;  // task.reward as written
   // The http term's reward server: its URL and what its client counted (no http term: nullopt).
@@ -164,6 +170,10 @@ class Orchestrator {
   Status save_checkpoint(const ResumeState& state);
   Status checkpoint_if_due();         // after a step
   Status checkpoint_on_interrupt();   // the last completed step, unless it was just saved
+  // A save the trainers answered with an error (disk full, no permission: they removed its
+  // partial folder). checkpoint_write_failure: stop returns an error naming the path, the
+  // previous checkpoint and what to do; continue records it in the outcome and returns ok.
+  Status checkpoint_failed(int64_t step, const std::string& error);
   // The weights of the last completed step as an HF folder in <run_dir>/model (trainer rank 0),
   // at the end of the run, also one stopped early; a failure is logged, the run's outcome stands.
   void export_final_model();

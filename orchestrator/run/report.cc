@@ -70,6 +70,12 @@ Json failures_json(const RunOutcome& o) {
   return out;
 }
 
+Json checkpoint_failures_json(const RunOutcome& o) {
+  Json out = Json::array();
+  for (const RunOutcome::CheckpointFailure& f : o.checkpoint_failures) out.push_back({{"step", f.step}, {"error", f.error}});
+  return out;
+}
+
 }  // namespace
 
 std::string summary_json(const RunOutcome& o, double wall_seconds) {
@@ -114,6 +120,7 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
       {"processes", processes_json(o)},
       {"worker_restarts", o.worker_restarts},
       {"worker_failures", failures_json(o)},
+      {"checkpoint_failures", checkpoint_failures_json(o)},
       {"prompts_skipped", o.prompts_skipped},
       {"zero_spread_groups_kept", o.zero_spread_kept},
       {"model", o.model_dir.empty() ? Json(nullptr) : Json(o.model_dir)},
