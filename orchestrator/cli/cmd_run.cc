@@ -258,6 +258,12 @@ int cmd_run(const Args& args) {
       return std::fprintf(stderr, "rlrun: %s\n", s.message().c_str()), kExitFailed;
     log::info(str("resuming from ", resume->dir, " (", resume->state.steps_completed, " of ", config.number_of_steps,
                   " steps done)"));
+    if (!resume->dispatch_count_note.empty())
+      log::warn(str(resume->dispatch_count_note, ": samples dispatched after the checkpoint by the stopped run ",
+                    "are not counted"));
+    if (resume->cancelled_at_resume > 0)
+      log::info(str(resume->cancelled_at_resume, " samples in flight at the checkpoint or dispatched after it count "
+                    "as cancelled (the steps after it are trained again)"));
   }
 
   struct sigaction sa {};

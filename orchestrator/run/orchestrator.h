@@ -52,6 +52,7 @@
 #include "orchestrator/launch/launcher.h"
 #include "orchestrator/reward/http_reward.h"
 #include "orchestrator/reward/reward_function.h"
+#include "orchestrator/run/dispatch_count.h"
 #include "orchestrator/run/dispatcher.h"
 #include "orchestrator/run/metrics.h"
 #include "orchestrator/run/rendezvous.h"
@@ -288,6 +289,7 @@ class Orchestrator {
   bool stopped_by_interrupt_ = false;
   bool worker_died_ = false;        // supervise() reported a trainer's death
   std::map<int, CheckpointSaved> checkpoints_saved_;  // by rank
+  DispatchCount dispatch_count_;  // the run's dispatched samples, on disk for a resume after a SIGKILL
 
   // Per-step waits.
   std::map<int, TrainResult> train_results_;  // by rank

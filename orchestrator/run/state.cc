@@ -1,6 +1,7 @@
 // run/state.cc - ResumeState as JSON, and finding where a run resumes.
 #include "orchestrator/run/state.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 
 #include "common/atomic_file.h"
 #include "common/observe/log.h"
+#include "orchestrator/run/dispatch_count.h"
 #include "trainer/checkpoint.h"
 
 namespace rlrun::orchestrator {
@@ -16,7 +18,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-constexpr int kStateFormat = 1;
+constexpr int kStateFormat = 2;  // 2: samples.dispatched
 }  // namespace
 
 std::string resume_state_json(const ResumeState& s) {
@@ -34,7 +36,8 @@ std::string resume_state_json(const ResumeState& s) {
             {"trainer_idle_seconds", s.trainer_idle_seconds},
             {"rollout_idle_seconds", s.rollout_idle_seconds},
             {"samples",
-             {{"generated", s.samples.generated},
+             {{"dispatched", s.samples.dispatched},
+              {"generated", s.samples.generated},
               {"trained", s.samples.trained},
               {"discarded", s.samples.discarded},
               {"cancelled", s.samples.cancelled}}}};
@@ -95,6 +98,7 @@ Result<ResumeState> parse_resume_state(const std::string& text, const std::strin
   json samples;
   RLRUN_RETURN_IF_ERROR(read_field(j, "samples", samples, where));
   if (!samples.is_object()) return invalid_argument(str(where, ": orchestrator state: `samples` is not an object"));
+  RLRUN_RETURN_IF_ERROR(read_field(samples, "dispatched", s.samples.dispatched, where));
   RLRUN_RETURN_IF_ERROR(read_field(samples, "generated", s.samples.generated, where));
   RLRUN_RETURN_IF_ERROR(read_field(samples, "trained", s.samples.trained, where));
   RLRUN_RETURN_IF_ERROR(read_field(samples, "discarded", s.samples.discarded, where));
@@ -116,6 +120,16 @@ SampleLedger::Summary add_samples(const SampleLedger::Summary& before, const Sam
 }
 
 std::string checkpoint_root(const std::string& run_dir) { return (fs::path(run_dir) / "checkpoints").string(); }
+
+SampleLedger::Summary samples_at_resume(const SampleLedger::Summary& at_checkpoint,
+                                        std::optional<int64_t> dispatched_by_run) {
+  SampleLedger::Summary s = at_checkpoint;
+  const int64_t final_states = s.trained + s.discarded_total() + s.cancelled;
+  // An older count (a machine crash lost the latest writes) or none: the checkpoint's own.
+  s.dispatched = std::max({s.dispatched, dispatched_by_run.value_or(0), final_states});
+  s.cancelled += s.dispatched - final_states;
+  return s;
+}
 
 namespace {
 
@@ -157,6 +171,11 @@ Result<ResumePoint> find_resume_point(const std::string& run_dir) {
     return not_found(str("--resume: no usable checkpoint under ", root, ", every one failed its check:", why,
                          "\nstart the run again without --resume"));
   }
+  Result<std::optional<int64_t>> dispatched = DispatchCount::read(dispatch_count_path(run_dir));
+  if (!dispatched.ok()) point.dispatch_count_note = dispatched.status().message();
+  const SampleLedger::Summary at_checkpoint = point.state.samples;
+  point.state.samples = samples_at_resume(at_checkpoint, dispatched.ok() ? *dispatched : std::nullopt);
+  point.cancelled_at_resume = point.state.samples.cancelled - at_checkpoint.cancelled;
   return point;
 }
 
