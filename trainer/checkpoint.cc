@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
 
 #include "common/atomic_file.h"
 #include "common/file_io.h"
