@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/file_io.h"
 #include "common/observe/log.h"
 
 namespace rlrun {
@@ -24,7 +25,7 @@ Status write_all(int fd, std::string_view data, const std::string& path) {
   while (!data.empty()) {
     const ssize_t n = ::write(fd, data.data(), data.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return io_error(str("writing ", path, ": ", std::strerror(errno)));
+    if (n < 0) return io_error(str("writing ", path, ": ", describe_file_error(errno)));
     data.remove_prefix(static_cast<size_t>(n));
   }
   return Status();
@@ -32,7 +33,7 @@ Status write_all(int fd, std::string_view data, const std::string& path) {
 
 Status write_and_sync(int fd, std::span<const std::string_view> pieces, const std::string& path) {
   for (std::string_view piece : pieces) RLRUN_RETURN_IF_ERROR(write_all(fd, piece, path));
-  if (::fsync(fd) != 0) return io_error(str("fsync ", path, ": ", std::strerror(errno)));
+  if (::fsync(fd) != 0) return io_error(str("fsync ", path, ": ", describe_file_error(errno)));
   return Status();
 }
 
@@ -44,16 +45,17 @@ Status write_file_atomic(const std::string& path, std::span<const std::string_vi
   std::string tmp = path + ".tmp.XXXXXX";
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) {
-    return io_error(str("cannot create a temporary file beside ", path, ": ", std::strerror(errno),
-                        " (does the directory exist and is it writable?)"));
+    const int err = errno;
+    return io_error(str("cannot create a temporary file beside ", path, ": ", describe_file_error(err),
+                        err == ENOENT ? " (does the folder exist?)" : ""));
   }
   Status status = write_and_sync(fd, pieces, tmp);
   if (::fchmod(fd, mode) != 0 && status.ok()) {
     status = io_error(str("chmod ", tmp, ": ", std::strerror(errno)));
   }
-  if (::close(fd) != 0 && status.ok()) status = io_error(str("closing ", tmp, ": ", std::strerror(errno)));
+  if (::close(fd) != 0 && status.ok()) status = io_error(str("closing ", tmp, ": ", describe_file_error(errno)));
   if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = io_error(str("renaming ", tmp, " to ", path, ": ", std::strerror(errno)));
+    status = io_error(str("renaming ", tmp, " to ", path, ": ", describe_file_error(errno)));
   }
   if (!status.ok()) {
     ::unlink(tmp.c_str());

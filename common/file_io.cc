@@ -27,4 +27,21 @@ Result<std::string> read_file(const std::string& path, std::string_view what) {
   return text.str();
 }
 
+std::string describe_file_error(int err) {
+  const char* what_to_do = nullptr;
+  switch (err) {
+    case ENOSPC:
+    case EDQUOT: what_to_do = "the file system is full or over quota: free space on it"; break;
+    case EFBIG: what_to_do = "larger than this process may write: raise the file size limit (ulimit -f)"; break;
+    case EACCES:
+    case EPERM: what_to_do = "no permission: make the folder writable by this user"; break;
+    case EROFS: what_to_do = "the file system is mounted read-only"; break;
+    case EIO: what_to_do = "the device reported an I/O error: check the disk"; break;
+    default: break;
+  }
+  std::string text = std::strerror(err);
+  if (what_to_do != nullptr) text += str(" (", what_to_do, ")");
+  return text;
+}
+
 }  // namespace rlrun

@@ -1,5 +1,5 @@
-// file_io.h - a whole file into memory, with an error that names it and says why.
-// (Writing a file that must survive a crash: atomic_file.h.)
+// file_io.h - a whole file into memory, and the system's reason for a failed file operation, in
+// words that say what to do. (Writing a file that must survive a crash: atomic_file.h.)
 #pragma once
 
 #include <string>
@@ -13,5 +13,9 @@ namespace rlrun {
 // kNotFound when it does not exist, kInvalidArgument for a folder, kIOError for any other failure
 // (with the system's reason).
 Result<std::string> read_file(const std::string& path, std::string_view what);
+
+// strerror(err), followed for the failures a user can fix by what to do, e.g. "No space left on
+// device (the file system is full: free space on it)". For messages that already name the path.
+std::string describe_file_error(int err);
 
 }  // namespace rlrun

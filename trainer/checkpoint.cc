@@ -4,8 +4,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
 
 #include "common/atomic_file.h"
+#include "common/file_io.h"
 #include "common/observe/log.h"
 #include "trainer/checkpoint_files.h"
 #include "trainer/rank_reduce.h"
@@ -18,7 +21,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kFormat = 1;
+constexpr int kFormat = 2;
 constexpr const char* kComplete = "COMPLETE";
 constexpr const char* kState = "trainer_state.json";
 constexpr const char* kFiles[3] = {"params.f32", "adam_m.f32", "adam_v.f32"};
@@ -77,22 +80,30 @@ Result<json> parse_extras(const CheckpointExtras& extras) {
   return loader;
 }
 
-// Rank 0: everything after the data files: export, manifest, COMPLETE, rename, prune.
-Status finish_on_root(const std::string& root, const std::string& tmp, const std::string& final_dir, json manifest,
-                      const CheckpointOptions& options) {
+// Rank 0: everything after the data files: export, trainer_state.json, the manifest (COMPLETE)
+// of every file, rename, fsync. `data`: the digests of the streamed data files.
+Status finish_on_root(const std::string& root, const std::string& tmp, const std::string& final_dir, json state,
+                      std::vector<FileDigest> data, const CheckpointOptions& options) {
   if (options.export_model) {
     std::error_code ec;
     fs::create_directories(tmp + "/model", ec);
-    if (ec) return io_error(str("cannot create ", tmp, "/model: ", ec.message()));
+    if (ec) return io_error(str("cannot create ", tmp, "/model: ", describe_file_error(ec.value())));
     RLRUN_RETURN_IF_ERROR(options.export_model(tmp + "/model").with_context("checkpoint model export"));
   }
-  RLRUN_RETURN_IF_ERROR(write_file_atomic(tmp + "/" + kState, manifest.dump(2)));
-  RLRUN_RETURN_IF_ERROR(write_file_atomic(tmp + "/" + kComplete, "complete\n"));
+  RLRUN_RETURN_IF_ERROR(write_file_atomic(tmp + "/" + kState, state.dump(2)));
+  std::vector<FileDigest> files = std::move(data);
+  RLRUN_ASSIGN_OR_RETURN(FileDigest state_digest, digest_file(tmp, kState));
+  files.push_back(std::move(state_digest));
+  if (options.export_model) {
+    RLRUN_ASSIGN_OR_RETURN(std::vector<FileDigest> model, digest_tree(tmp, "model"));
+    files.insert(files.end(), model.begin(), model.end());
+  }
+  RLRUN_RETURN_IF_ERROR(write_manifest(tmp, files));
   RLRUN_RETURN_IF_ERROR(fsync_directory(tmp));
   std::error_code ec;
   fs::remove_all(final_dir, ec);  // the same step saved again
   fs::rename(tmp, final_dir, ec);
-  if (ec) return io_error(str("cannot rename ", tmp, " to ", final_dir, ": ", ec.message()));
+  if (ec) return io_error(str("cannot rename ", tmp, " to ", final_dir, ": ", describe_file_error(ec.value())));
   RLRUN_RETURN_IF_ERROR(fsync_directory(root));
   return Status();
 }
@@ -139,17 +150,18 @@ std::string checkpoint_dir(const std::string& root, int64_t step) {
   return (fs::path(root) / name).string();
 }
 
-std::optional<std::string> latest_complete_checkpoint(const std::string& root) {
-  std::optional<std::pair<int64_t, std::string>> best;
+std::vector<std::string> complete_checkpoints(const std::string& root) {
+  std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const auto step = step_of(entry.path().filename().string());
     std::error_code e2;
-    if (!step || !entry.is_directory(e2) || !fs::exists(entry.path() / kComplete, e2)) continue;
-    if (!best || *step > best->first) best = {{*step, entry.path().string()}};
+    if (step && entry.is_directory(e2) && fs::exists(entry.path() / kComplete, e2)) found.push_back({*step, entry.path().string()});
   }
-  if (!best) return std::nullopt;
-  return best->second;
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> out;
+  for (auto& [step, dir] : found) out.push_back(std::move(dir));
+  return out;
 }
 
 Result<std::string> save_checkpoint(const std::string& root, int64_t step, const CheckpointExtras& extras,
@@ -157,6 +169,13 @@ Result<std::string> save_checkpoint(const std::string& root, int64_t step, const
                                     const CheckpointOptions& options) {
   const bool is_root = comm_rank(comm) == 0;
   const std::string final_dir = checkpoint_dir(root, step), tmp = final_dir + ".tmp";
+  // Every failure (the same on every rank) removes the partial folder: a full disk needs its
+  // space back, and the previous checkpoints stay as they were.
+  const auto failed = [&](const Status& s) {
+    std::error_code ec;
+    if (is_root) fs::remove_all(tmp, ec);
+    return s.with_context("saving checkpoint " + final_dir);
+  };
   Status status;
   Result<json> loader = parse_extras(extras);
   if (!loader.ok()) status = loader.status();
@@ -165,30 +184,31 @@ Result<std::string> save_checkpoint(const std::string& root, int64_t step, const
     std::error_code ec;
     fs::remove_all(tmp, ec);
     fs::create_directories(tmp, ec);
-    if (ec) status = io_error(str("cannot create checkpoint directory ", tmp, ": ", ec.message()));
+    if (ec) status = io_error(str("cannot create checkpoint directory ", tmp, ": ", describe_file_error(ec.value())));
     for (int i = 0; i < 3 && status.ok(); ++i) status = files[i].open(tmp + "/" + kFiles[i]);
   }
-  RLRUN_RETURN_IF_ERROR(agree_with_root(comm, status));
-  RLRUN_RETURN_IF_ERROR(write_state(model, optimizer, comm, files, status));
+  if (Status agreed = agree_with_root(comm, status); !agreed.ok()) return failed(agreed);
+  if (Status sent = write_state(model, optimizer, comm, files, status); !sent.ok()) return failed(sent);
   if (is_root && status.ok()) {
     for (int i = 0; i < 3 && status.ok(); ++i) status = files[i].finish();
   }
   if (is_root && status.ok()) {
-    json manifest = {{"format", kFormat},
-                     {"step", step},
-                     {"optimizer_step", optimizer.step_count()},
-                     {"learning_rate", options.learning_rate},
-                     {"trainer_ranks", comm_size(comm)},
-                     {"use_distributed_optimizer", optimizer.sharded()},
-                     {"flat_elements", model.flat_size()},
-                     {"layout_digest", engine::layout_digest({model.param_specs(), model.flat_size(), "f32"})},
-                     {"loader_state", *loader},
-                     {"rng_state", extras.rng_state}};
-    for (int i = 0; i < 3; ++i) manifest["files"][kFiles[i]] = {{"bytes", files[i].bytes()}, {"fnv1a64", files[i].checksum()}};
-    status = finish_on_root(root, tmp, final_dir, std::move(manifest), options);
+    json state = {{"format", kFormat},
+                  {"step", step},
+                  {"optimizer_step", optimizer.step_count()},
+                  {"learning_rate", options.learning_rate},
+                  {"trainer_ranks", comm_size(comm)},
+                  {"use_distributed_optimizer", optimizer.sharded()},
+                  {"flat_elements", model.flat_size()},
+                  {"layout_digest", engine::layout_digest({model.param_specs(), model.flat_size(), "f32"})},
+                  {"loader_state", *loader},
+                  {"rng_state", extras.rng_state}};
+    std::vector<FileDigest> data;
+    for (int i = 0; i < 3; ++i) data.push_back({kFiles[i], files[i].bytes(), files[i].checksum()});
+    status = finish_on_root(root, tmp, final_dir, std::move(state), std::move(data), options);
     if (status.ok()) prune(root, options.keep_last);
   }
-  RLRUN_RETURN_IF_ERROR(agree_with_root(comm, status.ok() ? status : status.with_context("saving checkpoint " + final_dir)));
+  if (Status agreed = agree_with_root(comm, status); !agreed.ok()) return failed(agreed);
   return final_dir;
 }
 

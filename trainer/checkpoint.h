@@ -1,22 +1,28 @@
-// checkpoint.h - trainer checkpoints that survive a crash at any instant, and resume bit for bit.
+// checkpoint.h - trainer checkpoints that survive a crash at any instant, are verified before
+// use, and resume bit for bit.
 //
 // A checkpoint is a directory <root>/step-000123/ (the trainer step, 6+ digits):
 //   trainer_state.json  format, step, optimizer_step (the LR schedule is a pure function of it:
 //                       trainer/lr_schedule.h), last learning_rate, trainer ranks and
 //                       use_distributed_optimizer at save time (informational), flat_elements,
-//                       layout digest, per-file byte counts and FNV-1a 64 checksums, and the
-//                       caller's loader_state (opaque JSON text) and rng_state (opaque text)
+//                       layout digest, and the caller's loader_state (opaque JSON text) and
+//                       rng_state (opaque text)
 //   params.f32          the f32 master weights (P), raw little-endian
 //   adam_m.f32, adam_v.f32  the AdamW moments (P each), GATHERED from the shards: a checkpoint
 //                       does not depend on trainer_num_workers or use_distributed_optimizer, and
 //                       only trainer rank 0 touches the file system (no shared FS needed)
 //   model/              HF export (config.json + model.safetensors) when an exporter is given
-//   COMPLETE            written last
+//   COMPLETE            the manifest, written last: every file above with its size and XXH3-64
+//                       checksum (trainer/checkpoint_files.h)
 // Everything is written into step-000123.tmp/ (each file fsync'd), then COMPLETE, then the
 // directory is renamed to step-000123/ and the root fsync'd. A crash leaves at worst a *.tmp
-// directory or a directory without COMPLETE, which latest_complete_checkpoint() never picks and
-// the next save removes; the previous checkpoint stays intact. checkpoint_keep_last prunes the
-// oldest complete checkpoints after a successful save.
+// directory, which is never used and the next save removes; the previous checkpoint stays
+// intact. A save that fails (disk full, no permission) removes its *.tmp directory and returns an
+// error naming the path; the previous checkpoints are untouched. checkpoint_keep_last prunes the
+// oldest complete checkpoints after a successful save only.
+//
+// A checkpoint is used only when every file matches the manifest: verify_checkpoint() reads them
+// all; load_checkpoint() checks the manifest and checksums what it loads.
 //
 // Save and load are collective over the trainer ranks: moments stream through rank 0 in chunks
 // of kCheckpointChunkElements (memory bounded by the chunk, not by P). On load rank 0 validates
@@ -26,8 +32,8 @@
 
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "engine/comm/communicator.h"
@@ -68,9 +74,14 @@ Result<std::string> save_checkpoint(const std::string& root, int64_t step, const
                                     TrainableModel& model, Optimizer& optimizer, engine::Communicator* comm,
                                     const CheckpointOptions& options = {});
 
-// The complete checkpoint with the highest step under root, or nullopt (none, or root missing).
-// Directories without COMPLETE and *.tmp directories are skipped.
-std::optional<std::string> latest_complete_checkpoint(const std::string& root);
+// The checkpoint directories under root that have a COMPLETE manifest, newest (highest step)
+// first; none when root is missing. *.tmp directories and torn ones are skipped; the files are
+// not read (verify_checkpoint does).
+std::vector<std::string> complete_checkpoints(const std::string& root);
+
+// Reads every file of the checkpoint `dir` and checks it against the manifest. An error (naming
+// the file: missing manifest, truncated, checksum mismatch) means: do not use this checkpoint.
+Status verify_checkpoint(const std::string& dir);
 
 // The manifest of the complete checkpoint `dir` (step, optimizer step, extras) without its data:
 // for a process that resumes a run but holds no model (the orchestrator). Errors name the file.

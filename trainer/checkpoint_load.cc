@@ -1,6 +1,6 @@
-// load_checkpoint (checkpoint.h): rank 0 validates the files and streams them to every rank.
+// load_checkpoint (checkpoint.h): rank 0 checks the manifest, then streams the files to every rank,
+// checksumming them; verify_checkpoint and read_checkpoint_info for a process without the model.
 #include <algorithm>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "common/observe/log.h"
@@ -10,28 +10,55 @@
 
 namespace rlrun::trainer {
 
-namespace fs = std::filesystem;
 using engine::CommDType;
 using nlohmann::json;
 
 namespace {
 
 constexpr const char* kFiles[3] = {"params.f32", "adam_m.f32", "adam_v.f32"};
-constexpr int64_t kMaxManifestBytes = int64_t{64} << 20;
+constexpr const char* kState = "trainer_state.json";
+constexpr int kFormat = 2;
+constexpr int64_t kMaxStateBytes = int64_t{64} << 20;
 
-// Rank 0: reads and checks the manifest and opens the data files.
-Result<json> open_on_root(const std::string& dir, TrainableModel& model, FileReader* readers) {
-  if (!fs::exists(fs::path(dir) / "COMPLETE")) {
-    return not_found(str("checkpoint ", dir, " has no COMPLETE marker (torn or not a checkpoint); use "
-                         "latest_complete_checkpoint() to pick one"));
-  }
-  const std::string path = dir + "/trainer_state.json";
-  RLRUN_ASSIGN_OR_RETURN(std::string text, read_text_file(path, kMaxManifestBytes));
-  json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (m.is_discarded() || !m.is_object()) return invalid_argument(str(path, ": not a JSON object"));
+// A checkpoint's manifest and its trainer_state.json, checked against it.
+struct Manifest {
+  std::vector<FileDigest> files;
+  json state;
+};
+
+Result<FileDigest> listed(const std::string& dir, const std::vector<FileDigest>& files, const std::string& path) {
+  for (const FileDigest& f : files)
+    if (f.path == path) return f;
+  return invalid_argument(str(dir, "/COMPLETE does not list ", path, " (a corrupt manifest)"));
+}
+
+Result<Manifest> read_manifest_and_state(const std::string& dir) {
+  Manifest m;
+  RLRUN_ASSIGN_OR_RETURN(m.files, read_manifest(dir));
+  RLRUN_ASSIGN_OR_RETURN(const FileDigest digest, listed(dir, m.files, kState));
+  const std::string path = dir + "/" + kState;
+  RLRUN_ASSIGN_OR_RETURN(const std::string text, read_text_file(path, kMaxStateBytes));
+  Checksum sum;
+  sum.update(text.data(), text.size());
+  if (static_cast<int64_t>(text.size()) != digest.bytes || sum.value() != digest.xxh3)
+    return invalid_argument(str(path, ": checksum mismatch with the manifest (the file is corrupt)"));
+  m.state = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (m.state.is_discarded() || !m.state.is_object()) return invalid_argument(str(path, ": not a JSON object"));
+  const auto format = m.state.find("format");
+  if (format == m.state.end() || *format != kFormat)
+    return invalid_argument(str(path, ": checkpoint format ", format == m.state.end() ? "missing" : format->dump(),
+                                ", this rlrun reads ", kFormat));
+  return m;
+}
+
+// Rank 0: reads and checks the manifest and trainer_state.json, and opens the data files.
+// `sums`: the data files' checksums from the manifest, checked once they are read.
+Result<json> open_on_root(const std::string& dir, TrainableModel& model, FileReader* readers, uint64_t* sums) {
+  RLRUN_ASSIGN_OR_RETURN(Manifest manifest, read_manifest_and_state(dir));
+  const json& m = manifest.state;
+  const std::string path = dir + "/" + kState;
   const int64_t flat = model.flat_size();
   try {
-    if (m.at("format").get<int>() != 1) return invalid_argument(str(path, ": unknown checkpoint format ", m.at("format")));
     if (m.at("flat_elements").get<int64_t>() != flat) {
       return invalid_argument(str(path, ": the checkpoint holds ", m.at("flat_elements"), " parameters, this model ",
                                   flat, " (another model config?)"));
@@ -42,21 +69,20 @@ Result<json> open_on_root(const std::string& dir, TrainableModel& model, FileRea
     (void)m.at("step").get<int64_t>();
     if (m.at("optimizer_step").get<int64_t>() < 0) return invalid_argument(str(path, ": negative optimizer_step"));
     (void)m.at("rng_state").get<std::string>();
-    for (int i = 0; i < 3; ++i) {
-      const json& f = m.at("files").at(kFiles[i]);
-      RLRUN_RETURN_IF_ERROR(readers[i].open(dir + "/" + kFiles[i]));
-      const int64_t want = flat * static_cast<int64_t>(sizeof(float));
-      if (readers[i].size() != want || f.at("bytes").get<int64_t>() != want) {
-        return invalid_argument(str(dir, "/", kFiles[i], " is ", readers[i].size(), " bytes, expected ", want));
-      }
-      (void)f.at("fnv1a64").get<uint64_t>();
-    }
   } catch (const json::exception& e) {
     return invalid_argument(str(path, ": missing or mistyped field (", e.what(), ")"));
   }
+  for (int i = 0; i < 3; ++i) {
+    RLRUN_ASSIGN_OR_RETURN(const FileDigest digest, listed(dir, manifest.files, kFiles[i]));
+    RLRUN_RETURN_IF_ERROR(readers[i].open(dir + "/" + kFiles[i]));
+    const int64_t want = flat * static_cast<int64_t>(sizeof(float));
+    if (readers[i].size() != want || digest.bytes != want) {
+      return invalid_argument(str(dir, "/", kFiles[i], " is ", readers[i].size(), " bytes, expected ", want));
+    }
+    sums[i] = digest.xxh3;
+  }
   return m;
 }
-
 
 // Rank 0 reads chunk [b, e) of the three files and broadcasts it; every rank keeps the params and
 // the moments it owns. A read error on rank 0 is remembered (zeros are sent) and reported after.
@@ -83,13 +109,15 @@ Status stream_state(TrainableModel& model, Optimizer& optimizer, engine::Communi
 
 }  // namespace
 
+Status verify_checkpoint(const std::string& dir) {
+  RLRUN_ASSIGN_OR_RETURN(const std::vector<FileDigest> files, read_manifest(dir));
+  for (const FileDigest& f : files) RLRUN_RETURN_IF_ERROR(verify_file(dir, f));
+  return Status();
+}
+
 Result<CheckpointInfo> read_checkpoint_info(const std::string& dir) {
-  if (!fs::exists(fs::path(dir) / "COMPLETE"))
-    return not_found(str("checkpoint ", dir, " has no COMPLETE marker (torn or not a checkpoint)"));
-  const std::string path = dir + "/trainer_state.json";
-  RLRUN_ASSIGN_OR_RETURN(std::string text, read_text_file(path, kMaxManifestBytes));
-  const json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (m.is_discarded() || !m.is_object()) return invalid_argument(str(path, ": not a JSON object"));
+  RLRUN_ASSIGN_OR_RETURN(const Manifest manifest, read_manifest_and_state(dir));
+  const json& m = manifest.state;
   CheckpointInfo info;
   info.dir = dir;
   try {
@@ -99,7 +127,7 @@ Result<CheckpointInfo> read_checkpoint_info(const std::string& dir) {
     info.extras.loader_state = m.at("loader_state").dump();
     info.extras.rng_state = m.at("rng_state").get<std::string>();
   } catch (const json::exception& e) {
-    return invalid_argument(str(path, ": missing or mistyped field (", e.what(), ")"));
+    return invalid_argument(str(dir, "/", kState, ": missing or mistyped field (", e.what(), ")"));
   }
   return info;
 }
@@ -108,10 +136,11 @@ Result<CheckpointInfo> load_checkpoint(const std::string& dir, TrainableModel& m
                                        engine::Communicator* comm) {
   const bool is_root = comm_rank(comm) == 0;
   FileReader readers[3];
+  uint64_t sums[3] = {0, 0, 0};
   Status status;
   std::string manifest_text;
   if (is_root) {
-    Result<json> m = open_on_root(dir, model, readers);
+    Result<json> m = open_on_root(dir, model, readers, sums);
     if (m.ok()) {
       manifest_text = m->dump();
     } else {
@@ -129,7 +158,7 @@ Result<CheckpointInfo> load_checkpoint(const std::string& dir, TrainableModel& m
   const json manifest = json::parse(manifest_text);  // written by rank 0 above: well-formed
   if (is_root && status.ok()) {
     for (int i = 0; i < 3 && status.ok(); ++i) {
-      if (readers[i].checksum() != manifest["files"][kFiles[i]]["fnv1a64"].get<uint64_t>()) {
+      if (readers[i].checksum() != sums[i]) {
         status = invalid_argument(str(dir, "/", kFiles[i], ": checksum mismatch (the file is corrupt)"));
       }
     }

@@ -42,6 +42,7 @@ enum class KlEstimator { kK2, kK3 };
 enum class Architecture { kLlama, kQwen2 };
 enum class TaskName { kArithmetic, kCountdown, kReverse, kSort, kJsonl };
 enum class ControlPlaneSecurity { kCurve, kNone };
+enum class CheckpointWriteFailure { kStop, kContinue };
 
 RLRUN_CONFIG_ENUM(Placement, "PACK|SPREAD");
 RLRUN_CONFIG_ENUM(LauncherKind, "auto|local|slurm");
@@ -54,6 +55,7 @@ RLRUN_CONFIG_ENUM(KlEstimator, "k2|k3");
 RLRUN_CONFIG_ENUM(Architecture, "llama|qwen2");
 RLRUN_CONFIG_ENUM(TaskName, "arithmetic|countdown|reverse|sort|jsonl");
 RLRUN_CONFIG_ENUM(ControlPlaneSecurity, "curve|none");
+RLRUN_CONFIG_ENUM(CheckpointWriteFailure, "stop|continue");
 RLRUN_CONFIG_ENUM(log::Level, "debug|info|warn|error");
 
 // The i-th '|'-separated name of `names` ("" when out of range).

@@ -259,9 +259,21 @@ int cmd_run(const Args& args) {
   if (!log::set_file((fs::path(*dir) / "logs" / "orchestrator.log").string()))
     log::warn(str("cannot write ", *dir, "/logs/orchestrator.log; the log goes to stderr only"));
   log::info(str("run folder ", *dir));
-  if (resume)
+  if (resume) {
+    for (const ResumePoint::Skipped& skipped : resume->skipped)
+      log::warn(str("--resume: not using ", skipped.dir, ": ", skipped.reason, "; it is kept as ", skipped.dir,
+                    ".unusable, and the run falls back to the previous complete checkpoint"));
+    if (Status s = set_aside_skipped(*resume); !s.ok())
+      return std::fprintf(stderr, "rlrun: %s\n", s.message().c_str()), kExitFailed;
     log::info(str("resuming from ", resume->dir, " (", resume->state.steps_completed, " of ", config.number_of_steps,
                   " steps done)"));
+    if (!resume->dispatch_count_note.empty())
+      log::warn(str(resume->dispatch_count_note, ": samples dispatched after the checkpoint by the stopped run ",
+                    "are not counted"));
+    if (resume->cancelled_at_resume > 0)
+      log::info(str(resume->cancelled_at_resume, " samples in flight at the checkpoint or dispatched after it count "
+                    "as cancelled (the steps after it are trained again)"));
+  }
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;

@@ -1,8 +1,6 @@
 // run/checkpoint.cc - the orchestrator's side of checkpoints: when to save, what it records for a
 // resume (run/state.h), and continuing from it.
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
 #include <tuple>
 
 #include "common/clock.h"
@@ -81,7 +79,7 @@ Status Orchestrator::save_checkpoint(const ResumeState& state) {
   double trainer_seconds = 0;
   std::string dir;
   for (const auto& [rank, saved] : checkpoints_saved_) {
-    if (!saved.ok) return internal_error(str("checkpoint of step ", state.steps_completed, " failed: ", saved.error));
+    if (!saved.ok) return checkpoint_failed(state.steps_completed, saved.error);
     if (saved.step != request.step)
       return internal_error(str("trainer ", rank, " saved step ", saved.step, " when asked for ", request.step));
     trainer_seconds = std::max(trainer_seconds, saved.seconds);
@@ -91,6 +89,21 @@ Status Orchestrator::save_checkpoint(const ResumeState& state) {
   log::info(str("checkpoint ", dir, " saved in ", trainer_seconds, " s (", seconds_since(start),
                 " s for the orchestrator)"));
   return Status();
+}
+
+Status Orchestrator::checkpoint_failed(int64_t step, const std::string& error) {
+  const std::vector<std::string> on_disk = trainer::complete_checkpoints(checkpoint_root(config_.run_dir));
+  const std::string previous = on_disk.empty() ? "this run has no earlier checkpoint"
+                                               : str("the previous checkpoint ", on_disk.front(), " is intact");
+  if (config_.checkpoint_write_failure == CheckpointWriteFailure::kContinue) {
+    log::error(str("checkpoint of step ", step, " not written: ", error, "; ", previous,
+                   "; the run goes on without it (checkpoint_write_failure: continue)"));
+    outcome_.checkpoint_failures.push_back({step, error});
+    return Status();
+  }
+  return io_error(str("checkpoint of step ", step, " not written: ", error, "; ", previous, ". Fix that, then ",
+                      on_disk.empty() ? "start the run again" : "`rlrun CONFIG --resume` continues from it",
+                      "; or set checkpoint_write_failure: continue to train on without the checkpoints that fail"));
 }
 
 Status Orchestrator::checkpoint_if_due() {
@@ -130,14 +143,12 @@ void Orchestrator::export_final_model() {
 
 Orchestrator::BatchIdentity Orchestrator::batch_identity(const std::vector<Group>& batch) {
   BatchIdentity identity;
-  trainer::Fnv1a64 hash;
+  trainer::Checksum hash;
   for (const Group& g : batch) {
     identity.group_ids.push_back(g.id);
     hash.update(g.problem.prompt.data(), g.problem.prompt.size() + 1);  // with the NUL: prompts stay apart
   }
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016" PRIx64, hash.value);
-  identity.prompt_hash = hex;
+  identity.prompt_hash = trainer::checksum_hex(hash.value());
   return identity;
 }
 

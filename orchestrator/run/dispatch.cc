@@ -67,6 +67,7 @@ bool Orchestrator::start_group() {
     const uint64_t id =
         dispatcher_.admit(std::move(prompt.problem), std::move(prompt.ids), static_cast<uint64_t>(trainer_step_));
     for (uint32_t i = 0; i < group_size_; ++i) ledger_.dispatched(sample_id(id, i));
+    dispatch_count_.add(group_size_);
     return true;
   }
   return false;

@@ -245,6 +245,11 @@ Status Orchestrator::wait_for_registration() {
 }
 
 Status Orchestrator::run() {
+  // Counted from the start: a resume after a SIGKILL reads it (run/state.h).
+  if (Status s = dispatch_count_.open(dispatch_count_path(config_.run_dir), resumed_ ? resumed_->samples.dispatched : 0);
+      !s.ok())
+    log::warn(str(s.message(), "; if this orchestrator is killed, a resumed run cannot count the samples it dispatched "
+                  "after its last checkpoint"));
   RLRUN_RETURN_IF_ERROR(wait_for_registration());
   // A resumed run continues from warm-started weights; a fresh one learns the answer format first.
   if (!resumed_) RLRUN_RETURN_IF_ERROR(format_warm_start());

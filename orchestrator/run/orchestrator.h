@@ -52,6 +52,7 @@
 #include "orchestrator/launch/launcher.h"
 #include "orchestrator/reward/http_reward.h"
 #include "orchestrator/reward/reward_function.h"
+#include "orchestrator/run/dispatch_count.h"
 #include "orchestrator/run/dispatcher.h"
 #include "orchestrator/run/metrics.h"
 #include "orchestrator/run/rendezvous.h"
@@ -93,6 +94,12 @@ struct RunOutcome {
   };
   std::vector<WorkerFailure> worker_failures;
   int64_t worker_restarts = 0;
+  // Checkpoints not written, the run going on (checkpoint_write_failure: continue).
+  struct CheckpointFailure {
+    int64_t step = 0;
+    std::string error;
+  };
+  std::vector<CheckpointFailure> checkpoint_failures;
   std::string model_dir;  // <run_dir>/model once trainer rank 0 exported the final weights
   std::string reward_expression;  // task.reward as written
   // The http term's reward server: its URL and what its client counted (no http term: nullopt).
@@ -151,7 +158,7 @@ class Orchestrator {
   // Sends build's batches to the trainer ranks and ticks until every rank answers; `what` names
   // the step in errors.
   Status train(const BatchBuild& build, const std::string& what, bool allow_dispatch);
-  // Which prompts a step trained, for metrics.jsonl: group ids and an FNV-1a 64 hash of the
+  // Which prompts a step trained, for metrics.jsonl: group ids and an XXH3-64 hash of the
   // prompts' texts in batch order, as 16 hex digits (a resumed run must train the same ones).
   struct BatchIdentity {
     std::vector<uint64_t> group_ids;
@@ -170,6 +177,10 @@ class Orchestrator {
   Status save_checkpoint(const ResumeState& state);
   Status checkpoint_if_due();         // after a step
   Status checkpoint_on_interrupt();   // the last completed step, unless it was just saved
+  // A save the trainers answered with an error (disk full, no permission: they removed its
+  // partial folder). checkpoint_write_failure: stop returns an error naming the path, the
+  // previous checkpoint and what to do; continue records it in the outcome and returns ok.
+  Status checkpoint_failed(int64_t step, const std::string& error);
   // The weights of the last completed step as an HF folder in <run_dir>/model (trainer rank 0),
   // at the end of the run, also one stopped early; a failure is logged, the run's outcome stands.
   void export_final_model();
@@ -284,6 +295,7 @@ class Orchestrator {
   bool stopped_by_interrupt_ = false;
   bool worker_died_ = false;        // supervise() reported a trainer's death
   std::map<int, CheckpointSaved> checkpoints_saved_;  // by rank
+  DispatchCount dispatch_count_;  // the run's dispatched samples, on disk for a resume after a SIGKILL
 
   // Per-step waits.
   std::map<int, TrainResult> train_results_;  // by rank

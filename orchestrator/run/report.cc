@@ -70,6 +70,12 @@ Json failures_json(const RunOutcome& o) {
   return out;
 }
 
+Json checkpoint_failures_json(const RunOutcome& o) {
+  Json out = Json::array();
+  for (const RunOutcome::CheckpointFailure& f : o.checkpoint_failures) out.push_back({{"step", f.step}, {"error", f.error}});
+  return out;
+}
+
 }  // namespace
 
 std::string summary_json(const RunOutcome& o, double wall_seconds) {
@@ -95,7 +101,8 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
       {"steps_completed", o.steps_completed},
       {"wall_seconds", number(wall_seconds)},
       {"samples",
-       {{"generated", s.generated},
+       {{"dispatched", s.dispatched},
+        {"generated", s.generated},
         {"trained", s.trained},
         {"discarded", Json(s.discarded)},
         {"cancelled", s.cancelled},
@@ -114,6 +121,7 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
       {"processes", processes_json(o)},
       {"worker_restarts", o.worker_restarts},
       {"worker_failures", failures_json(o)},
+      {"checkpoint_failures", checkpoint_failures_json(o)},
       {"prompts_skipped", o.prompts_skipped},
       {"zero_spread_groups_kept", o.zero_spread_kept},
       {"tuning", o.tuning},

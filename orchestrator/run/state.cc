@@ -1,6 +1,7 @@
 // run/state.cc - ResumeState as JSON, and finding where a run resumes.
 #include "orchestrator/run/state.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 
 #include "common/atomic_file.h"
 #include "common/observe/log.h"
+#include "orchestrator/run/dispatch_count.h"
 #include "trainer/checkpoint.h"
 
 namespace rlrun::orchestrator {
@@ -16,7 +18,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-constexpr int kStateFormat = 1;
+constexpr int kStateFormat = 2;  // 2: samples.dispatched
 }  // namespace
 
 std::string resume_state_json(const ResumeState& s) {
@@ -34,7 +36,8 @@ std::string resume_state_json(const ResumeState& s) {
             {"trainer_idle_seconds", s.trainer_idle_seconds},
             {"rollout_idle_seconds", s.rollout_idle_seconds},
             {"samples",
-             {{"generated", s.samples.generated},
+             {{"dispatched", s.samples.dispatched},
+              {"generated", s.samples.generated},
               {"trained", s.samples.trained},
               {"discarded", s.samples.discarded},
               {"cancelled", s.samples.cancelled}}}};
@@ -95,6 +98,7 @@ Result<ResumeState> parse_resume_state(const std::string& text, const std::strin
   json samples;
   RLRUN_RETURN_IF_ERROR(read_field(j, "samples", samples, where));
   if (!samples.is_object()) return invalid_argument(str(where, ": orchestrator state: `samples` is not an object"));
+  RLRUN_RETURN_IF_ERROR(read_field(samples, "dispatched", s.samples.dispatched, where));
   RLRUN_RETURN_IF_ERROR(read_field(samples, "generated", s.samples.generated, where));
   RLRUN_RETURN_IF_ERROR(read_field(samples, "trained", s.samples.trained, where));
   RLRUN_RETURN_IF_ERROR(read_field(samples, "discarded", s.samples.discarded, where));
@@ -117,22 +121,72 @@ SampleLedger::Summary add_samples(const SampleLedger::Summary& before, const Sam
 
 std::string checkpoint_root(const std::string& run_dir) { return (fs::path(run_dir) / "checkpoints").string(); }
 
+SampleLedger::Summary samples_at_resume(const SampleLedger::Summary& at_checkpoint,
+                                        std::optional<int64_t> dispatched_by_run) {
+  SampleLedger::Summary s = at_checkpoint;
+  const int64_t final_states = s.trained + s.discarded_total() + s.cancelled;
+  // An older count (a machine crash lost the latest writes) or none: the checkpoint's own.
+  s.dispatched = std::max({s.dispatched, dispatched_by_run.value_or(0), final_states});
+  s.cancelled += s.dispatched - final_states;
+  return s;
+}
+
+namespace {
+
+// The checkpoint `dir` of the run, checked whole, with its ResumeState.
+Result<ResumeState> usable_state(const std::string& dir) {
+  RLRUN_RETURN_IF_ERROR(trainer::verify_checkpoint(dir));
+  RLRUN_ASSIGN_OR_RETURN(trainer::CheckpointInfo info, trainer::read_checkpoint_info(dir));
+  RLRUN_ASSIGN_OR_RETURN(ResumeState state, parse_resume_state(info.extras.loader_state, dir + "/trainer_state.json"));
+  if (state.steps_completed != info.step)
+    return invalid_argument(str(dir, "/trainer_state.json: the orchestrator state is of step ", state.steps_completed,
+                                " but the checkpoint of step ", info.step));
+  return state;
+}
+
+}  // namespace
+
 Result<ResumePoint> find_resume_point(const std::string& run_dir) {
   if (!fs::is_directory(run_dir))
     return not_found(str("--resume: the run folder ", run_dir, " does not exist; give the folder of the run to "
                          "continue with --run-dir DIR (or run_dir), or start a new run without --resume"));
   const std::string root = checkpoint_root(run_dir);
-  const std::optional<std::string> dir = trainer::latest_complete_checkpoint(root);
-  if (!dir)
+  ResumePoint point;
+  for (const std::string& dir : trainer::complete_checkpoints(root)) {
+    Result<ResumeState> state = usable_state(dir);
+    if (!state.ok()) {
+      point.skipped.push_back({dir, state.status().message()});
+      continue;
+    }
+    point.dir = dir;
+    point.state = std::move(*state);
+    break;
+  }
+  if (point.dir.empty() && point.skipped.empty())
     return not_found(str("--resume: no complete checkpoint under ", root, " (checkpoints are written with "
                          "checkpoint_every: N); start the run again without --resume"));
-  RLRUN_ASSIGN_OR_RETURN(trainer::CheckpointInfo info, trainer::read_checkpoint_info(*dir));
-  RLRUN_ASSIGN_OR_RETURN(ResumeState state,
-                         parse_resume_state(info.extras.loader_state, *dir + "/trainer_state.json"));
-  if (state.steps_completed != info.step)
-    return invalid_argument(str(*dir, "/trainer_state.json: the orchestrator state is of step ",
-                                state.steps_completed, " but the checkpoint of step ", info.step));
-  return ResumePoint{*dir, std::move(state)};
+  if (point.dir.empty()) {
+    std::string why;
+    for (const ResumePoint::Skipped& s : point.skipped) why += str("\n  ", s.reason);
+    return not_found(str("--resume: no usable checkpoint under ", root, ", every one failed its check:", why,
+                         "\nstart the run again without --resume"));
+  }
+  Result<std::optional<int64_t>> dispatched = DispatchCount::read(dispatch_count_path(run_dir));
+  if (!dispatched.ok()) point.dispatch_count_note = dispatched.status().message();
+  const SampleLedger::Summary at_checkpoint = point.state.samples;
+  point.state.samples = samples_at_resume(at_checkpoint, dispatched.ok() ? *dispatched : std::nullopt);
+  point.cancelled_at_resume = point.state.samples.cancelled - at_checkpoint.cancelled;
+  return point;
+}
+
+Status set_aside_skipped(const ResumePoint& point) {
+  for (const ResumePoint::Skipped& s : point.skipped) {
+    std::error_code ec;
+    fs::rename(s.dir, s.dir + ".unusable", ec);
+    if (ec) return io_error(str("cannot rename the unusable checkpoint ", s.dir, " to ", s.dir, ".unusable: ",
+                                ec.message(), "; move or delete it, then resume again"));
+  }
+  return Status();
 }
 
 Status truncate_metrics_jsonl(const std::string& path, int64_t steps) {

@@ -13,6 +13,11 @@
 // in flight or waiting at the checkpoint are not redrawn: the resumed run goes on with the next
 // prompts of the stream, and the generated samples of those groups count as discarded
 // (unused_at_resume) in the resumed run's summary.
+//
+// Samples: the resumed run's summary holds the checkpoint's counts, and every other sample the
+// run had dispatched (in flight at the checkpoint, or dispatched after it by a process that was
+// stopped or killed, run/dispatch_count.h) counts as cancelled: the steps after the checkpoint
+// are trained again, so none of their samples counts as trained twice, and none goes missing.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +42,8 @@ struct ResumeState {
   std::optional<double> accuracy_before;
   double loop_seconds = 0, trainer_idle_seconds = 0;
   std::map<std::string, double> rollout_idle_seconds;  // by worker name
-  // Final states only (generated, trained, discarded by reason, cancelled); in-flight and
-  // lost are about the running process and start from zero.
+  // Final states (generated, trained, discarded by reason, cancelled) and `dispatched`, over the
+  // whole run; in-flight and lost are about the running process and start from zero.
   SampleLedger::Summary samples;
 };
 
@@ -52,13 +57,31 @@ SampleLedger::Summary add_samples(const SampleLedger::Summary& before, const Sam
 // "<run_dir>/checkpoints": where the trainer ranks write and `rlrun --resume` looks.
 std::string checkpoint_root(const std::string& run_dir);
 
-// The newest COMPLETE checkpoint of the run in `run_dir` and its ResumeState. not_found, saying
-// what to do, when there is none.
+// The samples a resumed run starts from: the checkpoint's, with every sample the run dispatched
+// (`dispatched_by_run`, from <run_dir>/dispatched_samples; nullopt when unknown) that the
+// checkpoint does not hold in a final state counted as cancelled.
+SampleLedger::Summary samples_at_resume(const SampleLedger::Summary& at_checkpoint,
+                                        std::optional<int64_t> dispatched_by_run);
+
+// Where `rlrun CONFIG --resume` continues the run in `run_dir`: the newest checkpoint whose files
+// all match its manifest (trainer::verify_checkpoint) and whose state parses. Newer ones that do
+// not are in `skipped` with the reason. `state.samples` is samples_at_resume's. not_found, saying
+// what to do, when no checkpoint is usable.
 struct ResumePoint {
+  struct Skipped {
+    std::string dir, reason;
+  };
   std::string dir;
   ResumeState state;
+  std::vector<Skipped> skipped;
+  int64_t cancelled_at_resume = 0;  // samples samples_at_resume counted as cancelled
+  std::string dispatch_count_note;  // why the run's dispatched count could not be read, if so
 };
 Result<ResumePoint> find_resume_point(const std::string& run_dir);
+
+// Renames each skipped checkpoint to <dir>.unusable, so that it is never picked nor counted by
+// checkpoint_keep_last again, and is kept to be looked at. Errors name the folder.
+Status set_aside_skipped(const ResumePoint& point);
 
 // Keeps only the metrics.jsonl lines of steps <= `steps` (a resumed run redoes the later ones),
 // rewriting the file atomically. A missing file is fine.

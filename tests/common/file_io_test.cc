@@ -1,8 +1,11 @@
-// read_file: the bytes of a file, or an error naming what it is, where, and why.
+// read_file: the bytes of a file, or an error naming what it is, where, and why; describe_file_error:
+// the system's reason, with what to do for the failures a user can fix.
 #include "common/file_io.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cerrno>
 
 #include "tests/common/config_test_util.h"
 
@@ -26,6 +29,14 @@ TEST(ReadFile, ReturnsTheBytesOrSaysWhatAndWhy) {
   Result<std::string> folder = read_file(dir.path(), "HF config");
   EXPECT_EQ(folder.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(folder.status().message(), HasSubstr("is a folder, not a file"));
+}
+
+TEST(DescribeFileError, SaysWhatToDoWhereTheUserCan) {
+  EXPECT_EQ(describe_file_error(ENOSPC), "No space left on device (the file system is full or over quota: free space on it)");
+  EXPECT_THAT(describe_file_error(EACCES), HasSubstr("Permission denied (no permission: make the folder writable"));
+  EXPECT_THAT(describe_file_error(EROFS), HasSubstr("(the file system is mounted read-only)"));
+  EXPECT_THAT(describe_file_error(EFBIG), HasSubstr("ulimit -f"));
+  EXPECT_EQ(describe_file_error(EINVAL), "Invalid argument") << "nothing to add";
 }
 
 }  // namespace

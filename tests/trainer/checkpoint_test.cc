@@ -1,6 +1,6 @@
 // Checkpoints: save, "kill" (drop every object), load, continue == an uninterrupted run, bit for
 // bit; sharded checkpoints load into other rank counts; torn / corrupt / foreign checkpoints are
-// never used; keep_last pruning.
+// never used; keep_last pruning. (The manifest and failed saves: checkpoint_integrity_test.cc.)
 #include "trainer/checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -90,9 +90,11 @@ TEST(Checkpoint, ResumeIsBitIdenticalToAnUninterruptedRun) {
   const std::string root = fresh_dir("resume");
   const auto uninterrupted = run(1, false, 0, 4, "", -1, "", 1);
   run(1, false, 0, 2, root, 2, "", 1);  // then everything is dropped
-  const auto latest = latest_complete_checkpoint(root);
-  ASSERT_TRUE(latest.has_value());
+  const std::vector<std::string> complete = complete_checkpoints(root);
+  ASSERT_EQ(complete.size(), 1u);
+  const std::string* latest = &complete[0];
   EXPECT_EQ(*latest, checkpoint_dir(root, 2));
+  EXPECT_TRUE(verify_checkpoint(*latest).ok());
   CheckpointInfo info;
   // A different init seed: everything must come from the checkpoint.
   const auto resumed = run(1, false, 2, 4, "", -1, *latest, 99, &info);
@@ -128,15 +130,15 @@ TEST(Checkpoint, ShardedTwoRankResumeAndRankCountIndependence) {
 
 TEST(Checkpoint, TornAndTemporaryDirectoriesAreSkippedAndPruned) {
   const std::string root = fresh_dir("torn");
-  EXPECT_FALSE(latest_complete_checkpoint(root).has_value());
-  EXPECT_FALSE(latest_complete_checkpoint(root + "/missing").has_value());
+  EXPECT_TRUE(complete_checkpoints(root).empty());
+  EXPECT_TRUE(complete_checkpoints(root + "/missing").empty());
   run(1, false, 0, 1, root, 1, "", 1);
   // A crash while writing step 5, and a step-9 directory that never got its COMPLETE marker.
   fs::create_directories(root + "/step-000005.tmp");
   fs::create_directories(root + "/step-000009");
   std::ofstream(root + "/step-000009/params.f32") << "partial";
   fs::create_directories(root + "/unrelated");
-  EXPECT_EQ(latest_complete_checkpoint(root), checkpoint_dir(root, 1));
+  EXPECT_EQ(complete_checkpoints(root), std::vector<std::string>{checkpoint_dir(root, 1)});
   auto backend = cpu_backend();
   BigramTestDouble model(*backend, kVocab, 1);
   auto opt = Optimizer::create(*backend, model.flat_size(), {}, OptimizerOptions{}, nullptr);
@@ -192,7 +194,7 @@ TEST(Checkpoint, BadLoaderStateIsRejected) {
   auto r = save_checkpoint(root, 1, CheckpointExtras{"{oops", ""}, model, **opt, nullptr);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("loader_state"), std::string::npos);
-  EXPECT_FALSE(latest_complete_checkpoint(root).has_value());
+  EXPECT_TRUE(complete_checkpoints(root).empty());
   fs::remove_all(root);
 }
 

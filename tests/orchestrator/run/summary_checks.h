@@ -8,8 +8,9 @@
 
 namespace rlrun::testing {
 
-// Every sample is accounted for exactly once: none lost, no refused (duplicate) transition, and
-// every generated sample was trained or discarded.
+// Every sample is accounted for exactly once: none lost, no refused (duplicate) transition,
+// every generated sample was trained or discarded, and every dispatched one is in exactly one
+// state (trained, discarded, cancelled, or in flight when the run stopped).
 inline void expect_every_sample_accounted_for(const nlohmann::json& summary) {
   const nlohmann::json& s = summary["samples"];
   EXPECT_EQ(s["lost"], 0) << summary.dump(2);
@@ -18,6 +19,10 @@ inline void expect_every_sample_accounted_for(const nlohmann::json& summary) {
   for (const auto& [reason, n] : s["discarded"].items()) discarded += n.get<int64_t>();
   EXPECT_EQ(s["trained"].get<int64_t>() + discarded - s["discarded"].value("generation_error", 0),
             s["generated"].get<int64_t>())
+      << summary.dump(2);
+  EXPECT_EQ(s["trained"].get<int64_t>() + discarded + s["cancelled"].get<int64_t>() +
+                s["in_flight_at_exit"].get<int64_t>(),
+            s["dispatched"].get<int64_t>())
       << summary.dump(2);
 }
 
