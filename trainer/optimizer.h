@@ -1,4 +1,4 @@
-// optimizer.h - AdamW over the model's flat f32 parameter buffer, with gradient reduction across
+// optimizer.h - AdamW over the model's flat parameter buffer, with gradient reduction across
 // trainer ranks, global-norm clipping and the distributed (ZeRO-1) optimizer.
 //
 // One step (after gradients were accumulated over all micro-batches of a minibatch):
@@ -7,7 +7,7 @@
 //   distributed  (use_distributed_optimizer, ZeRO-1) reduce-scatter SUM the gradient: rank r owns
 //                the contiguous shard [r q, (r+1) q) with q = floor(P / R); norm = sqrt of the
 //                all-ranks sum of shard squares; clip; AdamW on the shard only (moments for the
-//                shard only: state / R); all-gather the updated shards into every rank's params.
+//                shard only: state / R); all-gather the updated shards into every rank's weights.
 //                Instead of padding P to a multiple of R (which would need a second, padded
 //                P-sized gradient buffer: the model owns an unpadded one), the t = P - R q < R
 //                trailing elements are all-reduced and owned by rank 0, which updates them and
@@ -22,8 +22,9 @@
 //                                  elements only, 4 P / R bytes (Megatron's distributed optimizer,
 //                                  ZeRO-1): the model releases its full master; the updated shards
 //                                  are rounded into `weights` and all-gathered as bf16.
-// Per rank then: weights W + gradients 4 + moments 8 / R + master 4 / R (bf16, distributed) + the
-// reduce-scatter output 4 / R bytes per parameter (grad shard, distributed only).
+// Per rank then, bytes per parameter: weights (4 or 2) + gradients 4 + moments 8 / R + master
+// (0 for f32 weights, 4 bf16 plain, 4 / R bf16 distributed) + the reduce-scatter output 4 / R
+// (distributed only), R = 1 for plain: what orchestrator/plan/memory_plan.h plans.
 // The reduction is a SUM (trainer/policy_loss.h: micro-batch losses are shares of a global
 // normaliser, so summed gradients are the minibatch gradient). Clipping: if grad_clip > 0 and
 // norm > grad_clip, gradients are scaled by grad_clip / (norm + 1e-6) (Megatron's rule). A
