@@ -164,6 +164,10 @@ TEST(Optimizer, F32WeightsAreTheMaster) {
     ASSERT_TRUE(opt.ok());
     EXPECT_FALSE((*opt)->keeps_master());
     EXPECT_EQ((*opt)->state_bytes(), static_cast<size_t>(8 * 50 + 4 * 50));  // moments + grad shard
+    // One step, a collective: no rank leaves the group while its peer is still joining it.
+    auto params = engine::from_host(*backend, Shape{100}, initial_params(100));
+    auto grads = engine::from_host(*backend, Shape{100}, grad_of(0, 1, 100));
+    ASSERT_TRUE((*opt)->step(params, grads, 0.01).ok());
   }, "optf32");
   auto backend = cpu_backend();  // plain: the model's full master, never a copy
   auto plain = Optimizer::create(*backend, 100, {}, options(false), nullptr, DType::kBF16);
