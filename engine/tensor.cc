@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/check.h"
+#include "common/observe/log.h"
 #include "engine/backend.h"
 
 namespace rlrun::engine {
@@ -116,6 +117,12 @@ Tensor Tensor::view(Shape shape) const {
   return Tensor(storage_, offset_bytes_, shape, dtype_);
 }
 
+Tensor Tensor::reinterpret(DType dtype, Shape shape) const {
+  RLRUN_CHECK(defined() && static_cast<size_t>(shape.numel()) * dtype_size(dtype) <= nbytes(),
+              rlrun::str("reinterpret ", this->str(), " as ", dtype_name(dtype), shape.str(), ": does not fit"));
+  return Tensor(storage_, offset_bytes_, shape, dtype);
+}
+
 std::string Tensor::str() const {
   if (!defined()) return "undefined";
   return std::string(dtype_name(dtype_)) + shape_.str();
@@ -149,6 +156,19 @@ std::vector<float> to_host_f32(const Tensor& t) {
     for (size_t i = 0; i < raw.size(); ++i) out[i] = bf16_to_f32(raw[i]);
   }
   return out;
+}
+
+void copy_from_host_f32(const Tensor& dst, std::span<const float> values) {
+  RLRUN_CHECK(dst.defined() && static_cast<int64_t>(values.size()) == dst.numel() &&
+                  (dst.dtype() == DType::kF32 || dst.dtype() == DType::kBF16),
+              str("copy_from_host_f32: ", values.size(), " floats into ", dst.str()));
+  if (dst.dtype() == DType::kF32) {
+    dst.backend()->copy_from_host(dst, values.data(), dst.nbytes());
+    return;
+  }
+  std::vector<uint16_t> raw(values.size());
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = f32_to_bf16(values[i]);
+  dst.backend()->copy_from_host(dst, raw.data(), dst.nbytes());
 }
 
 std::vector<int32_t> to_host_i32(const Tensor& t) {

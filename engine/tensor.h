@@ -104,6 +104,10 @@ class Tensor {
   Tensor rows(int64_t begin, int64_t end) const;
   // The same elements under another shape with the same numel (a reshape; no copy).
   Tensor view(Shape shape) const;
+  // The leading bytes of this tensor read as `dtype` with `shape` (no copy, no conversion):
+  // scratch reuse, e.g. an f32 buffer lending its first 2n bytes as bf16 (n). Aborts unless the
+  // new tensor fits inside this one.
+  Tensor reinterpret(DType dtype, Shape shape) const;
   std::string str() const;  // "f32(4, 576)"
 
  private:
@@ -120,6 +124,8 @@ Tensor from_host(Backend& backend, Shape shape, std::span<const float> values); 
 Tensor from_host_i32(Backend& backend, Shape shape, std::span<const int32_t> values);  // i32
 // All elements as floats (bf16 widened, f32 copied); aborts on i32.
 std::vector<float> to_host_f32(const Tensor& t);
+// dst (f32 or bf16) = values, bf16 rounded to nearest even (bf16.h); values.size() == dst.numel().
+void copy_from_host_f32(const Tensor& dst, std::span<const float> values);
 std::vector<int32_t> to_host_i32(const Tensor& t);
 // dst = src where the two live on different backends (or the same one); same dtype and numel.
 // Goes through a host staging buffer.

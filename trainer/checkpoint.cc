@@ -41,34 +41,32 @@ std::vector<OwnedRange> moment_owners(int ranks, int64_t flat, bool sharded) {
   return out;
 }
 
-// Rank 0 writes params (from its backend) and the moments (streamed from their owners); the
-// other ranks take part in the moment broadcasts. `files` (rank 0) are the three writers.
+// Rank 0 writes the three files in element order. Params come from rank 0's full master, or from
+// their owners when the optimizer keeps the master of its shard only; moments always come from
+// their owners (every rank takes part in the broadcasts). `files` (rank 0) are the three writers.
 Status write_state(TrainableModel& model, Optimizer& optimizer, engine::Communicator* comm, FileWriter* files,
                    Status& root_status) {
   const int rank = comm_rank(comm), ranks = comm_size(comm);
-  const int64_t flat = model.flat_size();
-  std::vector<float> m, v;
-  if (rank == 0) {
-    std::vector<float> chunk;
-    for (int64_t b = 0; b < flat && root_status.ok(); b += kCheckpointChunkElements) {
-      const int64_t e = std::min(flat, b + kCheckpointChunkElements);
-      chunk.resize(static_cast<size_t>(e - b));
-      model.backend().copy_to_host(chunk.data(), model.params_flat().rows(b, e), chunk.size() * sizeof(float));
-      root_status = files[0].write(chunk.data(), chunk.size() * sizeof(float));
-    }
-  }
-  for (const OwnedRange& r : moment_owners(ranks, flat, optimizer.sharded())) {
+  const bool params_from_owner = optimizer.keeps_master();
+  const engine::Tensor params = params_from_owner ? engine::Tensor() : model.params_flat();
+  std::vector<float> p, m, v;
+  for (const OwnedRange& r : moment_owners(ranks, model.flat_size(), optimizer.sharded())) {
     for (int64_t b = r.begin; b < r.end; b += kCheckpointChunkElements) {
       const int64_t e = std::min(r.end, b + kCheckpointChunkElements);
-      m.resize(static_cast<size_t>(e - b));
-      v.resize(m.size());
+      p.resize(static_cast<size_t>(e - b));
+      m.resize(p.size());
+      v.resize(p.size());
+      if (rank == (params_from_owner ? r.owner : 0)) optimizer.copy_master_to_host(params, b, e, p.data());
       if (rank == r.owner) optimizer.copy_moments_to_host(b, e, m.data(), v.data());
       if (r.owner != 0) {
+        if (params_from_owner) RLRUN_RETURN_IF_ERROR(comm->broadcast(p.data(), p.size(), CommDType::kF32, r.owner));
         RLRUN_RETURN_IF_ERROR(comm->broadcast(m.data(), m.size(), CommDType::kF32, r.owner));
         RLRUN_RETURN_IF_ERROR(comm->broadcast(v.data(), v.size(), CommDType::kF32, r.owner));
       }
-      if (rank == 0 && root_status.ok()) root_status = files[1].write(m.data(), m.size() * sizeof(float));
-      if (rank == 0 && root_status.ok()) root_status = files[2].write(v.data(), v.size() * sizeof(float));
+      std::vector<float>* data[3] = {&p, &m, &v};
+      for (int i = 0; i < 3 && rank == 0 && root_status.ok(); ++i) {
+        root_status = files[i].write(data[i]->data(), data[i]->size() * sizeof(float));
+      }
     }
   }
   return Status();

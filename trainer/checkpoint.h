@@ -7,7 +7,8 @@
 //                       use_distributed_optimizer at save time (informational), flat_elements,
 //                       layout digest, and the caller's loader_state (opaque JSON text) and
 //                       rng_state (opaque text)
-//   params.f32          the f32 master weights (P), raw little-endian
+//   params.f32          the f32 master weights (P), raw little-endian, GATHERED from the shards
+//                       when the distributed optimizer keeps the master of its shard only
 //   adam_m.f32, adam_v.f32  the AdamW moments (P each), GATHERED from the shards: a checkpoint
 //                       does not depend on trainer_num_workers or use_distributed_optimizer, and
 //                       only trainer rank 0 touches the file system (no shared FS needed)
@@ -24,7 +25,7 @@
 // A checkpoint is used only when every file matches the manifest: verify_checkpoint() reads them
 // all; load_checkpoint() checks the manifest and checksums what it loads.
 //
-// Save and load are collective over the trainer ranks: moments stream through rank 0 in chunks
+// Save and load are collective over the trainer ranks: master and moments stream through rank 0 in chunks
 // of kCheckpointChunkElements (memory bounded by the chunk, not by P). On load rank 0 validates
 // the files (sizes, checksums, layout) and broadcasts the data; every rank returns the same
 // Status. Files are untrusted on load: errors name the file and what is wrong.
@@ -87,7 +88,8 @@ Status verify_checkpoint(const std::string& dir);
 // for a process that resumes a run but holds no model (the orchestrator). Errors name the file.
 Result<CheckpointInfo> read_checkpoint_info(const std::string& dir);
 
-// Collective. Loads weights and optimizer state (grads are zeroed) from `dir`.
+// Collective. Loads weights (the compute weights, the model's master or the optimizer's shard of
+// it) and optimizer state (grads are zeroed) from `dir`, whatever ranks and mode saved it.
 Result<CheckpointInfo> load_checkpoint(const std::string& dir, TrainableModel& model, Optimizer& optimizer,
                                        engine::Communicator* comm);
 

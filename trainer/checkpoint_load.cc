@@ -84,8 +84,9 @@ Result<json> open_on_root(const std::string& dir, TrainableModel& model, FileRea
   return m;
 }
 
-// Rank 0 reads chunk [b, e) of the three files and broadcasts it; every rank keeps the params and
-// the moments it owns. A read error on rank 0 is remembered (zeros are sent) and reported after.
+// Rank 0 reads chunk [b, e) of the three files and broadcasts it; every rank keeps the weights
+// (and the model's full master, if apart) and the master shard and moments it owns. A read error on
+// rank 0 is remembered (zeros are sent) and reported after.
 Status stream_state(TrainableModel& model, Optimizer& optimizer, engine::Communicator* comm, FileReader* readers,
                     Status& root_status) {
   const bool is_root = comm_rank(comm) == 0;
@@ -98,10 +99,17 @@ Status stream_state(TrainableModel& model, Optimizer& optimizer, engine::Communi
       if (is_root && root_status.ok()) root_status = readers[i].read(buf[i].data(), buf[i].size() * sizeof(float));
       if (comm_size(comm) > 1) RLRUN_RETURN_IF_ERROR(comm->broadcast(buf[i].data(), buf[i].size(), CommDType::kF32, 0));
     }
-    model.backend().copy_from_host(model.params_flat().rows(b, e), buf[0].data(), buf[0].size() * sizeof(float));
+    const engine::Tensor& weights = model.weights_flat();
+    const engine::Tensor& params = model.params_flat();
+    engine::copy_from_host_f32(weights.rows(b, e), buf[0]);  // rounded when the weights are bf16
+    if (params.defined() && params.data() != weights.data()) {
+      model.backend().copy_from_host(params.rows(b, e), buf[0].data(), buf[0].size() * sizeof(float));
+    }
     for (const auto& [ob, oe] : optimizer.owned_ranges()) {
       const int64_t lo = std::max(b, ob), hi = std::min(e, oe);
-      if (lo < hi) optimizer.copy_moments_from_host(lo, hi, buf[1].data() + (lo - b), buf[2].data() + (lo - b));
+      if (lo >= hi) continue;
+      if (optimizer.keeps_master()) optimizer.copy_master_from_host(lo, hi, buf[0].data() + (lo - b));
+      optimizer.copy_moments_from_host(lo, hi, buf[1].data() + (lo - b), buf[2].data() + (lo - b));
     }
   }
   return Status();
@@ -172,7 +180,6 @@ Result<CheckpointInfo> load_checkpoint(const std::string& dir, TrainableModel& m
   info.extras.loader_state = manifest["loader_state"].dump();
   info.extras.rng_state = manifest["rng_state"].get<std::string>();
   optimizer.set_step_count(info.optimizer_step);
-  model.params_changed();
   if (model.has_grads()) model.zero_grads();
   return info;
 }

@@ -20,8 +20,11 @@ class ModelAdapter : public TrainableModel {
   engine::Backend& backend() override { return model_.backend(); }
   const std::vector<ParamSpec>& param_specs() const override { return specs_; }
   int64_t flat_size() const override { return model_.weights().flat_size(); }
-  const engine::Tensor& params_flat() override { return model_.weights().master_flat(); }
-  void params_changed() override { model_.weights().sync_compute(); }
+  const engine::Tensor& params_flat() override {
+    return model_.weights().has_master() ? model_.weights().master_flat() : released_;
+  }
+  const engine::Tensor& weights_flat() override { return model_.weights().compute_flat(); }
+  void release_master() override { model_.weights().release_master(); }
   bool has_grads() const override { return model_.weights().has_grads(); }
   const engine::Tensor& grads_flat() override { return model_.weights().grad_flat(); }
   void zero_grads() override { model_.weights().zero_grads(); }
@@ -35,6 +38,7 @@ class ModelAdapter : public TrainableModel {
  private:
   engine::Model& model_;
   std::vector<ParamSpec> specs_;
+  engine::Tensor released_;  // undefined: params_flat() after release_master()
 };
 
 }  // namespace rlrun::trainer

@@ -88,9 +88,20 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainerOptions& options, 
   if (options.weight_broadcast_bucket_mb < 1) {
     return invalid_argument(str("weight_broadcast_bucket_mb must be >= 1, got ", options.weight_broadcast_bucket_mb));
   }
+  const engine::DType weight_dtype = model.weights_flat().dtype();
+  // When the optimizer will keep the master of its shard, the gradients are freed while the full
+  // master and the optimizer's state coexist, so that moment stays under the steady state.
+  const bool regrow_grads = Optimizer::keeps_master(options.optimizer, comm_size(trainer_comm), weight_dtype) &&
+                            model.has_grads();
+  if (regrow_grads) model.release_grads();
   RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                          Optimizer::create(model.backend(), model.flat_size(), decay_ranges(model.param_specs()),
-                                           options.optimizer, trainer_comm));
+                                           options.optimizer, trainer_comm, weight_dtype));
+  if (optimizer->keeps_master()) {  // the optimizer holds the master of its shard: the full copy goes
+    optimizer->init_master(model.params_flat());
+    model.release_master();
+  }
+  if (regrow_grads) model.restore_grads();
   return std::unique_ptr<Trainer>(new Trainer(options, model, trainer_comm, weight_comm, memory, std::move(optimizer)));
 }
 
@@ -197,8 +208,8 @@ Result<MinibatchReport> Trainer::run_minibatch(std::span<const MicroBatch> micro
   {
     PhaseScope phase(model_.backend(), memory_, "optimizer", report.memory_optimizer);
     RLRUN_ASSIGN_OR_RETURN(mb_report.optimizer,
-                           optimizer_->step(model_.params_flat(), model_.grads_flat(), learning_rate()));
-    model_.params_changed();
+                           optimizer_->step(model_.params_flat(), model_.weights_flat(), model_.grads_flat(),
+                                            learning_rate()));
     model_.zero_grads();
   }
   report.seconds_optimizer += seconds_since(opt_start);
@@ -277,7 +288,10 @@ Result<WeightSendReport> Trainer::send_weights(uint64_t version) {
   // so the freed memory never covers the broadcast).
   if (free_grads) model_.release_grads();
   if (memory_ != nullptr) memory_->begin("weight_send");
-  Result<WeightSendReport> sent = sender_->send(model_.params_flat(), version);
+  // The full f32 master where this rank has one; else (the optimizer keeps the master of its
+  // shard) the compute weights, which a bf16 receiver rounds to the same values.
+  const Tensor& master = model_.params_flat();
+  Result<WeightSendReport> sent = sender_->send(master.defined() ? master : model_.weights_flat(), version);
   if (memory_ != nullptr) memory_->end();
   if (free_grads) model_.restore_grads();
   if (!sent.ok()) return sent.status();

@@ -104,7 +104,10 @@ class Trainer {
   // KL or entropy term, and rollout log-probs are ignored.
   Result<StepReport> train(std::span<const MicroBatch> micro_batches, TrainObjective objective = TrainObjective::kPolicy);
 
-  // Trainer rank 0: broadcasts the weights as `version` over weight_comm (weight_sender.h). With
+  // Trainer rank 0: broadcasts the weights (f32 on the wire) as `version` over weight_comm
+  // (weight_sender.h): the model's full f32 master, or, when the distributed optimizer keeps only
+  // the master of its shard, the bf16 compute weights widened (a bf16 receiver rounds either to
+  // the same weights). With
   // weight_broadcast_free_grad_buffers the gradient buffer is freed for the whole send and
   // restored (zeroed) after it. Other ranks: no-op.
   Result<WeightSendReport> send_weights(uint64_t version);

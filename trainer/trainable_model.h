@@ -2,7 +2,7 @@
 //
 // The trainer drives any model through this interface: the Llama decoder (model_adapter.h wraps
 // engine::Model) or a test double. Parameters and gradients are each ONE flat f32 buffer on the
-// model's backend; `param_specs()` names the tensors inside them (HF names, shapes, element
+// model's backend (plus compute-dtype weights: weights_flat()); `param_specs()` names the tensors inside them (HF names, shapes, element
 // offsets), which the optimizer (weight-decay ranges), checkpoints and weight sync use.
 // Threads: one thread drives a model at a time.
 #pragma once
@@ -70,9 +70,14 @@ class TrainableModel {
   virtual const std::vector<ParamSpec>& param_specs() const = 0;
   virtual int64_t flat_size() const = 0;
 
-  virtual const engine::Tensor& params_flat() = 0;  // f32 (P): the master weights
-  // Call after params_flat() changed (optimizer step, load): refreshes derived copies.
-  virtual void params_changed() = 0;
+  // f32 (P): the full master weights; undefined after release_master() frees a separate copy.
+  virtual const engine::Tensor& params_flat() = 0;
+  // (P) in the compute dtype (f32 or bf16): what forward reads; the optimizer writes its update
+  // here. The same tensor as params_flat() when the compute dtype is f32.
+  virtual const engine::Tensor& weights_flat() = 0;
+  // Frees params_flat() when it is a copy apart from weights_flat() (the distributed optimizer
+  // then keeps the master of its shard: optimizer.h); a no-op otherwise.
+  virtual void release_master() = 0;
 
   virtual bool has_grads() const = 0;
   virtual const engine::Tensor& grads_flat() = 0;  // f32 (P); aborts when released

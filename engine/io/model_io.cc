@@ -65,8 +65,8 @@ std::vector<HostTensor> weights_to_host(const Model& model) {
   for (const TensorSpec& spec : hf_tensor_specs(model.config())) {
     const Result<size_t> i = w.index_of(spec.name);
     RLRUN_CHECK(i.ok(), str("hf_tensor_specs and parameter_layout disagree on ", spec.name));
-    HostTensor t{spec.name, spec.shape, std::vector<float>(static_cast<size_t>(w.params()[*i].numel))};
-    w.backend().copy_to_host(t.data.data(), w.master(*i), t.data.size() * sizeof(float));
+    // Without a master (released to a sharded optimizer) the compute weights, widened, are the copy.
+    HostTensor t{spec.name, spec.shape, to_host_f32(w.has_master() ? w.master(*i) : w.compute(*i))};
     out.push_back(std::move(t));
   }
   return out;

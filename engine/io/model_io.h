@@ -35,7 +35,8 @@ Result<std::string> gguf_config_json(const std::string& path);
 Result<Tokenizer> load_tokenizer_file(const std::string& path);
 
 // The model's master weights as host tensors in hf_tensor_specs() order (what save_hf_checkpoint
-// and weight sync take).
+// and weight sync take); after ModelWeights::release_master() its compute weights, widened to f32
+// (bf16 values: the f32 master then lives sharded in the trainer's optimizer and its checkpoints).
 std::vector<HostTensor> weights_to_host(const Model& model);
 // save_hf_checkpoint(dir, model.config(), weights_to_host(model), dtype); dtype F32 or BF16.
 Status save_weights(const Model& model, const std::string& dir, DType dtype);

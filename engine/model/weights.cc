@@ -129,7 +129,7 @@ void ModelWeights::bind(const Tensor& flat, Tensor& embed, Tensor& norm, Tensor&
   }
 }
 
-Tensor ModelWeights::master(size_t i) const { return view_of(master_, i); }
+Tensor ModelWeights::master(size_t i) const { return view_of(master_flat(), i); }
 Tensor ModelWeights::compute(size_t i) const { return view_of(compute_, i); }
 
 void ModelWeights::init_random(uint64_t seed, float init_std) {
@@ -147,8 +147,17 @@ void ModelWeights::init_random(uint64_t seed, float init_std) {
   sync_compute();
 }
 
+const Tensor& ModelWeights::master_flat() const {
+  RLRUN_CHECK(master_.defined(), "master weights used after release_master() (the optimizer holds them)");
+  return master_;
+}
+
 void ModelWeights::sync_compute() {
-  if (compute_.data() != master_.data()) backend_->convert(compute_, master_);
+  if (compute_.data() != master_flat().data()) backend_->convert(compute_, master_);
+}
+
+void ModelWeights::release_master() {
+  if (master_.defined() && master_.data() != compute_.data()) master_ = Tensor();
 }
 
 const Tensor& ModelWeights::grad_flat() const {

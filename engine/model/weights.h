@@ -18,9 +18,11 @@
 // Every tensor starts at an element offset that is a multiple of kParamAlign (so device kernels
 // see aligned rows); the few padding elements between tensors are zero and stay zero (their
 // gradient is zero). The flat buffers are:
-//   master   f32 (P)  the weights the optimizer updates and checkpoints/weight sync read
+//   master   f32 (P)  the weights loading writes and the optimizer updates (checkpoints, export)
 //   compute  compute_dtype (P): the weights ops read. On an f32 backend it IS master (same
-//            storage); on a bf16 backend it is a copy refreshed by sync_compute().
+//            storage); on a bf16 backend it is a copy refreshed by sync_compute(). A trainer whose
+//            distributed optimizer keeps the master of its own shard (trainer/optimizer.h)
+//            releases this full master: release_master().
 //   grad     f32 (P)  accumulated by backward; can be released (freed) and restored (zeroed),
 //            for `weight_broadcast_free_grad_buffers`.
 //
@@ -80,7 +82,9 @@ class ModelWeights {
   Result<size_t> index_of(std::string_view name) const;
 
   // ---- master weights (f32) ----
-  const Tensor& master_flat() const { return master_; }
+  // False after release_master(): then compute_flat() holds the only full copy of the weights.
+  bool has_master() const { return master_.defined(); }
+  const Tensor& master_flat() const;  // aborts when released
   Tensor master(size_t i) const;  // view with params()[i].shape
   // Deterministic: N(0, init_std) for matrices and embeddings, 1 for norms, 0 for biases. Each
   // tensor draws from its own stream keyed by (seed, its name), so the result depends on nothing
@@ -89,6 +93,9 @@ class ModelWeights {
   // Refreshes the compute copy from master (a no-op when they are the same buffer). Call after
   // every optimizer step and after loading weights.
   void sync_compute();
+  // Frees the f32 master when it is a buffer apart from compute (a bf16 backend); a no-op when
+  // compute IS master. Afterwards master(), master_flat() and sync_compute() abort.
+  void release_master();
 
   // ---- compute weights ----
   const Tensor& compute_flat() const { return compute_; }

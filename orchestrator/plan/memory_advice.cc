@@ -92,9 +92,15 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   t.distributed_optimizer = c.use_distributed_optimizer;
   t.tokens_per_micro_batch = c.seq_len * c.micro_batch_rows;
   t.gradient_checkpointing = c.gradient_checkpointing;
-  // Rank 0 sends straight out of its parameter buffer on a host backend and stages through a
-  // HOST buffer on a device backend (trainer/weight_sender.h): no device bytes either way.
-  t.weight_send_bucket_bytes = 0;
+  // Rank 0 sends its f32 master straight from the device or through a HOST staging buffer. When
+  // the distributed optimizer keeps only the master of its shard, rank 0 widens the bf16 weights:
+  // in host buffers with weight_broadcast_cpu_staging, else in one f32 device bucket
+  // (trainer/train_step.h send_weights, trainer/weight_sender.h).
+  const bool master_sharded = cuda && c.use_distributed_optimizer && c.trainer_num_workers > 1;
+  const double send_bucket = std::min(static_cast<double>(c.weight_broadcast_bucket_mb) * kMiB,
+                                      4.0 * static_cast<double>(p.model.num_parameters()));
+  t.weight_send_bucket_bytes =
+      master_sharded && !c.weight_broadcast_cpu_staging ? static_cast<int64_t>(send_bucket) : 0;
   p.trainer = plan_trainer(t);
 
   RolloutPlanInputs& r = p.rollout_inputs;

@@ -9,7 +9,7 @@ namespace rlrun::orchestrator {
 
 PrecisionPolicy fp32_policy() { return {"fp32", 4, 4, 0, 8, 4, 4}; }
 PrecisionPolicy bf16_mixed_policy() { return {"bf16-mixed", 2, 2, 4, 8, 2, 2}; }
-PrecisionPolicy engine_bf16_policy() { return {"bf16-mixed, fp32 gradients", 2, 4, 4, 8, 2, 2, false, 6}; }
+PrecisionPolicy engine_bf16_policy() { return {"bf16-mixed, fp32 gradients", 2, 4, 4, 8, 2, 2, 6}; }
 
 double TrainerBudget::peak() const { return std::max(forward_backward_peak(), weight_send_peak()); }
 
@@ -58,15 +58,23 @@ ActivationPlan plan_activations(const TrainerPlanInputs& in, double logits_chunk
 
 }  // namespace
 
-TrainerBudget plan_trainer(const TrainerPlanInputs& in) {
-  const double params = static_cast<double>(in.model.num_parameters());
-  const double shard = in.distributed_optimizer ? static_cast<double>(std::max(1, in.data_parallel_ranks)) : 1.0;
+TrainerBudget plan_model_state(double params, const TrainerPlanInputs& in) {
+  // The optimizer shards only across several ranks (trainer/optimizer.h).
+  const bool sharded = in.distributed_optimizer && in.data_parallel_ranks > 1;
+  const double shard = sharded ? static_cast<double>(in.data_parallel_ranks) : 1.0;
   const PrecisionPolicy& p = in.precision;
   TrainerBudget b;
   b.weights = params * p.weight_bytes;
   b.gradients = params * p.grad_bytes;
-  b.master_weights = params * p.master_bytes / (p.shard_master ? shard : 1.0);
+  b.master_weights = params * p.master_bytes / shard;
   b.optimizer_moments = params * p.optimizer_bytes / shard;
+  b.gradient_shard = sharded && in.gradient_shard_buffer ? params * p.grad_bytes / shard : 0.0;
+  return b;
+}
+
+TrainerBudget plan_trainer(const TrainerPlanInputs& in) {
+  const PrecisionPolicy& p = in.precision;
+  TrainerBudget b = plan_model_state(static_cast<double>(in.model.num_parameters()), in);
 
   // logits (chunk rows x V) in compute dtype; per token: ids, positions, targets (i32), logprob,
   // entropy (f32) and the caller's dlogprob (f32).

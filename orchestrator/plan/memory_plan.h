@@ -1,7 +1,8 @@
 // memory_plan.h - the per-process memory budget of a run, computed before anything starts.
 //
 // Trainer rank: weights, gradients, optimizer moments and master weights (the distributed
-// optimizer divides the sharded part over the data-parallel ranks, ZeRO-1 style), activations of
+// optimizer divides moments and master over the data-parallel ranks, ZeRO-1 style, and keeps the
+// reduce-scattered gradient shard in a buffer of its own: trainer/optimizer.h), activations of
 // one packed micro-batch with and without gradient checkpointing, the logits / log-prob
 // workspace, and the weight-send buffer. Rollout worker: weights and the KV cache pool
 // (bytes per token = 2 x layers x kv_heads x head_dim x dtype bytes). All figures are bytes.
@@ -25,13 +26,10 @@ struct PrecisionPolicy {
   std::string name;
   double weight_bytes;     // weights used for compute
   double grad_bytes;       // gradients
-  double master_bytes;     // fp32 master copy (0 when weights are already fp32)
+  double master_bytes;     // fp32 master copy (0 when weights are already fp32: they are the master)
   double optimizer_bytes;  // AdamW first and second moments together
   double activation_bytes; // activations in compute dtype (4 = f32, 2 = bf16)
   double kv_bytes;         // KV cache entries
-  // Whether the distributed optimizer shards the master copy too (the published ZeRO-1
-  // arithmetic) or only the moments (rlrun's trainer: every rank keeps the full f32 parameters).
-  bool shard_master = true;
   // Bytes per parameter a rollout worker holds; 0 = weight_bytes. rlrun's worker keeps the f32
   // master copy beside bf16 compute weights (the weight update receives into it): 6.
   double inference_weight_bytes = 0;
@@ -43,8 +41,9 @@ PrecisionPolicy fp32_policy();
 // 2 + 2 + 4 + 8 = 16 bytes per parameter.
 PrecisionPolicy bf16_mixed_policy();
 // What rlrun's engine keeps on a bf16 backend (engine/model/weights.h: gradients are f32, like
-// Megatron's grad_reduce_in_fp32): 2 + 4 + 4 + 8 = 18 bytes per parameter; the distributed
-// optimizer shards the moments only. A rollout worker holds 4 + 2 bytes per parameter.
+// Megatron's grad_reduce_in_fp32; no backend accumulates bf16 gradients): 2 + 4 + 4 + 8 = 18
+// bytes per parameter, 2 + 4 + 12 / N with the distributed optimizer on N ranks (+ its gradient
+// shard, 4 / N). A rollout worker holds 4 + 2 bytes per parameter.
 PrecisionPolicy engine_bf16_policy();
 
 struct TrainerPlanInputs {
@@ -52,6 +51,10 @@ struct TrainerPlanInputs {
   PrecisionPolicy precision;
   int data_parallel_ranks = 1;
   bool distributed_optimizer = false;
+  // The distributed optimizer reduce-scatters the gradients into a shard buffer of its own
+  // (grad_bytes / ranks per parameter: rlrun's trainer, which owns no padded gradient buffer);
+  // false: in place, as the published ZeRO-1 arithmetic counts it.
+  bool gradient_shard_buffer = true;
   int64_t tokens_per_micro_batch = 1024;  // seq_len x micro_batch_rows
   bool gradient_checkpointing = false;
   int64_t weight_send_bucket_bytes = 0;   // device bytes of the send buffer (rank 0 only)
@@ -60,6 +63,7 @@ struct TrainerPlanInputs {
 
 struct TrainerBudget {
   double weights = 0, gradients = 0, master_weights = 0, optimizer_moments = 0;
+  double gradient_shard = 0;  // the distributed optimizer's reduce-scatter output
   // Activations kept from forward to backward (logits excluded: they are in logits_workspace)
   // plus the backward scratch, for the configured gradient_checkpointing ...
   double activations = 0;
@@ -69,8 +73,8 @@ struct TrainerBudget {
   double backward_scratch = 0;       // the scratch part of `activations`
   double logits_workspace = 0;       // logits chunk (tokens x vocab) + per-token f32 outputs
   double weight_send_buffer = 0;
-  // weights + gradients + master + moments: the part that does not depend on the batch
-  double model_state() const { return weights + gradients + master_weights + optimizer_moments; }
+  // weights + gradients + master + moments + gradient shard: the part that does not depend on the batch
+  double model_state() const { return weights + gradients + master_weights + optimizer_moments + gradient_shard; }
   // Peaks by phase: the activations are gone before the optimizer step and the weight send.
   double forward_backward_peak() const { return model_state() + activations + logits_workspace; }
   double weight_send_peak() const { return model_state() + weight_send_buffer; }
@@ -80,6 +84,9 @@ struct TrainerBudget {
 };
 
 TrainerBudget plan_trainer(const TrainerPlanInputs& in);
+// The model-state lines alone (weights, gradients, master, moments, gradient shard) of `params`
+// parameters; plan_trainer() fills them with this. Activations and workspaces stay 0.
+TrainerBudget plan_model_state(double params, const TrainerPlanInputs& in);
 
 struct RolloutPlanInputs {
   engine::ModelConfig model;

@@ -39,13 +39,18 @@ void render_trainer(std::ostringstream& o, const RunPlan& p) {
   const TrainerBudget& t = p.trainer;
   const TrainerPlanInputs& in = p.trainer_inputs;
   o << "trainer rank (x" << p.trainer_ranks << ")" << std::string(31, ' ') << "human           bytes\n";
-  const std::string shard = in.distributed_optimizer ? str(" / ", in.data_parallel_ranks, " ranks") : "";
+  const bool sharded = in.distributed_optimizer && in.data_parallel_ranks > 1;
+  const std::string shard = sharded ? str(" / ", in.data_parallel_ranks, " ranks") : "";
   line(o, "weights", t.weights, str(in.precision.weight_bytes, " B/param"));
   line(o, "gradients", t.gradients, str(in.precision.grad_bytes, " B/param"));
   line(o, "optimizer moments (AdamW m, v)", t.optimizer_moments, str(in.precision.optimizer_bytes, " B/param", shard));
   line(o, "fp32 master weights", t.master_weights,
-       in.precision.master_bytes == 0 ? "the weights are fp32" : str(in.precision.master_bytes, " B/param"));
-  line(o, "= model state", t.model_state());
+       in.precision.master_bytes == 0 ? "the weights are fp32" : str(in.precision.master_bytes, " B/param", shard));
+  if (sharded) line(o, "gradient shard (reduce-scatter)", t.gradient_shard, str(in.precision.grad_bytes, " B/param", shard));
+  const double params = static_cast<double>(in.model.num_parameters());
+  char per_param[48];
+  std::snprintf(per_param, sizeof per_param, "%.4g B/param", params > 0 ? t.model_state() / params : 0.0);
+  line(o, "= model state", t.model_state(), per_param);
   o << "  activations of a packed micro-batch of " << in.tokens_per_micro_batch << " tokens (seq_len x micro_batch_rows):\n";
   line(o, "  with gradient checkpointing", t.activations_checkpointing, in.gradient_checkpointing ? "<- configured" : "");
   line(o, "  without gradient checkpointing", t.activations_no_checkpointing,
@@ -53,7 +58,9 @@ void render_trainer(std::ostringstream& o, const RunPlan& p) {
   line(o, "  of which backward scratch", t.backward_scratch);
   line(o, "logits / log-prob workspace", t.logits_workspace);
   line(o, "weight-send buffer (device)", t.weight_send_buffer,
-       p.backend == "cuda" ? "rank 0 stages buckets in host memory" : "sent straight from the parameters");
+       p.backend != "cuda"         ? "sent straight from the parameters"
+       : t.weight_send_buffer > 0 ? "rank 0 widens bf16 buckets to f32 on the device"
+                                  : "from the f32 master, or staged in host memory");
   if (p.runtime_reserve > 0) line(o, "runtime reserve (estimate)", p.runtime_reserve, "CUDA context, cuBLAS, NCCL");
   line(o, "peak (forward/backward)", t.forward_backward_peak());
   line(o, "NEEDS", p.trainer_need(), p.trainer_fits() ? "fits" : "DOES NOT FIT");
@@ -145,6 +152,7 @@ json plan_to_json(const RunPlan& p, const std::vector<MemoryLever>& levers, cons
                   {"weights", exact(t.weights)},
                   {"gradients", exact(t.gradients)},
                   {"master_weights", exact(t.master_weights)},
+                  {"gradient_shard", exact(t.gradient_shard)},
                   {"optimizer_moments", exact(t.optimizer_moments)},
                   {"activations", exact(t.activations)},
                   {"activations_checkpointing", exact(t.activations_checkpointing)},

@@ -6,8 +6,12 @@
 // logprob[t] = log p(targets[t]) (0 when the target is < 0), entropy[t] = -sum p log p.
 // Flat layout: table at 0, then alignment padding, bias at a 64-element boundary, so P is odd for
 // V = 7 (71) and a 2-rank distributed optimizer has a tail element. Host backends only.
+// weight_dtype bf16 gives it what a bf16 device backend gives the decoder: forward reads a bf16
+// copy of the f32 master (2 B/param beside 4), which release_master() frees: the trainer's
+// distributed optimizer then keeps the master of its shard (trainer/optimizer.h). Gradients f32.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -18,7 +22,9 @@ namespace rlrun::trainer::testing {
 
 class BigramTestDouble : public TrainableModel {
  public:
-  BigramTestDouble(engine::Backend& backend, int64_t vocab, uint64_t seed) : backend_(backend), vocab_(vocab) {
+  BigramTestDouble(engine::Backend& backend, int64_t vocab, uint64_t seed,
+                   engine::DType weight_dtype = engine::DType::kF32)
+      : backend_(backend), vocab_(vocab) {
     RLRUN_CHECK(backend.is_host(), "the bigram test double runs on host backends only");
     const int64_t bias_at = (vocab * vocab + 63) / 64 * 64;
     specs_ = {{"bigram.table", {vocab, vocab}, 0, vocab * vocab}, {"bigram.bias", {vocab}, bias_at, vocab}};
@@ -31,13 +37,21 @@ class BigramTestDouble : public TrainableModel {
       x = x * 6364136223846793005ull + 1442695040888963407ull;
       p[i] = static_cast<float>(static_cast<double>(x >> 40) / double(1 << 24) - 0.5);
     }
+    weights_ = params_;
+    if (weight_dtype != engine::DType::kF32) {
+      weights_ = backend.zeros(engine::Shape{flat_}, weight_dtype);
+      backend.convert(weights_, params_);
+    }
   }
 
   engine::Backend& backend() override { return backend_; }
   const std::vector<ParamSpec>& param_specs() const override { return specs_; }
   int64_t flat_size() const override { return flat_; }
   const engine::Tensor& params_flat() override { return params_; }
-  void params_changed() override { ++params_changed_calls; }
+  const engine::Tensor& weights_flat() override { return weights_; }
+  void release_master() override {
+    if (weights_.data() != params_.data()) params_ = engine::Tensor();
+  }
   bool has_grads() const override { return grads_.defined(); }
   const engine::Tensor& grads_flat() override {
     RLRUN_CHECK(grads_.defined(), "grads released");
@@ -55,10 +69,11 @@ class BigramTestDouble : public TrainableModel {
       if (id < 0 || id >= vocab_) return invalid_argument("bigram test double: id out of range");
     }
     std::vector<float> lp(n), ent(n), probs(n * vocab_);
-    const float* table = params_.f32();
-    const float* bias = params_.f32() + specs_[1].offset;
+    // One logits row at a time (bf16 weights are widened per row, never as a whole).
+    std::vector<float> row(vocab_), bias(vocab_);
+    read_weights(specs_[1].offset, bias.data());
     for (int64_t t = 0; t < n; ++t) {
-      const float* row = table + mb.input_ids[t] * vocab_;
+      read_weights(mb.input_ids[t] * vocab_, row.data());
       double mx = -1e30, z = 0;
       for (int64_t v = 0; v < vocab_; ++v) mx = std::max(mx, double(row[v] + bias[v]));
       for (int64_t v = 0; v < vocab_; ++v) z += std::exp(double(row[v] + bias[v]) - mx);
@@ -102,14 +117,22 @@ class BigramTestDouble : public TrainableModel {
     saved_ids_.clear();
   }
 
-  int params_changed_calls = 0;
 
  private:
+  // weights [at, at + V) as floats
+  void read_weights(int64_t at, float* out) const {
+    if (weights_.dtype() == engine::DType::kF32) {
+      std::copy(weights_.f32() + at, weights_.f32() + at + vocab_, out);
+      return;
+    }
+    for (int64_t v = 0; v < vocab_; ++v) out[v] = engine::bf16_to_f32(weights_.bf16()[at + v]);
+  }
+
   engine::Backend& backend_;
   int64_t vocab_;
   int64_t flat_ = 0;
   std::vector<ParamSpec> specs_;
-  engine::Tensor params_, grads_;
+  engine::Tensor params_, weights_, grads_;  // weights_ IS params_ unless bf16
   std::vector<int32_t> saved_ids_, saved_targets_;
   std::vector<float> saved_probs_, saved_entropy_;
 };

@@ -52,15 +52,19 @@ std::vector<MicroBatch> batch_of(int step, int rank, int ranks) {
 }
 
 // Runs steps [first, last) on `ranks` ranks, optionally loading `load_from` first and saving
-// after step `save_at` into `root`. Returns rank 0's params.
+// after step `save_at` into `root`. Returns rank 0's params (its bf16 weights, widened, when the
+// distributed optimizer keeps the master of its shard).
 std::vector<float> run(int ranks, bool distributed, int first, int last, const std::string& root, int save_at,
-                       const std::string& load_from, uint64_t seed, CheckpointInfo* loaded = nullptr) {
+                       const std::string& load_from, uint64_t seed, CheckpointInfo* loaded = nullptr,
+                       engine::DType weights = engine::DType::kF32) {
   std::vector<std::vector<float>> finals(ranks);
   auto body = [&](int rank, engine::Communicator* comm) {
     auto backend = cpu_backend();
-    BigramTestDouble model(*backend, kVocab, seed);
+    BigramTestDouble model(*backend, kVocab, seed, weights);
     auto trainer = Trainer::create(options(distributed), model, comm);
     ASSERT_TRUE(trainer.ok());
+    const bool sharded_master = distributed && ranks > 1 && weights != engine::DType::kF32;
+    EXPECT_EQ(model.params_flat().defined(), !sharded_master) << "the full master is released";
     if (!load_from.empty()) {
       auto info = (*trainer)->load_checkpoint(load_from);
       ASSERT_TRUE(info.ok()) << info.status().message();
@@ -74,7 +78,7 @@ std::vector<float> run(int ranks, bool distributed, int first, int last, const s
         ASSERT_TRUE(dir.ok()) << dir.status().message();
       }
     }
-    finals[rank] = engine::to_host_f32(model.params_flat());
+    finals[rank] = engine::to_host_f32(sharded_master ? model.weights_flat() : model.params_flat());
   };
   if (ranks == 1) {
     body(0, nullptr);
@@ -125,6 +129,30 @@ TEST(Checkpoint, ShardedTwoRankResumeAndRankCountIndependence) {
   const auto single = run(1, false, 1, 3, "", -1, dir, 5);
   ASSERT_EQ(single.size(), uninterrupted.size());
   for (size_t i = 0; i < single.size(); ++i) EXPECT_NEAR(single[i], uninterrupted[i], 1e-6f) << i;
+  fs::remove_all(root);
+}
+
+// The distributed optimizer with bf16 weights keeps the f32 master of its shard only: a checkpoint
+// gathers those shards (not the bf16 weights) and resumes bit for bit.
+TEST(Checkpoint, ShardedMasterIsGatheredAndResumesBitForBit) {
+  const std::string root = fresh_dir("master");
+  constexpr engine::DType kBf16 = engine::DType::kBF16;
+  const auto uninterrupted = run(2, true, 0, 3, "", -1, "", 1, nullptr, kBf16);
+  const auto weights_at_1 = run(2, true, 0, 1, root, 1, "", 1, nullptr, kBf16);
+  const std::string dir = checkpoint_dir(root, 1);
+  EXPECT_EQ(run(2, true, 1, 3, "", -1, dir, 5, nullptr, kBf16), uninterrupted);
+  // params.f32 read by one plain f32 rank: the f32 master, whose rounding is the bf16 weights.
+  const auto master_at_1 = run(1, false, 1, 1, "", -1, dir, 5);
+  ASSERT_EQ(master_at_1.size(), weights_at_1.size());
+  int beyond_bf16 = 0;
+  for (size_t i = 0; i < master_at_1.size(); ++i) {
+    EXPECT_EQ(engine::bf16_to_f32(engine::f32_to_bf16(master_at_1[i])), weights_at_1[i]) << i;
+    beyond_bf16 += master_at_1[i] != weights_at_1[i];
+  }
+  EXPECT_GT(beyond_bf16, 0) << "the checkpoint holds bf16 values, not the f32 master";
+  // And the other way: an f32 checkpoint loads into the sharded bf16 ranks.
+  run(1, false, 0, 1, root, 1, "", 1);
+  EXPECT_EQ(run(2, true, 1, 1, "", -1, dir, 5, nullptr, kBf16).size(), master_at_1.size());
   fs::remove_all(root);
 }
 

@@ -128,7 +128,7 @@ TEST(LlamaTrainer, SentWeightsScoreLikeTheTrainer) {
       engine::WeightReceiver receiver(*backend, {adapter.param_specs(), adapter.flat_size(), "f32"}, comm);
       auto got = receiver.receive(adapter.params_flat());
       ASSERT_TRUE(got.ok()) << got.status().message();
-      adapter.params_changed();
+      model->weights().sync_compute();
     }
     auto fwd = adapter.forward(probe, false);
     ASSERT_TRUE(fwd.ok());

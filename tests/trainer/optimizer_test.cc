@@ -119,6 +119,62 @@ TEST(Optimizer, ShardedEqualsPlainAndSingleRankReference) {
   }
 }
 
+// bf16 weights with the distributed optimizer: each rank keeps the f32 master of its shard only
+// (12 bytes of state per owned element), which follows the f32 reference exactly, and every rank's
+// bf16 weights are that master rounded.
+TEST(Optimizer, ShardedMasterWithBf16WeightsFollowsTheF32Reference) {
+  for (int ranks : {2, 3}) {
+    const int64_t n = 1001, steps = 4;
+    std::vector<OptimizerStepStats> ref_stats;
+    const std::vector<float> reference = run_reference(ranks, n, steps, &ref_stats);
+    std::vector<std::vector<float>> weights(ranks), master(ranks, std::vector<float>(n, 0.0f));
+    run_group(ranks, [&](int rank, engine::Communicator& comm) {
+      auto backend = cpu_backend();
+      auto opt = Optimizer::create(*backend, n, ranges_of(n), options(true), &comm, DType::kBF16);
+      ASSERT_TRUE(opt.ok()) << opt.status().message();
+      ASSERT_TRUE((*opt)->keeps_master());
+      int64_t owned = 0;
+      for (const auto& [b, e] : (*opt)->owned_ranges()) owned += e - b;
+      EXPECT_EQ((*opt)->state_bytes(), static_cast<size_t>(12 * owned + 4 * (n / ranks)));
+      const auto full = engine::from_host(*backend, Shape{n}, initial_params(n));
+      (*opt)->init_master(full);
+      auto w = backend->zeros(Shape{n}, DType::kBF16);
+      backend->convert(w, full);
+      for (int s = 0; s < steps; ++s) {
+        auto grads = engine::from_host(*backend, Shape{n}, grad_of(rank, s, n));
+        ASSERT_TRUE((*opt)->step(engine::Tensor(), w, grads, 0.01 * (s + 1)).ok());
+      }
+      weights[rank] = engine::to_host_f32(w);
+      for (const auto& [b, e] : (*opt)->owned_ranges()) (*opt)->copy_master_to_host(engine::Tensor(), b, e, &master[rank][b]);
+    }, "optbf16-" + std::to_string(ranks));
+    for (int r = 1; r < ranks; ++r) EXPECT_EQ(weights[r], weights[0]) << "rank " << r << " diverged";
+    for (int64_t i = 0; i < n; ++i) {
+      float m = 0.0f;  // exactly one rank owns element i
+      for (int r = 0; r < ranks; ++r) m += master[r][i];
+      EXPECT_NEAR(m, reference[i], 1e-6f) << "master element " << i;
+      EXPECT_EQ(weights[0][i], engine::bf16_to_f32(engine::f32_to_bf16(m))) << "weight element " << i;
+    }
+  }
+}
+
+TEST(Optimizer, F32WeightsAreTheMaster) {
+  run_group(2, [&](int, engine::Communicator& comm) {
+    auto backend = cpu_backend();
+    auto opt = Optimizer::create(*backend, 100, {}, options(true), &comm);
+    ASSERT_TRUE(opt.ok());
+    EXPECT_FALSE((*opt)->keeps_master());
+    EXPECT_EQ((*opt)->state_bytes(), static_cast<size_t>(8 * 50 + 4 * 50));  // moments + grad shard
+    // One step, a collective: no rank leaves the group while its peer is still joining it.
+    auto params = engine::from_host(*backend, Shape{100}, initial_params(100));
+    auto grads = engine::from_host(*backend, Shape{100}, grad_of(0, 1, 100));
+    ASSERT_TRUE((*opt)->step(params, grads, 0.01).ok());
+  }, "optf32");
+  auto backend = cpu_backend();  // plain: the model's full master, never a copy
+  auto plain = Optimizer::create(*backend, 100, {}, options(false), nullptr, DType::kBF16);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE((*plain)->keeps_master());
+}
+
 TEST(Optimizer, ThreeRanksShardedWithTail) {
   std::vector<OptimizerStepStats> ref_stats;
   expect_close(run_steps(3, true, 100, 3), run_reference(3, 100, 3, &ref_stats), 1e-6f);

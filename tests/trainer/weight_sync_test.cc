@@ -4,6 +4,8 @@
 // gradient buffer freed for the whole send.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "bigram_test_double.h"
 #include "engine/comm/weight_receiver.h"
 #include "trainer/train_step.h"
@@ -185,6 +187,31 @@ TEST(WeightSync, TrainerFreesGradBuffersForTheWholeSend) {
       }
     }, free_grads ? "ws-free" : "ws-keep");
   }
+}
+
+// bf16 weights (rank 0 holds no full f32 master): widened per bucket on the host, f32 on the wire.
+TEST(WeightSync, Bf16WeightsAreSentWidened) {
+  const int64_t flat = 69;
+  std::vector<float> values(flat);
+  for (int64_t i = 0; i < flat; ++i) values[i] = std::sin(0.3f * static_cast<float>(i));
+  run_group(2, [&](int rank, engine::Communicator& comm) {
+    auto backend = cpu_backend();
+    if (rank == 0) {
+      auto weights = backend->zeros(Shape{flat}, engine::DType::kBF16);
+      engine::copy_from_host_f32(weights, values);
+      WeightSender sender(*backend, layout_of(10, flat), comm, 40);
+      auto r = sender.send(weights, 3);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      EXPECT_EQ(r->bytes, flat * 4);
+      EXPECT_EQ(r->staging_bytes, 10 * (4 + 2));  // one bucket as f32 and as bf16, on the host
+    } else {
+      engine::WeightReceiver receiver(*backend, layout_of(10, flat), comm);
+      auto dst = backend->zeros(Shape{flat}, engine::DType::kF32);
+      ASSERT_TRUE(receiver.receive(dst).ok());
+      const std::vector<float> got = engine::to_host_f32(dst);
+      for (int64_t i = 0; i < flat; ++i) EXPECT_EQ(got[i], engine::bf16_to_f32(engine::f32_to_bf16(values[i]))) << i;
+    }
+  }, "ws-bf16");
 }
 
 }  // namespace

@@ -83,7 +83,8 @@ TEST(MemoryAdvice, LeversComeInOrderOfCostWithTheirSavings) {
   const TrainerBudget& t = plan->trainer;
   EXPECT_DOUBLE_EQ(levers[ckpt].saves_bytes, t.activations_no_checkpointing - t.activations_checkpointing);
   EXPECT_EQ(levers[ckpt].process, "trainer");
-  // Two ranks with the distributed optimizer: each keeps half the moments (8 B/param / 2).
+  // Two ranks with the distributed optimizer: each keeps half the fp32 master and moments
+  // ((4 + 8) B/param / 2 saved) and a gradient shard (4 B/param / 2 added).
   EXPECT_NEAR(levers[ranks].saves_bytes, 4.0 * static_cast<double>(plan->model.num_parameters()), 1.0);
   Config fewer = c;
   fewer.max_num_seqs = plan->rollout.sequences_that_fit;
@@ -103,7 +104,9 @@ TEST(MemoryAdvice, DistributedOptimizerIsOfferedWithSeveralRanks) {
   const std::vector<MemoryLever> levers = memory_levers(c, *plan);
   const int dist = index_of(levers, "use_distributed_optimizer=true");
   ASSERT_EQ(dist, 0);  // checkpointing is already on: the next lever is first
-  EXPECT_NEAR(levers[dist].saves_bytes, 8.0 * 7 / 8 * static_cast<double>(plan->model.num_parameters()), 1.0);
+  // 7/8 of the fp32 master and moments, less the gradient shard it adds.
+  EXPECT_NEAR(levers[dist].saves_bytes, (12.0 * 7 / 8 - 4.0 / 8) * static_cast<double>(plan->model.num_parameters()),
+              1.0);
   EXPECT_THAT(levers[dist].cost, HasSubstr("reduce-scatter"));
 }
 

@@ -43,6 +43,7 @@ TEST(MemoryPlan, DistributedOptimizerDividesMasterAndMoments) {
   in.precision = bf16_mixed_policy();
   in.data_parallel_ranks = 8;
   in.distributed_optimizer = true;
+  in.gradient_shard_buffer = false;  // the published arithmetic reduce-scatters in place
   TrainerBudget b = plan_trainer(in);
   const double p = static_cast<double>(in.model.num_parameters());
   EXPECT_DOUBLE_EQ(b.model_state() / p, 4 + 12.0 / 8);
@@ -92,15 +93,36 @@ TEST(MemoryPlan, CheckpointingKeepsOnlyLayerInputs) {
   EXPECT_DOUBLE_EQ(plan_trainer(in).activations, b.activations_checkpointing);
 }
 
-TEST(MemoryPlan, EnginePolicyKeepsFp32GradientsAndShardsMomentsOnly) {
+TEST(MemoryPlan, EnginePolicyKeepsFp32GradientsAndShardsMasterWithMoments) {
   TrainerPlanInputs in;
   in.model = llama2_7b();
   in.precision = engine_bf16_policy();
   const double p = static_cast<double>(in.model.num_parameters());
-  EXPECT_DOUBLE_EQ(plan_trainer(in).model_state() / p, 18);
+  EXPECT_DOUBLE_EQ(plan_trainer(in).model_state() / p, 18);  // bf16 gradients would make it the seed's 16
   in.data_parallel_ranks = 8;
   in.distributed_optimizer = true;
-  EXPECT_DOUBLE_EQ(plan_trainer(in).model_state() / p, 2 + 4 + 4 + 8.0 / 8);
+  // 2 weights + 4 gradients + 12 / 8 (fp32 master and moments) + 4 / 8 (the reduce-scatter output)
+  const TrainerBudget b = plan_trainer(in);
+  EXPECT_DOUBLE_EQ(b.master_weights / p, 4.0 / 8);
+  EXPECT_DOUBLE_EQ(b.optimizer_moments / p, 8.0 / 8);
+  EXPECT_DOUBLE_EQ(b.gradient_shard / p, 4.0 / 8);
+  EXPECT_DOUBLE_EQ(b.model_state() / p, 2 + 4 + 12.0 / 8 + 4.0 / 8);
+  in.gradient_shard_buffer = false;  // Megatron / ZeRO-1 counting: 7.5 B/param
+  EXPECT_DOUBLE_EQ(plan_trainer(in).model_state() / p, 7.5);
+  in.data_parallel_ranks = 1;  // one rank shards nothing
+  EXPECT_DOUBLE_EQ(plan_trainer(in).model_state() / p, 18);
+}
+
+TEST(MemoryPlan, Fp32PolicyHasNoMasterToShard) {
+  TrainerPlanInputs in;
+  in.model = llama2_7b();
+  in.precision = fp32_policy();
+  in.data_parallel_ranks = 4;
+  in.distributed_optimizer = true;
+  const TrainerBudget b = plan_trainer(in);
+  const double p = static_cast<double>(in.model.num_parameters());
+  EXPECT_DOUBLE_EQ(b.master_weights, 0);  // the f32 weights are the master
+  EXPECT_DOUBLE_EQ(b.model_state() / p, 4 + 4 + 8.0 / 4 + 4.0 / 4);
 }
 
 // The kept part of the activations is the engine's own count (logits moved to the workspace line).
