@@ -121,6 +121,12 @@ std::vector<SampleOutput> Scheduler::take_finished() {
   return out;
 }
 
+std::vector<StreamedToken> Scheduler::take_streamed() {
+  std::vector<StreamedToken> out;
+  out.swap(streamed_);
+  return out;
+}
+
 bool Scheduler::is_active(uint64_t request_id) const {
   auto match = [&](const std::unique_ptr<Sequence>& s) { return s->out.request_id == request_id; };
   return std::any_of(running_.begin(), running_.end(), match) || std::any_of(waiting_.begin(), waiting_.end(), match);

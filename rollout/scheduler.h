@@ -66,6 +66,16 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;
   uint64_t seed = 0;
   uint64_t min_weight_version = 0;     // not admitted before this weight version is loaded
+  bool stream = false;                 // report each token as sampled (take_streamed)
+};
+
+// One token of a streaming request, as sampled. The sample's SampleOutput still carries every
+// token when it finishes.
+struct StreamedToken {
+  uint64_t request_id = 0;
+  uint32_t sample_index = 0;
+  int32_t token = -1;
+  float logprob = 0;
 };
 
 // One finished (or cancelled, or failed) sample.
@@ -111,6 +121,9 @@ class Scheduler {
   Status step();
   // Outputs finished since the last call, in finishing order.
   std::vector<SampleOutput> take_finished();
+  // Tokens of streaming requests sampled since the last call, in sampling order. A sample's
+  // tokens come here before its SampleOutput comes from take_finished().
+  std::vector<StreamedToken> take_streamed();
 
   bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
   // Whether some sample of the request is still running or waiting.
@@ -146,6 +159,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   std::deque<std::unique_ptr<Sequence>> waiting_;   // preempted ones at the front
   std::vector<SampleOutput> finished_;
+  std::vector<StreamedToken> streamed_;
   SamplerScratch scratch_;
   uint64_t weight_version_ = 0;
   engine::SeqId next_seq_id_ = 1;

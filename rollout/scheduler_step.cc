@@ -81,6 +81,7 @@ bool Scheduler::append_token(Sequence& seq, SampledToken token) {
   out.weight_versions.push_back(static_cast<int64_t>(weight_version_));
   ++stats_.tokens_generated;
   const GenerationRequest& spec = seq.request->spec;
+  if (spec.stream) streamed_.push_back({out.request_id, out.sample_index, token.id, token.logprob});
   if (std::find(spec.stop_token_ids.begin(), spec.stop_token_ids.end(), token.id) != spec.stop_token_ids.end()) {
     finish(seq, FinishReason::kStop);
   } else if ((spec.max_tokens > 0 && static_cast<int64_t>(out.tokens.size()) >= spec.max_tokens) ||

@@ -67,9 +67,9 @@ int tcp_socket_for(const std::string& host, int port, bool any_is_loopback, sock
   return ::socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 }
 
-// Why binding `host:port` fails, found by trying it ourselves (civetweb only says that it
-// failed); "" when the bind works.
-std::string bind_failure_cause(const std::string& host, int port) {
+}  // namespace
+
+std::string listen_failure_cause(const std::string& host, int port) {
   sockaddr_storage addr;
   socklen_t len;
   const int fd = tcp_socket_for(host, port, /*any_is_loopback=*/false, &addr, &len);
@@ -87,8 +87,6 @@ std::string bind_failure_cause(const std::string& host, int port) {
   return cause;
 }
 
-// civetweb's listener thread polls with a 2 s timeout and looks at its stop flag only between
-// polls, so stopping it idle takes ~2 s. Connecting to it while it stops wakes the poll at once.
 void poke_listener(const std::string& host, int port) {
   sockaddr_storage addr;
   socklen_t len;
@@ -98,8 +96,6 @@ void poke_listener(const std::string& host, int port) {
   (void)::connect(fd, reinterpret_cast<sockaddr*>(&addr), len);
   ::close(fd);
 }
-
-}  // namespace
 
 std::string metric_name(std::string_view name) {
   std::string full(name);
@@ -190,8 +186,12 @@ std::string serialize_metrics(const prometheus::Collectable& collectable) {
 }
 
 Status parse_metrics_bind(const std::string& bind, std::string* host, int* port) {
+  return parse_listen_address("metrics_bind", bind, host, port);
+}
+
+Status parse_listen_address(std::string_view key, const std::string& bind, std::string* host, int* port) {
   auto bad = [&](const std::string& why) {
-    return invalid_argument(str("metrics_bind: `", bind, "` is not a valid listen address: ", why,
+    return invalid_argument(str(key, ": `", bind, "` is not a valid listen address: ", why,
                                 "; write host:port with an IP address, e.g. 127.0.0.1:9400, "
                                 "0.0.0.0:9400 or [::1]:9400 (port 0 lets the system choose)"));
   };
@@ -235,7 +235,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(
   try {
     server->exposer_ = std::make_unique<prometheus::Exposer>(bind, /*num_threads=*/2);
   } catch (const std::exception& e) {
-    const std::string cause = bind_failure_cause(host, port);
+    const std::string cause = listen_failure_cause(host, port);
     if (cause.empty()) {  // the address itself is usable: the HTTP server itself failed
       const bool v6 = host.find(':') != std::string::npos;
       return internal_error(str("metrics_bind: cannot listen on ", bind,

@@ -120,6 +120,18 @@ std::string serialize_metrics(const prometheus::Collectable& collectable);
 // Errors name the config key `metrics_bind`.
 Status parse_metrics_bind(const std::string& bind, std::string* host, int* port);
 
+// The same for any listen address; errors name `key` (e.g. "--bind").
+Status parse_listen_address(std::string_view key, const std::string& bind, std::string* host, int* port);
+
+// Why listening on host:port fails, found by binding it ourselves (civetweb only says that it
+// failed), e.g. "Address already in use (another process, ...)"; "" when the bind works.
+std::string listen_failure_cause(const std::string& host, int port);
+
+// civetweb's listener thread polls with a 2 s timeout and looks at its stop flag only between
+// polls, so stopping it idle takes ~2 s; a connection to host:port (0.0.0.0 and :: mean loopback)
+// wakes the poll at once. Call it repeatedly while mg_stop runs.
+void poke_listener(const std::string& host, int port);
+
 // True for an address only this machine can reach: 127.0.0.0/8 or ::1 (as parse_metrics_bind
 // returns it, without brackets).
 bool is_loopback_address(const std::string& host);

@@ -59,6 +59,10 @@ Result<Tokenizer> load_tokenizer_file(const std::string& path) {
   return is_gguf_path(path) ? load_gguf_tokenizer(path) : Tokenizer::load(path);
 }
 
+std::string checkpoint_tokenizer_path(const std::string& checkpoint) {
+  return is_gguf_path(checkpoint) ? checkpoint : (std::filesystem::path(checkpoint) / "tokenizer.json").string();
+}
+
 std::vector<HostTensor> weights_to_host(const Model& model) {
   const ModelWeights& w = model.weights();
   std::vector<HostTensor> out;

@@ -33,6 +33,8 @@ Result<std::string> gguf_config_json(const std::string& path);
 
 // A tokenizer.json, or the tokenizer in a .gguf file's metadata.
 Result<Tokenizer> load_tokenizer_file(const std::string& path);
+// Where a checkpoint's tokenizer is: DIR/tokenizer.json, or the .gguf file itself.
+std::string checkpoint_tokenizer_path(const std::string& checkpoint);
 
 // The model's master weights as host tensors in hf_tensor_specs() order (what save_hf_checkpoint
 // and weight sync take); after ModelWeights::release_master() its compute weights, widened to f32

@@ -99,9 +99,7 @@ Result<GenerateRequest> parse_request(const Args& args) {
   return r;
 }
 
-fs::path tokenizer_path(const GenerateRequest& r) {
-  return engine::is_gguf_path(r.checkpoint) ? fs::path(r.checkpoint) : fs::path(r.checkpoint) / "tokenizer.json";
-}
+fs::path tokenizer_path(const GenerateRequest& r) { return engine::checkpoint_tokenizer_path(r.checkpoint); }
 
 // The tokenizer when DIR has one, or the .gguf file's (needed for --prompt and to print text).
 Result<std::optional<engine::Tokenizer>> load_tokenizer(const GenerateRequest& r) {

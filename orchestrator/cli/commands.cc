@@ -16,6 +16,7 @@ int cmd_validate(const Args& args);
 int cmd_run(const Args& args);
 int cmd_trainer(const Args& args);
 int cmd_generate(const Args& args);
+int cmd_serve(const Args& args);
 int cmd_convert(const Args& args);
 int cmd_rollout(const Args& args);
 int cmd_plan(const Args& args);
@@ -123,6 +124,33 @@ constexpr Command kCommands[] = {
      "goes to stderr. Exit 0 on success, 2 for bad flags, a missing or invalid checkpoint, or\n"
      "prompt ids outside the vocabulary, 1 when generation fails.\n",
      cmd_generate},
+    {"serve", "serve a checkpoint over OpenAI's HTTP API (/v1/completions, /v1/chat/completions)",
+     "usage: rlrun serve --checkpoint DIR|FILE.gguf [--bind HOST:PORT] [options]\n\n"
+     "Loads the checkpoint as `rlrun generate` does and answers OpenAI's API on HOST:PORT until\n"
+     "SIGINT/SIGTERM: POST /v1/completions (prompt text or token ids), POST /v1/chat/completions\n"
+     "(messages rendered with the checkpoint's chat template), GET /v1/models, GET /health. Requests\n"
+     "take max_tokens, temperature, top_p, stop, n, seed, logprobs and stream (Server-Sent Events);\n"
+     "each choice also carries the extension fields prompt_token_ids and token_ids. Concurrent\n"
+     "requests are batched together by the rollout workers' continuous-batching scheduler over a\n"
+     "paged KV cache. Bad requests get OpenAI's error object with an HTTP status\n"
+     "(docs/openai-endpoint.md).\n\n"
+     "  --checkpoint DIR      the HF model folder (with tokenizer.json), or a .gguf file\n"
+     "  --bind HOST:PORT      listen address (default 127.0.0.1:8000; port 0: the system picks,\n"
+     "                        the log says which)\n"
+     "  --model-name NAME     the `model` clients name (default: the folder or file name)\n"
+     "  --chat-template T     auto (the checkpoint's, default), none, or a Jinja file\n"
+     "  --device D            compute backend: cpu (default) or cuda\n"
+     "  --threads N           CPU compute threads (default 0 = every core)\n"
+     "  --max-num-seqs N      sequences decoded together in one batch (default 16)\n"
+     "  --max-model-len N     prompt + completion tokens (default: the model's, at most 2048)\n"
+     "  --kv-cache-mb MB      KV cache size (default: max-num-seqs sequences of max-model-len,\n"
+     "                        at most 512 MB; sequences beyond it wait or are preempted)\n"
+     "  --http-threads N      requests served at once, streams and idle keep-alive connections\n"
+     "                        included (default 64)\n"
+     "  --request-timeout S   longest wait for one request's generation (default 600)\n\n"
+     "exit status: 0 after SIGINT/SIGTERM, 1 when serving fails (e.g. the address is in use),\n"
+     "2 for bad flags or a missing checkpoint.\n",
+     cmd_serve},
     {"convert", "write an HF model folder from a llama .gguf file",
      "usage: rlrun convert IN.gguf OUT_DIR\n\n"
      "Writes OUT_DIR (created if missing) as an HF model folder that transformers loads:\n"

@@ -72,8 +72,12 @@ Result<std::string> PromptFormat::text(const Problem& problem) const {
   if (!chat_)
     return invalid_argument(str("a chat row (task.messages_field) needs a chat template, and the prompts are ",
                                 description_, ": set task.chat_template to auto (a model with a template) or a Jinja file"));
-  const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(problem.messages_json, nullptr, false);
-  if (!messages.is_array()) return invalid_argument("a chat row's messages are not a JSON list");
+  return chat_text(nlohmann::ordered_json::parse(problem.messages_json, nullptr, false));
+}
+
+Result<std::string> PromptFormat::chat_text(const nlohmann::ordered_json& messages) const {
+  if (!chat_) return invalid_argument(str("a chat needs a chat template, and the prompts are ", description_));
+  if (!messages.is_array()) return invalid_argument("a chat's messages are not a JSON list");
   return render(messages, true);
 }
 

@@ -47,6 +47,9 @@ class PromptFormat {
   // add_generation_prompt=True) does; a chat without a template is an error.
   Result<std::string> text(const Problem& problem) const;
   Result<std::vector<int32_t>> ids(const Problem& problem) const;
+  // A chat (a JSON list of {"role", "content", ...}) rendered as text(problem) renders a chat row
+  // (`rlrun serve`'s chat completions).
+  Result<std::string> chat_text(const nlohmann::ordered_json& messages) const;
   bool is_chat() const { return chat_.has_value(); }
   std::optional<int32_t> end_of_turn() const { return end_of_turn_; }
   // For the log: "raw text" or "the chat template of /m/tokenizer_config.json".

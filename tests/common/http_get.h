@@ -20,12 +20,12 @@ struct HttpResponse {
 };
 
 // Sends `request` (a whole HTTP/1.0 request) to 127.0.0.1:<port> and reads the reply to its end;
-// 5 s timeout per socket operation.
-inline HttpResponse http_exchange(int port, const std::string& request) {
+// `timeout_s` per socket operation.
+inline HttpResponse http_exchange(int port, const std::string& request, int timeout_s = 5) {
   HttpResponse r;
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return r;
-  timeval tv{5, 0};
+  timeval tv{timeout_s, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   sockaddr_in a{};
@@ -62,10 +62,10 @@ inline HttpResponse http_get(int port, const std::string& path) {
 }
 
 // POST `body` (as application/json) to http://127.0.0.1:<port><path>.
-inline HttpResponse http_post(int port, const std::string& path, const std::string& body) {
+inline HttpResponse http_post(int port, const std::string& path, const std::string& body, int timeout_s = 5) {
   return http_exchange(port, "POST " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
                                  "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                                 "\r\n\r\n" + body);
+                                 "\r\n\r\n" + body, timeout_s);
 }
 
 // `text` for a URL's query string: every byte but [A-Za-z0-9-._~] as %XX.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "rollout/scheduler.h"
 #include "tests/rollout/rollout_test_util.h"
@@ -163,6 +164,41 @@ TEST(Scheduler, SmallPoolPreemptsAndRecomputesToTheSameResult) {
   EXPECT_EQ(small->stats().kv_blocks_used, 0);
   std::printf("small pool: %lld preemptions, all %zu requests complete\n",
               static_cast<long long>(small->stats().preemptions), got.size());
+}
+
+// Streaming requests report each token once, in order, as sampled, even when preempted and
+// recomputed; the others report none.
+TEST(Scheduler, StreamedTokensAreTheOutputsTokensOnceEach) {
+  auto backend = testing::cpu_backend();
+  auto model = testing::tiny_model(*backend);
+  auto s = testing::make_scheduler(*model, testing::small_options(/*num_blocks=*/14));
+  for (uint64_t i = 0; i < 6; ++i) {
+    GenerationRequest r = greedy_request(i, prompt_of(3 + 2 * i, 40 + i), 24);
+    r.stream = i % 2 == 0;
+    s->add(std::move(r));
+  }
+  std::map<uint64_t, std::vector<int32_t>> streamed;
+  std::map<uint64_t, std::vector<float>> streamed_logprobs;
+  std::map<uint64_t, SampleOutput> finished;
+  for (int step = 0; step < 10000 && s->has_unfinished(); ++step) {
+    ASSERT_TRUE(s->step().ok());
+    for (const StreamedToken& t : s->take_streamed()) {
+      EXPECT_FALSE(finished.count(t.request_id)) << "a token streamed after its sample finished";
+      streamed[t.request_id].push_back(t.token);
+      streamed_logprobs[t.request_id].push_back(t.logprob);
+    }
+    for (SampleOutput& o : s->take_finished()) finished[o.request_id] = std::move(o);
+  }
+  EXPECT_GT(s->stats().preemptions, 0);
+  ASSERT_EQ(finished.size(), 6u);
+  for (const auto& [id, out] : finished) {
+    if (id % 2 == 1) {
+      EXPECT_FALSE(streamed.count(id)) << "request " << id << " did not ask to stream";
+      continue;
+    }
+    EXPECT_EQ(streamed[id], out.tokens) << "request " << id;
+    EXPECT_EQ(streamed_logprobs[id], out.logprobs) << "request " << id;
+  }
 }
 
 // (d) Cancel returns blocks at once, running or waiting, with what was generated so far.

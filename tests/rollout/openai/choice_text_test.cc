@@ -1,0 +1,70 @@
+// ChoiceText: tokens to text as they arrive, cut before stop strings, streamed without ever
+// sending bytes a later token could change.
+#include "rollout/openai/choice_text.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace rlrun::rollout::openai {
+namespace {
+
+engine::Tokenizer tiny_tokenizer() {
+  auto t = engine::Tokenizer::load(std::string(RLRUN_SOURCE_DIR) + "/configs/tokenizers/tiny.json");
+  EXPECT_TRUE(t.ok()) << t.status().to_string();
+  return std::move(t).value();
+}
+
+// Feeds `text`'s tokens one at a time; returns what the stream handed out, concatenated.
+std::string stream_all(ChoiceText& choice, const engine::Tokenizer& tok, const std::string& text) {
+  std::string streamed;
+  for (int32_t id : tok.encode(text)) {
+    const float lp = -1.0f;
+    const bool stopped = choice.append({&id, 1}, {&lp, 1});
+    streamed += choice.take_delta(stopped);
+    if (stopped) break;
+  }
+  return streamed + choice.take_delta(true);
+}
+
+TEST(ChoiceText, WithoutStopStringsTheStreamIsTheText) {
+  const engine::Tokenizer tok = tiny_tokenizer();
+  ChoiceText c(tok, {});
+  const std::string text = "What is the sum of 12 and 30?";
+  EXPECT_EQ(stream_all(c, tok, text), text);
+  EXPECT_EQ(c.text(), text);
+  EXPECT_FALSE(c.stopped());
+  EXPECT_EQ(c.ids(), tok.encode(text));
+  EXPECT_EQ(c.logprobs().size(), c.ids().size());
+}
+
+TEST(ChoiceText, TextEndsBeforeAStopStringSpanningTokens) {
+  const engine::Tokenizer tok = tiny_tokenizer();
+  const std::string text = "the sum is 42 and then more";
+  ChoiceText c(tok, {"nothing", "and the"});
+  const std::string streamed = stream_all(c, tok, text);
+  EXPECT_TRUE(c.stopped());
+  EXPECT_EQ(c.text(), "the sum is 42 ");
+  EXPECT_EQ(streamed, "the sum is 42 ");  // "and" was held back, never sent
+  EXPECT_LT(c.ids().size(), tok.encode(text).size());  // tokens after the stop were ignored
+}
+
+TEST(ChoiceText, APartialStopStringIsReleasedWhenItDoesNotComplete) {
+  const engine::Tokenizer tok = tiny_tokenizer();
+  ChoiceText c(tok, {"12 and 40"});
+  EXPECT_EQ(stream_all(c, tok, "sum of 12 and 30"), "sum of 12 and 30");
+  EXPECT_FALSE(c.stopped());
+}
+
+TEST(ChoiceText, IncompleteUtf8TailsAreFound) {
+  EXPECT_EQ(incomplete_utf8_tail("abc"), 0u);
+  EXPECT_EQ(incomplete_utf8_tail("a\xc3"), 1u);          // first byte of é
+  EXPECT_EQ(incomplete_utf8_tail("a\xc3\xa9"), 0u);      // é
+  EXPECT_EQ(incomplete_utf8_tail("\xe2\x82"), 2u);       // two bytes of €
+  EXPECT_EQ(incomplete_utf8_tail("\xf0\x9f\x98"), 3u);   // three bytes of an emoji
+  EXPECT_EQ(incomplete_utf8_tail("\xf0\x9f\x98\x80"), 0u);
+  EXPECT_EQ(incomplete_utf8_tail(""), 0u);
+}
+
+}  // namespace
+}  // namespace rlrun::rollout::openai
