@@ -32,7 +32,20 @@ bool ChoiceText::append(std::span<const int32_t> ids, std::span<const float> log
   options.lossy_utf8 = false;          // a character split across tokens completes later
   const size_t before = text_.size();
   // Decoded whole each time: a token's text may depend on its neighbours (byte fallback, spaces).
-  Result<std::string> text = tokenizer_.decode(ids_, options);
+  // Ids the tokenizer does not know (a model's embedding rows past its vocabulary) have no text,
+  // as in HF tokenizers' decode; they stay in ids().
+  std::vector<int32_t> known;
+  known.reserve(ids_.size());
+  for (int32_t id : ids_)
+    if (tokenizer_.id_to_token(id)) known.push_back(id);
+  Result<std::string> text = tokenizer_.decode(known, options);
+  if (!text.ok()) {
+    // Bytes that are no UTF-8 and never will be (a stray continuation byte): U+FFFD for them, as
+    // the whole answer would be decoded at the end. The text must not depend on how the tokens
+    // were chunked on their way here.
+    options.lossy_utf8 = true;
+    text = tokenizer_.decode(known, options);
+  }
   if (text.ok()) text_ = std::move(*text);
   if (stop_.empty()) return false;
   // A stop string may straddle the old end: search from longest_stop_ - 1 bytes before it.
@@ -50,6 +63,10 @@ std::string ChoiceText::take_delta(bool final) {
   size_t end = text_.size();
   if (!final && !stopped_) {
     end -= incomplete_utf8_tail(text_);
+    // A trailing U+FFFD of a lossy decode may be a character the next token completes: held back.
+    static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+    while (end >= kReplacement.size() && std::string_view(text_).substr(end - kReplacement.size(), kReplacement.size()) == kReplacement)
+      end -= kReplacement.size();
     // Held back: the longest suffix that is a prefix of some stop string.
     size_t hold = 0;
     for (const std::string& s : stop_) {

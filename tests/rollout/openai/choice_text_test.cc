@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace rlrun::rollout::openai {
 namespace {
@@ -25,6 +26,28 @@ std::string stream_all(ChoiceText& choice, const engine::Tokenizer& tok, const s
     if (stopped) break;
   }
   return streamed + choice.take_delta(true);
+}
+
+TEST(ChoiceText, TheTextDoesNotDependOnHowTheTokensArrived) {
+  // A model's embedding rows past the tokenizer's vocabulary can be sampled: such an id has no
+  // text, one by one or all at once (the non-streamed answer once was "" here, the stream not).
+  const engine::Tokenizer tok = tiny_tokenizer();
+  std::vector<int32_t> ids = tok.encode("a st");
+  ids.insert(ids.begin() + 1, tok.vocab_size() + 5);
+  ids.push_back(tok.vocab_size() + 7);
+  const std::vector<float> lps(ids.size(), -1.0f);
+  ChoiceText whole(tok, {}), one_by_one(tok, {});
+  whole.append(ids, lps);
+  std::string streamed;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    one_by_one.append({&ids[i], 1}, {&lps[i], 1});
+    streamed += one_by_one.take_delta(false);
+  }
+  streamed += one_by_one.take_delta(true);
+  EXPECT_EQ(whole.text(), "a st");
+  EXPECT_EQ(one_by_one.text(), whole.text());
+  EXPECT_EQ(streamed, whole.text());
+  EXPECT_EQ(whole.ids(), ids);
 }
 
 TEST(ChoiceText, WithoutStopStringsTheStreamIsTheText) {

@@ -274,8 +274,13 @@ TEST_F(Endpoint, ChatRendersTheMessagesAndStreamsDeltas) {
   EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
   EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
   std::string content;
-  for (const json& e : events) content += e["choices"][0]["delta"].value("content", "");
-  EXPECT_EQ(content, c["message"]["content"]);
+  std::vector<int32_t> ids;
+  for (const json& e : events) {
+    content += e["choices"][0]["delta"].value("content", "");
+    if (e["choices"][0].contains("token_ids"))
+      for (const json& id : e["choices"][0]["token_ids"]) ids.push_back(id.get<int32_t>());
+  }
+  EXPECT_EQ(content, c["message"]["content"]) << "stream ids " << json(ids).dump() << " vs " << c["token_ids"].dump();
 }
 
 TEST_F(Endpoint, StreamUsageComesLastWhenAskedFor) {
