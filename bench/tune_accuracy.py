@@ -30,7 +30,7 @@ TASKS = [
         ("4 minibatches", ["number_of_minibatches=4"]),
         ("2 lanes", ["max_concurrent_prompts_per_server=2"]),
     ]),
-    ("reverse-6", ["task.min_length=6", "task.max_length=6", "max_tokens=12"], [
+    ("reverse-6, partial credit", ["task.min_length=6", "task.max_length=6", "max_tokens=12", "task.partial_credit=true"], [
         ("base: 1 rollout, 1 trainer, async 1", []),
         ("synchronous", ["max_async_rollout=0"]),
         ("2 rollouts, async 2", ["inference_num_workers=2", "max_async_rollout=2"]),
@@ -51,7 +51,9 @@ def sets(values):
 def run(binary, config, steps, task_sets, config_sets, run_dir):
     args = [binary, config, "--run-dir", run_dir, "--set", f"number_of_steps={steps}", "--set", "task.eval_every=0",
             "--set", "metrics_bind=127.0.0.1:0"] + sets(task_sets + config_sets)
-    subprocess.run(args, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = subprocess.run(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(args)} exited {done.returncode}:\n{done.stdout[-3000:]}")
     with open(os.path.join(run_dir, "summary.json")) as f:
         s = json.load(f)
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
@@ -92,14 +94,14 @@ def main():
                       file=sys.stderr)
     print(f"{a.config}, {a.steps} steps per run; predictions from each task's base run "
           f"(median of {a.repeats} measured run(s) each)")
-    print(f"{'task':<10} {'configuration':<36} {'s/step meas':>11} {'pred':>7} {'err':>6} "
+    print(f"{'task':<26} {'configuration':<36} {'s/step meas':>11} {'pred':>7} {'err':>6} "
           f"{'trainer idle m/p':>17} {'rollout idle m/p':>17}")
     errors, idle_errors = [], []
     for task, name, m, p in table:
         err = p["s"] / m["s"] - 1
         errors.append(abs(err))
         idle_errors += [abs(p["trainer"] - m["trainer"]), abs(p["rollout"] - m["rollout"])]
-        print(f"{task:<10} {name:<36} {m['s']:>11.3f} {p['s']:>7.3f} {err:>+6.0%} "
+        print(f"{task:<26} {name:<36} {m['s']:>11.3f} {p['s']:>7.3f} {err:>+6.0%} "
               f"{m['trainer']:>8.2f}/{p['trainer']:<8.2f} {m['rollout']:>8.2f}/{p['rollout']:<8.2f}")
     print(f"step time error: median {statistics.median(errors):.0%}, worst {max(errors):.0%} (goal 15%); "
           f"idle fraction error: median {statistics.median(idle_errors):.2f}, worst {max(idle_errors):.2f} (goal 0.10)")

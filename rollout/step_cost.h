@@ -7,7 +7,9 @@
 // context: tokens already in the KV cache of the decoding sequences (what attention reads).
 // Both the process's CPU time and the wall time of each step are fitted: on a CPU node processes
 // share cores, so CPU time is the work and wall time depends on the neighbours; on a device the
-// wall time is the work.
+// wall time is the work. A step's CPU time is all the worker process used since the previous step
+// but its weight loads (receiving requests, sending results, the I/O thread), so the fit carries
+// the worker's whole cost of generating.
 //
 // StepCostSums holds the fit's sufficient statistics (X^T X, X^T y), cumulative over the worker's
 // life: the latest heartbeat carries everything measured so far (a lost one loses nothing), and

@@ -256,18 +256,25 @@ Status Worker::run() {
     last_turn_ = now;
     if (pending_sync_ != nullptr) {  // the step boundary: no forward pass is in flight
       const std::unique_ptr<WeightSyncBegin> begin = std::move(pending_sync_);
+      const double sync_cpu_start = process_cpu_seconds();
       run_weight_sync(*begin);
+      weight_sync_cpu_ += process_cpu_seconds() - sync_cpu_start;
     }
     Timeline& timeline = global_timeline();
     if (scheduler_.can_step()) {
       if (generate_start_us_ < 0 && timeline.enabled()) generate_start_us_ = timeline.now_us();
       ++generate_steps_;
-      const double cpu_start = process_cpu_seconds();
+      if (step_cpu_mark_ < 0) step_cpu_mark_ = process_cpu_seconds();
       const auto wall_start = Clock::now();
       const Status s = scheduler_.step();
       if (!s.ok()) log::error(str("rollout ", options_.index, ": engine step failed: ", s.message()));
       send_finished();  // part of the step's cost: the results' encoding and sending
-      step_costs_.add(scheduler_.last_step(), process_cpu_seconds() - cpu_start, seconds_since(wall_start));
+      // CPU: everything the process did since the previous step but load weights (requests,
+      // results, heartbeats, the I/O thread's encryption): a wait in the poll costs none.
+      const double cpu_now = process_cpu_seconds();
+      step_costs_.add(scheduler_.last_step(), cpu_now - step_cpu_mark_ - weight_sync_cpu_, seconds_since(wall_start));
+      step_cpu_mark_ = cpu_now;
+      weight_sync_cpu_ = 0;
     } else if (generate_start_us_ >= 0) {
       timeline.complete("generate", "rollout", generate_start_us_, timeline.now_us() - generate_start_us_,
                         str("{\"engine_steps\":", generate_steps_, "}"));

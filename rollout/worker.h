@@ -124,6 +124,8 @@ class Worker {
   int64_t generate_steps_ = 0;
   double last_weight_sync_seconds_ = 0;
   StepCostSums step_costs_;  // every engine step's shape and cost (Heartbeat::engine_step_costs)
+  double step_cpu_mark_ = -1;   // process CPU seconds at the end of the last engine step (-1: none yet)
+  double weight_sync_cpu_ = 0;  // CPU seconds of weight syncs since then (not the steps' cost)
   uint64_t heartbeat_counter_ = 0;
   WorkerSummary summary_;
 };

@@ -130,6 +130,7 @@ void Orchestrator::on_result(const GenerateResult& result) {
     s.completion = std::move(tokens);
     s.logprobs.assign(result.logprobs.begin(), result.logprobs.end());
     s.version = result.first_weight_version;
+    s.worker_seconds = result.queue_seconds + result.prefill_seconds + result.decode_seconds;
     Result<std::string> text = tokenizer_.decode(s.completion, decode_options);
     if (text.ok()) {
       const LocalReward local = reward_.local(
@@ -146,8 +147,14 @@ void Orchestrator::on_result(const GenerateResult& result) {
 
 void Orchestrator::complete_group(Group group) {
   std::vector<int64_t> lengths;
-  for (const Sample& s : group.samples) lengths.push_back(static_cast<int64_t>(s.completion.size()));
-  profile_.on_group(static_cast<int64_t>(group.prompt_ids.size()), lengths);
+  double worker_seconds = 0;  // the slowest sample, as the worker saw it
+  for (const Sample& s : group.samples) {
+    lengths.push_back(static_cast<int64_t>(s.completion.size()));
+    worker_seconds = std::max(worker_seconds, s.worker_seconds);
+  }
+  // What the round trip added: messages, encryption, the orchestrator's own handling.
+  const double overhead = group.failed ? 0.0 : std::max(0.0, seconds_since(group.admitted_at) - worker_seconds);
+  profile_.on_group(static_cast<int64_t>(group.prompt_ids.size()), lengths, overhead);
   if (group.failed || http_reward_ == nullptr) return finish_group(std::move(group));
   // OpenRLHF's query is the text the model read and wrote: the prompt as the chat template gives it.
   Result<std::string> rendered = format_.text(group.problem);  // it rendered once already, for the ids

@@ -46,6 +46,7 @@ uint64_t Dispatcher::admit(Problem problem, std::vector<int32_t> prompt_ids, uin
   g.prompt_ids = std::move(prompt_ids);
   g.dispatch_version = version;
   g.samples.resize(options_.group_size);
+  g.admitted_at = Clock::now();
   const uint64_t id = g.id;
   in_flight_.emplace(id, std::move(g));
   if (options_.individual_lanes) {

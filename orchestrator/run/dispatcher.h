@@ -58,6 +58,7 @@ class Dispatcher {
     double reward = 0;
     float advantage = 0;
     bool returned = false;
+    double worker_seconds = 0;  // request received -> sample done, as the worker timed it
   };
   struct Group {
     uint64_t id = 0;
@@ -68,6 +69,7 @@ class Dispatcher {
     int returned = 0;
     bool failed = false;  // a sample was cancelled or failed: no advantages for the group
     int rewards_waiting = 0;  // samples the reward server has not scored yet
+    std::chrono::steady_clock::time_point admitted_at{};  // when its request was sent
   };
   // Sends `request` to workers[worker]; an error is logged and the request counts as in flight
   // (it times out on that worker).

@@ -16,14 +16,24 @@ std::vector<int64_t> with(std::set<int64_t> values, int64_t current) {
 
 int64_t processes(const LoopSettings& s) { return s.inference_num_workers + s.trainer_num_workers; }
 
-// a is better than b: faster by more than 2%, or as fast with fewer processes, then less asynchrony.
-bool better(const Candidate& a, const Candidate& b) {
+// Keys of `s` that differ from `current`.
+int changes(const LoopSettings& s, const LoopSettings& current) {
+  return (s.inference_num_workers != current.inference_num_workers) + (s.trainer_num_workers != current.trainer_num_workers) +
+         (s.max_async_rollout != current.max_async_rollout) +
+         (s.max_concurrent_prompts_per_server != current.max_concurrent_prompts_per_server);
+}
+
+// a is better than b: faster by more than 2%, or as fast with fewer processes, then less
+// asynchrony, then fewer changes to the current settings.
+bool better(const Candidate& a, const Candidate& b, const LoopSettings& current) {
   const double ta = a.prediction.seconds_per_step, tb = b.prediction.seconds_per_step;
   if (ta < tb * 0.98) return true;
   if (tb < ta * 0.98) return false;
   if (processes(a.settings) != processes(b.settings)) return processes(a.settings) < processes(b.settings);
   if (a.settings.max_async_rollout != b.settings.max_async_rollout)
     return a.settings.max_async_rollout < b.settings.max_async_rollout;
+  if (changes(a.settings, current) != changes(b.settings, current))
+    return changes(a.settings, current) < changes(b.settings, current);
   return ta < tb;
 }
 
@@ -33,7 +43,8 @@ Advice advise(const LoopCosts& costs, const LoopSettings& current, const Cluster
   Advice advice;
   advice.current = {current, simulate(costs, current, cluster, options)};
   const int64_t slots = cluster.nodes * cluster.slots_per_node;
-  const int64_t max_processes = cluster.devices ? slots : slots + 1;
+  // CPU nodes: processes that work in turn (a synchronous loop) may share cores usefully.
+  const int64_t max_processes = cluster.devices ? slots : 2 * slots;
   std::set<int64_t> rollout_counts, trainer_counts{1};
   for (int64_t n = 1; n < max_processes; n = n < 4 ? n + 1 : n * 2) rollout_counts.insert(n);
   for (int64_t n = 2; n < max_processes; n *= 2) trainer_counts.insert(n);
@@ -63,7 +74,7 @@ Advice advise(const LoopCosts& costs, const LoopSettings& current, const Cluster
   if (advice.candidates.empty() || !advice.current.prediction.feasible) return advice;
   const Candidate* best = &advice.candidates.front();
   for (const Candidate& c : advice.candidates)
-    if (better(c, *best)) best = &c;
+    if (better(c, *best, current)) best = &c;
   if (best->prediction.seconds_per_step * kMinGain <= advice.current.prediction.seconds_per_step) {
     advice.recommended = *best;
     advice.change = !describe_change(current, best->settings).empty();

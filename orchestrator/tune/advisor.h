@@ -5,10 +5,10 @@
 // trainer_num_workers, max_async_rollout (0..2, and the run's own) and
 // max_concurrent_prompts_per_server. prompts_batch_size_for_trainer and number_of_minibatches change
 // the optimisation itself, so they are predicted only when asked (`--set`). Processes are bounded
-// by the cluster: at most one per device; on CPU nodes at most cores + 1 in all.
+// by the cluster: at most one per device; on CPU nodes at most twice the cores in all.
 // The recommendation is the fastest candidate, unless it gains less than kMinGain over the run's
 // own settings (then: keep them); among candidates within 2% of each other the one with fewer
-// processes, then less asynchrony, wins.
+// processes, then less asynchrony, then fewer changed keys wins.
 #pragma once
 
 #include <string>

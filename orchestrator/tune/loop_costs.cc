@@ -32,6 +32,7 @@ Result<LoopCosts> fit_costs(const LoopProfile& profile) {
   c.weight_sync_seconds = train.sync_seconds / n;
   c.weight_load_seconds = profile.mean_weight_load_seconds();
   c.reward_seconds = profile.reward_seconds();
+  c.request_overhead_seconds = profile.mean_request_overhead_seconds();
   c.orchestrator_cores = profile.loop_seconds() > 0 ? profile.orchestrator_cpu_seconds() / profile.loop_seconds() : 0.0;
   c.prompt_tokens = profile.mean_prompt_tokens();
   c.completion_tokens = profile.completion_histogram();

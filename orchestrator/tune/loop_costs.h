@@ -24,6 +24,7 @@ struct LoopCosts {
   double weight_sync_seconds = 0;          // one sync round with `measured_rollout_workers` receivers (wall)
   double weight_load_seconds = 0;          // a rollout worker's pause to load a version (wall)
   double reward_seconds = 0;               // last sample back -> group scored (wall)
+  double request_overhead_seconds = 0;     // a group's round trip beyond the worker's time (wall)
   double orchestrator_cores = 0;           // the orchestrator's own CPU use, in cores, while looping
   double prompt_tokens = 0;                // mean prompt length
   std::map<int64_t, int64_t> completion_tokens;  // measured completion lengths: length -> samples

@@ -50,8 +50,10 @@ bool LoopProfile::on_heartbeat(const std::string& worker, std::span<const double
   return true;
 }
 
-void LoopProfile::on_group(int64_t prompt_tokens, const std::vector<int64_t>& completion_tokens) {
+void LoopProfile::on_group(int64_t prompt_tokens, const std::vector<int64_t>& completion_tokens,
+                           double request_overhead_seconds) {
   ++groups_finished_;
+  if (std::isfinite(request_overhead_seconds) && request_overhead_seconds > 0) request_overhead_seconds_ += request_overhead_seconds;
   prompt_tokens_ += static_cast<double>(prompt_tokens);
   for (int64_t n : completion_tokens) ++completions_[n];
 }
@@ -105,6 +107,7 @@ Json LoopProfile::to_json() const {
           {"groups_finished", groups_finished_},
           {"groups_discarded", groups_discarded_},
           {"prompt_tokens", prompt_tokens_},
+          {"request_overhead_seconds", request_overhead_seconds_},
           {"completion_tokens", hist}};
 }
 
@@ -146,6 +149,7 @@ Result<LoopProfile> LoopProfile::from_json(const Json& j) {
   RLRUN_RETURN_IF_ERROR(read_count(j, "groups_finished", p.groups_finished_));
   RLRUN_RETURN_IF_ERROR(read_count(j, "groups_discarded", p.groups_discarded_));
   RLRUN_RETURN_IF_ERROR(read_number(j, "prompt_tokens", p.prompt_tokens_));
+  RLRUN_RETURN_IF_ERROR(read_number(j, "request_overhead_seconds", p.request_overhead_seconds_));
   if (!j.contains("completion_tokens") || !j["completion_tokens"].is_array())
     return invalid_argument("profile: \"completion_tokens\" is not an array of [length, count]");
   for (const Json& pair : j["completion_tokens"]) {

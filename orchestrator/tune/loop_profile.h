@@ -36,8 +36,9 @@ class LoopProfile {
   // duration of its last weight load. A worker whose sums went back (a restarted process) has its
   // old ones kept. Malformed sums are ignored (false).
   bool on_heartbeat(const std::string& worker, std::span<const double> engine_step_costs, double last_weight_load_seconds);
-  // A group whose samples are all back: its prompt length and every sample's completion length.
-  void on_group(int64_t prompt_tokens, const std::vector<int64_t>& completion_tokens);
+  // A group whose samples are all back: its prompt length, every sample's completion length, and
+  // what its request's round trip took beyond the worker's own time (queue + steps).
+  void on_group(int64_t prompt_tokens, const std::vector<int64_t>& completion_tokens, double request_overhead_seconds);
   void on_group_discarded() { ++groups_discarded_; }
   // An RL step: rank 0's TrainResult metrics ("cpu_seconds", "tokens", "optimizer_steps",
   // "seconds_forward_backward", "seconds_recompute", "seconds_optimizer"), the orchestrator's train
@@ -63,6 +64,9 @@ class LoopProfile {
   double orchestrator_cpu_seconds() const { return orchestrator_cpu_seconds_; }
   int64_t groups_finished() const { return groups_finished_; }
   int64_t groups_discarded() const { return groups_discarded_; }
+  double mean_request_overhead_seconds() const {
+    return groups_finished_ ? request_overhead_seconds_ / static_cast<double>(groups_finished_) : 0;
+  }
   double mean_prompt_tokens() const { return groups_finished_ ? prompt_tokens_ / static_cast<double>(groups_finished_) : 0; }
   const std::map<int64_t, int64_t>& completion_histogram() const { return completions_; }
 
@@ -82,6 +86,7 @@ class LoopProfile {
   double reward_seconds_ = 0, loop_seconds_ = 0, orchestrator_cpu_seconds_ = 0;
   int64_t groups_finished_ = 0, groups_discarded_ = 0;
   double prompt_tokens_ = 0;
+  double request_overhead_seconds_ = 0;
   std::map<int64_t, int64_t> completions_;  // length -> samples
 };
 

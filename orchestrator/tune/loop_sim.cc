@@ -94,6 +94,12 @@ class Sim {
   int64_t outstanding_ = 0;
   std::deque<uint64_t> scored_;
   std::vector<std::pair<double, uint64_t>> rewards_;  // (time scored, group)
+  struct Arrival {  // a group's request on its way to a worker (request_overhead_seconds)
+    double at = 0;
+    int worker = 0;
+    std::vector<Seq> seqs;
+  };
+  std::vector<Arrival> arrivals_;
   enum class Trainer { kWaiting, kTraining, kAfterTrain, kSyncing } trainer_ = Trainer::kWaiting;
   double trainer_timer_ = 0;  // end of kAfterTrain / kSyncing
   int64_t step_ = 0;           // steps done = policy version
@@ -138,11 +144,13 @@ void Sim::dispatch() {
     g.left = s_.group_size;
     g.worker = best;
     const int64_t prompt = std::max<int64_t>(1, std::llround(c_.prompt_tokens));
+    Arrival a{now_ + c_.request_overhead_seconds, best, {}};
     for (int64_t i = 0; i < s_.group_size; ++i) {
       const int64_t target = lengths_[length_dist_(rng_)];
-      wk.waiting.push_back({prompt, target, 0, id});
+      a.seqs.push_back({prompt, target, 0, id});
       g.tokens += prompt + target;
     }
+    arrivals_.push_back(std::move(a));
     ++wk.lanes_used;
     ++outstanding_;
     ++generated_groups_;
@@ -241,6 +249,7 @@ double Sim::advance() {
   double dt = std::numeric_limits<double>::infinity();
   for (Proc* p : busy) dt = std::min(dt, p->remaining / rate(*p));
   for (const auto& [at, g] : rewards_) dt = std::min(dt, at - now_);
+  for (const Arrival& a : arrivals_) dt = std::min(dt, a.at - now_);
   // A sync whose time is up may still wait for a worker's load (at its next step boundary).
   if ((trainer_ == Trainer::kAfterTrain || trainer_ == Trainer::kSyncing) && trainer_timer_ > now_)
     dt = std::min(dt, trainer_timer_ - now_);
@@ -253,8 +262,18 @@ double Sim::advance() {
   return dt;
 }
 
-// Everything due at now_: finished engine steps, scored groups, the trainer's phase changes.
+// Everything due at now_: arrived requests, finished engine steps, scored groups, the trainer's
+// phase changes.
 void Sim::settle() {
+  for (size_t i = 0; i < arrivals_.size();) {
+    if (arrivals_[i].at > now_ + kEpsilon) {
+      ++i;
+      continue;
+    }
+    std::deque<Seq>& queue = workers_[static_cast<size_t>(arrivals_[i].worker)].waiting;
+    queue.insert(queue.end(), arrivals_[i].seqs.begin(), arrivals_[i].seqs.end());
+    arrivals_.erase(arrivals_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
   for (size_t w = 0; w < workers_.size(); ++w)
     if (workers_[w].proc.busy && workers_[w].proc.remaining <= kEpsilon) {
       workers_[w].proc.busy = false;

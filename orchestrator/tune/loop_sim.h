@@ -7,7 +7,8 @@
 // What it models, in the orchestrator's own terms (run/orchestrator.h):
 //  - a group is dispatched while floor(outstanding / batch) <= max_async_rollout and a rollout
 //    worker has a free lane (the one with the most free lanes); its group_size samples join that
-//    worker's queue; a lane frees when the group's last sample is back;
+//    worker's queue request_overhead_seconds later (the measured round trip beyond the worker's
+//    own time); a lane frees when the group's last sample is back;
 //  - a rollout worker runs engine steps back to back while it has sequences: each step admits
 //    queued sequences (up to max_num_seqs running, max_prefill_tokens of prompt), computes one token
 //    for every running sequence and the prompts of the admitted ones, and costs

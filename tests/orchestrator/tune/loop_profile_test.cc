@@ -26,8 +26,8 @@ LoopProfile measured_profile() {
   p.slots_per_node = 2;
   EXPECT_TRUE(p.on_heartbeat("rollout-0", engine_sums(40, 0.002).flat(), 0.01));
   EXPECT_TRUE(p.on_heartbeat("rollout-0", engine_sums(80, 0.002).flat(), 0.01));  // cumulative: replaces
-  p.on_group(12, {3, 3, 5, 5});
-  p.on_group(12, {5, 5, 5, 5});
+  p.on_group(12, {3, 3, 5, 5}, 0.002);
+  p.on_group(12, {5, 5, 5, 5}, 0.004);
   p.on_group_discarded();
   // rank 0 spent 2 CPU s on 1000 tokens, a quarter of its compute in the optimizer (1 step)
   p.on_train_step({{"cpu_seconds", 2.0}, {"tokens", 1000}, {"optimizer_steps", 1}, {"seconds_forward_backward", 1.5},
@@ -48,6 +48,7 @@ TEST(LoopProfile, CostsComeFromWhatTheRunMeasured) {
   EXPECT_NEAR(c->weight_load_seconds, 0.01, 1e-12);
   EXPECT_NEAR(c->orchestrator_cores, 0.1, 1e-12);
   EXPECT_NEAR(c->prompt_tokens, 12, 1e-12);
+  EXPECT_NEAR(c->request_overhead_seconds, 0.003, 1e-12);
   EXPECT_NEAR(c->group_discard_fraction, 0.5, 1e-12);
   EXPECT_EQ(c->completion_tokens, (std::map<int64_t, int64_t>{{3, 2}, {5, 6}}));
 }
