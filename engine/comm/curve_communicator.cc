@@ -48,7 +48,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr int kWindowChunks = 8;             // send_hwm at rank 0, recv_hwm at a member (messages)
+constexpr int kWindowChunks = 16;            // send_hwm at rank 0, recv_hwm at a member (messages)
 constexpr int64_t kFrameSlack = 4096;        // CURVE's per-frame overhead and its handshake commands
 constexpr milliseconds kProbeInterval{100};  // rank 0 checks silent members this often
 constexpr milliseconds kAbortLinger{500};    // how long closing rank 0 tries to deliver kAbort
