@@ -33,17 +33,6 @@ std::string printable(const std::string& identity) {
   return out;
 }
 
-Status apply_socket_options(zmq::socket_t& socket, const SocketOptions& o) {
-  socket.set(zmq::sockopt::linger, 0);  // close never blocks on undelivered messages
-  socket.set(zmq::sockopt::sndhwm, o.send_hwm);
-  socket.set(zmq::sockopt::rcvhwm, o.recv_hwm);
-  socket.set(zmq::sockopt::maxmsgsize, o.max_frame_bytes);
-  if (o.heartbeat_interval.count() > 0) {
-    socket.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(o.heartbeat_interval.count()));
-    socket.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(o.heartbeat_timeout.count()));
-  }
-  return Status();
-}
 
 enum class Received { kNothing, kMessage, kOversized };
 
@@ -119,6 +108,18 @@ Status zmq_status(const zmq::error_t& e, const std::string& what) {
 }
 
 }  // namespace
+
+Status apply_socket_options(zmq::socket_t& socket, const SocketOptions& o) {
+  socket.set(zmq::sockopt::linger, 0);  // close never blocks on undelivered messages
+  socket.set(zmq::sockopt::sndhwm, o.send_hwm);
+  socket.set(zmq::sockopt::rcvhwm, o.recv_hwm);
+  socket.set(zmq::sockopt::maxmsgsize, o.max_frame_bytes);
+  if (o.heartbeat_interval.count() > 0) {
+    socket.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(o.heartbeat_interval.count()));
+    socket.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(o.heartbeat_timeout.count()));
+  }
+  return Status();
+}
 
 // libzmq's "zero-copy receive" (on by default) makes each received frame a view into a shared
 // 8 KiB read buffer at an arbitrary offset: arrays would mostly be misaligned (so copied) and a

@@ -41,22 +41,10 @@
 #include <zmq.hpp>
 
 #include "common/protocol/protocol.h"
+#include "common/protocol/security.h"
 #include "common/status.h"
 
 namespace rlrun {
-
-// Who may talk on the control plane. kNone: anyone who can reach the port. kCurve: encrypted
-// and authenticated with the run's keys (Z85 text, 40 characters; see curve_keys.h, whose
-// server_security()/client_security() fill this): the server uses server_public/server_secret
-// and admits only a client whose public key is client_public (checked by a ZAP handler, see
-// curve_auth.h); a client uses server_public and its client_public/client_secret pair.
-// Fields a side does not use stay empty (a client never needs the server secret).
-struct SecurityOptions {
-  enum class Mechanism { kNone, kCurve };
-  Mechanism mechanism = Mechanism::kNone;
-  std::string server_public, server_secret;
-  std::string client_public, client_secret;
-};
 
 // Keeps a CURVE server's ZAP domain registered (curve_auth.h); opaque here.
 class ZapRegistration;
@@ -76,6 +64,10 @@ struct SocketOptions {
   zmq::context_t* context = nullptr;          // nullptr: the process-wide control_context()
                                               // (another context: see control_context() on alignment)
 };
+
+// Applies `options` to a fresh socket (before bind/connect): linger 0, high-water marks, the frame
+// size limit and ZMTP heartbeats. Security is applied separately (curve_auth.h).
+Status apply_socket_options(zmq::socket_t& socket, const SocketOptions& options);
 
 // One zmq context for the process (1 I/O thread), with libzmq's shared-buffer receive turned off
 // so that received array frames are separately allocated and aligned (decoded WireArrays then

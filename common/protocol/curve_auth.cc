@@ -25,7 +25,8 @@ constexpr auto kRejectWarnInterval = std::chrono::seconds(5);    // rate limit o
 std::string to_string(const zmq::message_t& m) { return std::string(static_cast<const char*>(m.data()), m.size()); }
 
 // Answers ZAP requests for one context on its own thread. allowed_ maps a ZAP domain (one per
-// CURVE server socket) to the binary 32-byte client public key it admits.
+// CURVE server socket) to the binary 32-byte client public key it admits and the socket's name
+// for logs ("control plane", "weight transport").
 class ZapHandler {
  public:
   static Result<std::shared_ptr<ZapHandler>> start(zmq::context_t& context) {
@@ -43,9 +44,9 @@ class ZapHandler {
   // the endpoint still taken.
   ~ZapHandler();
 
-  void allow(const std::string& domain, const std::string& client_key) {
+  void allow(const std::string& domain, const std::string& client_key, std::string what) {
     std::lock_guard lock(mutex_);
-    allowed_[domain] = client_key;
+    allowed_[domain] = Admitted{client_key, std::move(what)};
   }
   void forget(const std::string& domain) {
     std::lock_guard lock(mutex_);
@@ -87,19 +88,20 @@ class ZapHandler {
     const std::string domain = to_string(request[2]), address = to_string(request[3]);
     const std::string mechanism = to_string(request[5]);
     if (mechanism == "NULL") return {"200", "OK"};  // a socket without security: nothing to check
-    std::string allowed;
+    Admitted allowed;
     {
       std::lock_guard lock(mutex_);
       auto it = allowed_.find(domain);
       if (it != allowed_.end()) allowed = it->second;
     }
     const std::string key = request.size() >= 7 ? to_string(request[6]) : std::string();
-    if (mechanism == "CURVE" && !allowed.empty() && key == allowed) return {"200", "OK"};
-    warn_rejected(address, mechanism, key);
+    if (mechanism == "CURVE" && !allowed.key.empty() && key == allowed.key) return {"200", "OK"};
+    warn_rejected(allowed.what, address, mechanism, key);
     return {"400", "client key not admitted"};
   }
 
-  void warn_rejected(const std::string& address, const std::string& mechanism, const std::string& key) {
+  void warn_rejected(const std::string& what, const std::string& address, const std::string& mechanism,
+                     const std::string& key) {
     ++rejected_;
     const auto now = Clock::now();
     if (last_warning_ != Clock::time_point{} && now - last_warning_ < kRejectWarnInterval) return;
@@ -110,12 +112,16 @@ class ZapHandler {
       zmq_z85_encode(z85, reinterpret_cast<const uint8_t*>(key.data()), key.size());
       fingerprint = key_fingerprint(z85);
     }
-    log::warn(str("control plane: rejected a ", mechanism, " peer from ", address, " with client key ", fingerprint,
+    log::warn(str(what.empty() ? "control plane" : what, ": rejected a ", mechanism, " peer from ", address, " with client key ", fingerprint,
                   " (not this run's key; ", rejected_, " rejected so far)"));
   }
 
+  struct Admitted {
+    std::string key;   // binary, 32 bytes
+    std::string what;  // the socket, for logs
+  };
   std::mutex mutex_;
-  std::map<std::string, std::string> allowed_;  // guarded by mutex_
+  std::map<std::string, Admitted> allowed_;  // guarded by mutex_
   zmq::socket_t socket_;                        // used only by thread_ after construction
   std::atomic<bool> stop_{false};
   uint64_t rejected_ = 0;                       // thread_ only
@@ -170,9 +176,9 @@ class ZapRegistration {
 void ZapRegistrationDeleter::operator()(ZapRegistration* r) const { delete r; }
 
 Result<ZapRegistrationPtr> apply_curve_server(zmq::socket_t& socket, zmq::context_t& context,
-                                              const SecurityOptions& security) {
+                                              const SecurityOptions& security, std::string_view what) {
   RLRUN_RETURN_IF_ERROR(check_curve_available());
-  RLRUN_RETURN_IF_ERROR(check_key_pair(security.server_public, security.server_secret, "control plane server keys"));
+  RLRUN_RETURN_IF_ERROR(check_key_pair(security.server_public, security.server_secret, str(what, " server keys")));
   RLRUN_RETURN_IF_ERROR(check_key(security.client_public, "the admitted client public key"));
   std::array<uint8_t, 32> client_key;
   zmq_z85_decode(client_key.data(), security.client_public.c_str());
@@ -180,13 +186,14 @@ Result<ZapRegistrationPtr> apply_curve_server(zmq::socket_t& socket, zmq::contex
   static std::atomic<uint64_t> next_domain{0};
   const std::string domain = str("rlrun-control-", ++next_domain);
   RLRUN_ASSIGN_OR_RETURN(std::shared_ptr<ZapHandler> handler, handler_for(context));
-  handler->allow(domain, std::string(reinterpret_cast<const char*>(client_key.data()), client_key.size()));
+  handler->allow(domain, std::string(reinterpret_cast<const char*>(client_key.data()), client_key.size()),
+                 std::string(what));
   ZapRegistrationPtr registration(new ZapRegistration(std::move(handler), domain));
 
   socket.set(zmq::sockopt::zap_domain, domain);
   socket.set(zmq::sockopt::curve_server, true);
   socket.set(zmq::sockopt::curve_secretkey, security.server_secret);
-  log::info(str("control plane: CURVE server key ", key_fingerprint(security.server_public), ", admitting client key ",
+  log::info(str(what, ": CURVE server key ", key_fingerprint(security.server_public), ", admitting client key ",
                 key_fingerprint(security.client_public), " only"));
   return registration;
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <string_view>
 
 #include <zmq.hpp>
 
@@ -22,10 +23,12 @@ namespace rlrun {
 // context's handler; destroy it after the socket is closed.
 
 // Makes `socket` (before bind) a CURVE server with `security.server_*` keys that admits only
-// `security.client_public`. Errors: unavailable without CURVE in libzmq, invalid_argument for a
-// bad key (never quoting a secret), unavailable when another ZAP handler owns the context.
+// `security.client_public`; `what` names the socket in logs and errors. Errors: unavailable
+// without CURVE in libzmq, invalid_argument for a bad key (never quoting a secret), unavailable
+// when another ZAP handler owns the context.
 Result<ZapRegistrationPtr> apply_curve_server(zmq::socket_t& socket, zmq::context_t& context,
-                                              const SecurityOptions& security);
+                                              const SecurityOptions& security,
+                                              std::string_view what = "control plane");
 
 // Makes `socket` (before connect) a CURVE client of the server `security.server_public` with the
 // `security.client_*` pair.

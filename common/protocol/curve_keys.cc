@@ -158,4 +158,20 @@ SecurityOptions client_security(const RunKeys& keys) {
   return s;
 }
 
+SecurityOptions worker_server_security(const SecurityOptions& worker) {
+  SecurityOptions s;
+  s.mechanism = worker.mechanism;
+  s.server_public = worker.client_public;
+  s.server_secret = worker.client_secret;
+  s.client_public = worker.client_public;
+  return s;
+}
+
+SecurityOptions worker_client_security(const SecurityOptions& worker) {
+  SecurityOptions s = worker;
+  s.server_public = worker.client_public;
+  s.server_secret.clear();
+  return s;
+}
+
 }  // namespace rlrun

@@ -53,4 +53,12 @@ Status check_key_pair(std::string_view public_z85, std::string_view secret_z85, 
 SecurityOptions server_security(const RunKeys& keys);
 SecurityOptions client_security(const RunKeys& keys);
 
+// Sockets between two of the run's workers (the weight transport, engine/comm/): every worker
+// holds the same client pair (client_security()), so the serving worker uses that pair as its
+// server pair and admits it, and the others connect to its public half. A peer without the key
+// file can neither serve nor connect. `worker` is a worker's client_security(); a worker never
+// holds the orchestrator's secret.
+SecurityOptions worker_server_security(const SecurityOptions& worker);
+SecurityOptions worker_client_security(const SecurityOptions& worker);
+
 }  // namespace rlrun

@@ -1,8 +1,10 @@
 // communicator.h - collectives between processes: gradient reduction among trainer ranks and the
 // weight-sync group (trainer rank 0 + every rollout worker).
 //
-// One interface, two implementations: Gloo over TCP for host buffers (engine/comm/), NCCL for device
-// buffers (engine/cuda/); make_communicator() picks one by where the group's buffers live.
+// One interface, three implementations: Gloo over TCP for host buffers (engine/comm/), NCCL for
+// device buffers (engine/cuda/), and the CURVE transport (curve_communicator.cc: ZeroMQ sockets
+// encrypted and authenticated with the run's keys) for a host group that carries security, which
+// broadcasts from rank 0 only: the weight-sync group. make_communicator() picks one.
 // Rendezvous goes through a RendezvousStore that the orchestrator serves over its control plane,
 // never through a shared file system.
 //
@@ -19,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/protocol/security.h"
 #include "common/status.h"
 
 namespace rlrun::engine {
@@ -76,13 +79,23 @@ struct GroupOptions {
   std::chrono::milliseconds collective_timeout{0};
   CommPlacement placement = CommPlacement::kHost;
   int device = 0;  // kCuda: the CUDA device of this rank's buffers
+  // kHost only. kCurve (a worker's client_security(), common/protocol/curve_keys.h): the group is
+  // the CURVE transport, which only holders of the run's keys can join, read or write; kNone: Gloo,
+  // open to anyone who reaches its ports. NCCL has no authentication: kCuda with kCurve is refused.
+  SecurityOptions security;
 };
 
 // A Gloo communicator over TCP for host (CPU) buffers.
 Result<std::unique_ptr<Communicator>> make_gloo_communicator(std::shared_ptr<RendezvousStore> store,
                                                              const GroupOptions& options);
 
-// The group's implementation, by options.placement: Gloo or NCCL.
+// The CURVE transport for host buffers (options.security must be kCurve): rank 0 binds a CURVE
+// server admitting only the run's key, every other rank connects to it. Only broadcast from root 0
+// and barrier are implemented; the other collectives return an error.
+Result<std::unique_ptr<Communicator>> make_curve_communicator(std::shared_ptr<RendezvousStore> store,
+                                                              const GroupOptions& options);
+
+// The group's implementation, by options.placement and options.security: Gloo, CURVE or NCCL.
 Result<std::unique_ptr<Communicator>> make_communicator(std::shared_ptr<RendezvousStore> store,
                                                         const GroupOptions& options);
 

@@ -13,7 +13,14 @@ CommPlacement comm_placement_for(std::string_view backend) {
 
 Result<std::unique_ptr<Communicator>> make_communicator(std::shared_ptr<RendezvousStore> store,
                                                         const GroupOptions& options) {
-  if (options.placement == CommPlacement::kHost) return make_gloo_communicator(std::move(store), options);
+  const bool secured = options.security.mechanism != SecurityOptions::Mechanism::kNone;
+  if (options.placement == CommPlacement::kHost) {
+    return secured ? make_curve_communicator(std::move(store), options) : make_gloo_communicator(std::move(store), options);
+  }
+  if (secured) {
+    return invalid_argument(str("group `", options.name, "`: NCCL cannot be authenticated or encrypted; a group on ",
+                                "device buffers runs without security (it relies on the cluster network)"));
+  }
 #ifdef RLRUN_HAVE_CUDA
   return cuda::make_nccl_communicator(std::move(store), options, options.device);
 #else

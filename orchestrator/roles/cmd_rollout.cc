@@ -56,8 +56,8 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
   // WeightSyncBegin names.
   options.join_weight_group = [&config, endpoint = options.orchestrator, index = options.index,
                                 security = options.control_security](uint32_t epoch) {
-    return join_group(endpoint, worker_name(Role::kRollout, index), weight_sync_group(config, index + 1, static_cast<int>(epoch)),
-                      security);
+    return join_group(endpoint, worker_name(Role::kRollout, index),
+                      weight_sync_group(config, index + 1, static_cast<int>(epoch), security), security);
   };
   std::unique_ptr<engine::Communicator> weight_comm;
   if (weight_group_epoch >= 0) {

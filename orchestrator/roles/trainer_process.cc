@@ -66,7 +66,8 @@ Status build_rank(const Config& config, const TrainerProcessOptions& options, Tr
     // Not fatal: a rollout worker that died while the group formed leaves it incomplete; the
     // orchestrator's first WeightSyncBegin then names a new epoch and the group re-forms.
     Result<std::unique_ptr<engine::Communicator>> weights =
-        join_group(options.orchestrator, identity, weight_sync_group(config, 0), options.control_security);
+        join_group(options.orchestrator, identity, weight_sync_group(config, 0, 0, options.control_security),
+                   options.control_security);
     if (weights.ok()) {
       r.weights = std::move(*weights);
       r.weights_epoch = 0;
@@ -254,7 +255,8 @@ class TrainerLoop {
     rank_.weights_epoch = -1;
     const std::string identity = worker_name(Role::kTrainer, options_.rank);
     RLRUN_ASSIGN_OR_RETURN(rank_.weights, join_group(options_.orchestrator, identity,
-                                                     weight_sync_group(config_, 0, static_cast<int>(epoch)),
+                                                     weight_sync_group(config_, 0, static_cast<int>(epoch),
+                                                                       options_.control_security),
                                                      options_.control_security));
     rank_.weights_epoch = epoch;
     rank_.trainer->set_weight_comm(rank_.weights.get());

@@ -28,7 +28,9 @@ struct TrainerProcessOptions {
   std::string orchestrator;   // tcp://HOST:PORT of the orchestrator's ControlServer
   int rank = 0;
   std::string timeline_path;  // "" = no timeline
-  SecurityOptions control_security;  // of every connection to the orchestrator (run/control_plane.h)
+  // Of every connection to the orchestrator (run/control_plane.h), and of the weight group
+  // (rank 0: the run's keys make it the CURVE transport, run/rendezvous.h).
+  SecurityOptions control_security;
   std::string resume_from;    // a complete checkpoint to load before registering; "" = none
 };
 

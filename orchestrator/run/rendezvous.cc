@@ -113,7 +113,7 @@ Result<std::vector<char>> ControlPlaneStore::get(const std::string& key, std::ch
   return std::vector<char>(value->value.begin(), value->value.end());
 }
 
-engine::GroupOptions weight_sync_group(const Config& config, int rank, int epoch) {
+engine::GroupOptions weight_sync_group(const Config& config, int rank, int epoch, const SecurityOptions& security) {
   engine::GroupOptions g;
   g.name = str("weights-", epoch);
   g.rank = rank;
@@ -125,6 +125,7 @@ engine::GroupOptions weight_sync_group(const Config& config, int rank, int epoch
   // moves host memory and a trainer on a device stages its weights (trainer/weight_sender.h).
   // Rollout on CUDA makes this comm_placement_for(backend): NCCL from device to device.
   g.placement = engine::CommPlacement::kHost;
+  g.security = security;
   return g;
 }
 

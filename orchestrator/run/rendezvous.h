@@ -9,7 +9,8 @@
 // "<worker>/store"), so Gloo may block in get() without touching the worker's main connection.
 //
 // Groups of a run: "dp" (the trainer ranks, rank = trainer rank) and "weights-<epoch>" (trainer
-// rank 0 as rank 0, rollout worker i as rank i + 1). Gloo prefixes every key with the group name.
+// rank 0 as rank 0, rollout worker i as rank i + 1). Every implementation prefixes its keys with
+// the group name ("<name>/..."; the CURVE transport's are "<name>/curve/...").
 #pragma once
 
 #include <chrono>
@@ -81,8 +82,11 @@ inline constexpr std::chrono::milliseconds kGroupJoinTimeout{180000};
 // worker (rank i + 1). Epoch 0 forms while the processes start (kGroupJoinTimeout); a later epoch
 // re-forms the group after a member died, among running processes, within
 // heartbeat_timeout_seconds, which also bounds every collective: a sync with a dead or stopped
-// member fails on the others within it.
-engine::GroupOptions weight_sync_group(const Config& config, int rank, int epoch = 0);
+// member fails on the others within it. `security`: the member's control-plane security. With the
+// run's keys (control_plane_security: curve) the group is the CURVE transport (engine/comm/), which
+// only the run's workers can join, read or write; without (none), Gloo over plain TCP.
+engine::GroupOptions weight_sync_group(const Config& config, int rank, int epoch = 0,
+                                       const SecurityOptions& security = {});
 // The prefix of that group's keys in the rendezvous store (RendezvousService::abandon).
 std::string weight_group_key_prefix(int epoch);
 // The trainer ranks' data-parallel group.

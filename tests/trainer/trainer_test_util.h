@@ -1,4 +1,5 @@
-// trainer_test_util.h - groups of ranks as threads (Gloo over loopback), random packed sequences.
+// trainer_test_util.h - groups of ranks as threads (Gloo, or the CURVE transport, over loopback),
+// random packed sequences.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,9 +17,10 @@
 
 namespace rlrun::trainer::testing {
 
-// Runs body(rank, comm) on `size` threads, each with its own Gloo communicator.
+// Runs body(rank, comm) on `size` threads, each with its own communicator: Gloo, or with the
+// run's keys in `security` the CURVE transport (broadcasts from rank 0 only).
 inline void run_group(int size, const std::function<void(int, engine::Communicator&)>& body,
-                      const std::string& name = "g") {
+                      const std::string& name = "g", const SecurityOptions& security = {}) {
   auto store = engine::make_in_process_store();
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
@@ -28,7 +30,8 @@ inline void run_group(int size, const std::function<void(int, engine::Communicat
       opts.rank = r;
       opts.size = size;
       opts.timeout = std::chrono::milliseconds(20000);
-      auto comm = engine::make_gloo_communicator(store, opts);
+      opts.security = security;
+      auto comm = engine::make_communicator(store, opts);
       ASSERT_TRUE(comm.ok()) << comm.status().message();
       body(r, **comm);
     });

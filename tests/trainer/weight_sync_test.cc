@@ -1,12 +1,14 @@
-// Weight send (trainer rank 0) / receive (rollout workers) over a real Gloo group of threads:
-// bucket sizes that do not divide the buffer, metadata once then a digest, layout mismatches,
-// late joiners, bf16 destinations, hostile headers and metadata; Trainer::send_weights with the
-// gradient buffer freed for the whole send.
+// Weight send (trainer rank 0) / receive (rollout workers) over a real group of threads, on both
+// weight transports (Gloo, for control_plane_security: none; the CURVE transport with the run's
+// keys, for curve): bucket sizes that do not divide the buffer, metadata once then a digest,
+// layout mismatches, late joiners, bf16 destinations, hostile headers and metadata;
+// Trainer::send_weights with the gradient buffer freed for the whole send.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "bigram_test_double.h"
+#include "common/protocol/curve_keys.h"
 #include "engine/comm/weight_receiver.h"
 #include "trainer/train_step.h"
 #include "trainer/weight_sender.h"
@@ -18,7 +20,6 @@ namespace {
 using engine::FlatLayout;
 using engine::Shape;
 using testing::cpu_backend;
-using testing::run_group;
 
 FlatLayout layout_of(int64_t a_rows, int64_t flat) {
   return FlatLayout{{{"a.weight", {a_rows, 3}, 0, a_rows * 3}, {"b.bias", {5}, 64, 5}}, flat, "f32"};
@@ -30,7 +31,18 @@ std::vector<float> weights(int64_t n, float salt) {
   return w;
 }
 
-TEST(WeightSync, OneSenderTwoReceiversMetadataOnceThenDigest) {
+// The parameter: true runs the group over the CURVE transport, false over Gloo.
+class WeightSync : public ::testing::TestWithParam<bool> {
+ protected:
+  void run_group(int size, const std::function<void(int, engine::Communicator&)>& body, const std::string& name) {
+    static const RunKeys keys = std::move(generate_run_keys()).value();
+    testing::run_group(size, body, name, GetParam() ? client_security(keys) : SecurityOptions{});
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Transports, WeightSync, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "Curve" : "Gloo"; });
+
+TEST_P(WeightSync, OneSenderTwoReceiversMetadataOnceThenDigest) {
   const int64_t flat = 69;
   for (int64_t bucket_bytes : {20, 4, 1 << 20}) {  // 5 floats (69 = 13 * 5 + 4), 1 float, all at once
     run_group(3, [&](int rank, engine::Communicator& comm) {
@@ -62,7 +74,7 @@ TEST(WeightSync, OneSenderTwoReceiversMetadataOnceThenDigest) {
   }
 }
 
-TEST(WeightSync, MismatchedReceiverFailsClearlyAndTheOthersContinue) {
+TEST_P(WeightSync, MismatchedReceiverFailsClearlyAndTheOthersContinue) {
   const int64_t flat = 69;
   run_group(3, [&](int rank, engine::Communicator& comm) {
     auto backend = cpu_backend();
@@ -98,7 +110,7 @@ TEST(WeightSync, MismatchedReceiverFailsClearlyAndTheOthersContinue) {
   }, "ws-mismatch");
 }
 
-TEST(WeightSync, Bf16DestinationAndResendMetadata) {
+TEST_P(WeightSync, Bf16DestinationAndResendMetadata) {
   const int64_t flat = 69;
   run_group(2, [&](int rank, engine::Communicator& comm) {
     auto backend = cpu_backend();
@@ -125,7 +137,7 @@ TEST(WeightSync, Bf16DestinationAndResendMetadata) {
   }, "ws-bf16");
 }
 
-TEST(WeightSync, HostileHeadersAndMetadataAreErrors) {
+TEST(WeightSyncFormat, HostileHeadersAndMetadataAreErrors) {
   engine::WeightSyncHeader h;
   h.bucket_elements = 4;
   h.total_elements = 10;
@@ -153,7 +165,7 @@ TEST(WeightSync, HostileHeadersAndMetadataAreErrors) {
   EXPECT_NE(engine::layout_digest(l), engine::layout_digest(layout_of(11, 69)));
 }
 
-TEST(WeightSync, TrainerFreesGradBuffersForTheWholeSend) {
+TEST_P(WeightSync, TrainerFreesGradBuffersForTheWholeSend) {
   for (bool free_grads : {false, true}) {
     run_group(2, [&](int rank, engine::Communicator& comm) {
       auto backend = cpu_backend();

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/protocol/curve_keys.h"
 #include "tests/common/eventually.h"
 
 namespace rlrun::orchestrator {
@@ -15,7 +16,14 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The orchestrator's side: a ControlServer whose loop serves only the store.
+// A worker's security with a fresh run's keys (client_security: what --control-keys gives it).
+SecurityOptions run_keys() {
+  static const RunKeys keys = std::move(generate_run_keys()).value();
+  return client_security(keys);
+}
+
+// The orchestrator's side: a ControlServer whose loop serves only the store (unsecured: the
+// tests that secure a weight group give the keys to the group, not to the store).
 class StoreServer {
  public:
   StoreServer() {
@@ -158,52 +166,84 @@ TEST(Rendezvous, TwoGlooGroupsFormThroughTheControlPlane) {
   EXPECT_EQ(done.load(), 5);
 }
 
-// A member died before joining a re-formed weight group: abandoning the group's keys makes the
-// others' join fail at once, not at the join timeout.
-TEST(Rendezvous, AbandonedWeightGroupFailsTheJoinAtOnce) {
+// With the run's keys (control_plane_security: curve) the weight group is the CURVE transport:
+// it forms through the same store and moves rank 0's bytes, and it is not Gloo (it refuses an
+// all-reduce).
+TEST(Rendezvous, WithTheRunsKeysTheWeightGroupIsTheCurveTransport) {
   StoreServer server;
   Config config;
-  config.inference_num_workers = 1;
-  config.heartbeat_timeout_seconds = 60;  // the re-formed group's join timeout: far beyond the check below
-  const auto start = std::chrono::steady_clock::now();
-  std::thread trainer([&] {
-    auto weights = join_group(server.endpoint(), "trainer-0", weight_sync_group(config, 0, 1));
-    EXPECT_FALSE(weights.ok());
-  });
-  ASSERT_TRUE(testing::eventually([&] { return server.waiting() > 0; }, 10s)) << "the trainer never waited for a peer";
-  server.abandon(weight_group_key_prefix(1));
-  trainer.join();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
-  // Later joins of that epoch fail at once too; another epoch is untouched.
-  auto late = join_group(server.endpoint(), "rollout-0", weight_sync_group(config, 1, 1));
-  EXPECT_FALSE(late.ok());
-  std::vector<std::thread> members;
-  for (int r = 0; r < 2; ++r)
-    members.emplace_back([&, r] { EXPECT_TRUE(join_group(server.endpoint(), str("m", r), weight_sync_group(config, r, 2)).ok()); });
-  for (auto& t : members) t.join();
+  config.inference_num_workers = 2;
+  const SecurityOptions keys = run_keys();
+  EXPECT_EQ(weight_sync_group(config, 1, 0, keys).security.mechanism, SecurityOptions::Mechanism::kCurve);
+  EXPECT_EQ(weight_sync_group(config, 1).security.mechanism, SecurityOptions::Mechanism::kNone) << "none: Gloo";
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      const std::string who = r == 0 ? "trainer-0" : str("rollout-", r - 1);
+      auto weights = join_group(server.endpoint(), who, weight_sync_group(config, r, 0, keys));
+      ASSERT_TRUE(weights.ok()) << weights.status().message();
+      std::vector<int32_t> v = {r == 0 ? 42 : -1};
+      ASSERT_TRUE((*weights)->broadcast(v.data(), 1, engine::CommDType::kI32, 0).ok());
+      EXPECT_EQ(v[0], 42);
+      EXPECT_FALSE((*weights)->all_reduce_sum(v.data(), 1, engine::CommDType::kI32).ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// A member died before joining a re-formed weight group: abandoning the group's keys makes the
+// others' join fail at once, not at the join timeout. Both transports.
+TEST(Rendezvous, AbandonedWeightGroupFailsTheJoinAtOnce) {
+  for (const SecurityOptions& security : {SecurityOptions{}, run_keys()}) {
+    StoreServer server;
+    Config config;
+    config.inference_num_workers = 1;
+    config.heartbeat_timeout_seconds = 60;  // the re-formed group's join timeout: far beyond the check below
+    const auto start = std::chrono::steady_clock::now();
+    std::thread trainer([&] {
+      auto weights = join_group(server.endpoint(), "trainer-0", weight_sync_group(config, 0, 1, security));
+      EXPECT_FALSE(weights.ok());
+    });
+    ASSERT_TRUE(testing::eventually([&] { return server.waiting() > 0; }, 10s)) << "the trainer never waited for a peer";
+    server.abandon(weight_group_key_prefix(1));
+    trainer.join();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+    // Later joins of that epoch fail at once too; another epoch is untouched.
+    auto late = join_group(server.endpoint(), "rollout-0", weight_sync_group(config, 1, 1, security));
+    EXPECT_FALSE(late.ok());
+    std::vector<std::thread> members;
+    for (int r = 0; r < 2; ++r) {
+      members.emplace_back([&, r] {
+        EXPECT_TRUE(join_group(server.endpoint(), str("m", r), weight_sync_group(config, r, 2, security)).ok());
+      });
+    }
+    for (auto& t : members) t.join();
+  }
 }
 
 // A member that stops taking part (a stopped process) fails the others' collective within
-// heartbeat_timeout_seconds, not the join timeout.
+// heartbeat_timeout_seconds, not the join timeout. Both transports.
 TEST(Rendezvous, WeightGroupCollectiveFailsWithinTheHeartbeatTimeout) {
-  StoreServer server;
-  Config config;
-  config.inference_num_workers = 1;
-  config.heartbeat_timeout_seconds = 1;
-  std::unique_ptr<engine::Communicator> silent;
-  std::thread trainer([&] {
-    auto weights = join_group(server.endpoint(), "trainer-0", weight_sync_group(config, 0, 0));
-    ASSERT_TRUE(weights.ok()) << weights.status().message();
-    silent = std::move(*weights);  // joined, but never broadcasts
-  });
-  auto receiver = join_group(server.endpoint(), "rollout-0", weight_sync_group(config, 1, 0));
-  trainer.join();
-  ASSERT_TRUE(receiver.ok()) << receiver.status().message();
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<int32_t> v = {0};
-  const Status s = (*receiver)->broadcast(v.data(), 1, engine::CommDType::kI32, 0);
-  EXPECT_FALSE(s.ok());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  for (const SecurityOptions& security : {SecurityOptions{}, run_keys()}) {
+    StoreServer server;
+    Config config;
+    config.inference_num_workers = 1;
+    config.heartbeat_timeout_seconds = 1;
+    std::unique_ptr<engine::Communicator> silent;
+    std::thread trainer([&] {
+      auto weights = join_group(server.endpoint(), "trainer-0", weight_sync_group(config, 0, 0, security));
+      ASSERT_TRUE(weights.ok()) << weights.status().message();
+      silent = std::move(*weights);  // joined, but never broadcasts
+    });
+    auto receiver = join_group(server.endpoint(), "rollout-0", weight_sync_group(config, 1, 0, security));
+    trainer.join();
+    ASSERT_TRUE(receiver.ok()) << receiver.status().message();
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<int32_t> v = {0};
+    const Status s = (*receiver)->broadcast(v.data(), 1, engine::CommDType::kI32, 0);
+    EXPECT_FALSE(s.ok());
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  }
 }
 
 }  // namespace

@@ -2,8 +2,11 @@
 // default control_plane_security: curve, probed by strangers while it trains: a DEALER without
 // CURVE, one with a self-made key pair, and one with the run's server key but an unknown client
 // key get nothing through (no registration, no StoreSet, no GenerateResult, not a single message,
-// although they claim a worker's identity), while the run keeps training. The key files are
-// private and no log of the run holds a secret. A run with `none` still runs to the end.
+// although they claim a worker's identity), while the run keeps training. The same strangers on
+// the weight transport's port (trainer rank 0's, from its log), claiming a rollout worker's place
+// and forging its hello, an ack and a chunk of weights, are sent not a single message, and the
+// run's weight syncs go on. The key files are private and no log of the run holds a secret. A
+// run with `none` still runs to the end.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,6 +23,7 @@
 #include "common/protocol/curve_keys.h"
 #include "tests/common/eventually.h"
 #include "tests/orchestrator/cli_test_util.h"
+#include "tests/engine/comm/curve_probe.h"
 #include "tests/orchestrator/control_probe.h"
 
 namespace rlrun::orchestrator {
@@ -77,6 +81,14 @@ std::string logged_endpoint(const std::string& output) {
   return std::regex_search(output, m, std::regex("control plane on (tcp://[0-9.]+:[0-9]+)")) ? m[1].str() : "";
 }
 
+// The weight transport's endpoint trainer rank 0 logged ("CURVE transport on tcp://...").
+std::string logged_weight_endpoint(const fs::path& trainer_log) {
+  const std::string text = read_all(trainer_log.string());
+  std::smatch m;
+  return std::regex_search(text, m, std::regex("weights-0` rank 0: CURVE transport on (tcp://[0-9.]+:[0-9]+)")) ? m[1].str()
+                                                                                                            : "";
+}
+
 // Every file of the run folder but the key file itself, and the orchestrator's output.
 std::vector<fs::path> run_logs(const fs::path& run, const fs::path& output) {
   std::vector<fs::path> files{output};
@@ -121,10 +133,24 @@ TEST(RunSecurity, StrangersGetNothingThroughWhileTheRunTrains) {
   }
   // The run's own key reaches the store, and the strangers' StoreSet is not there.
   EXPECT_FALSE(testing::probe_key_is_set(endpoint, client_security(*keys), kProbeWait));
+
+  // The weight transport: the same strangers, claiming rollout-0's place (rank 1) in the group.
+  const fs::path trainer_log = fs::path(run.run()) / "logs" / "trainer-0.log";
+  const std::string weights = logged_weight_endpoint(trainer_log);
+  ASSERT_FALSE(weights.empty()) << "no weight transport in " << read_all(trainer_log.string());
+  SecurityOptions knows_the_public_key = client_security(stranger);
+  knows_the_public_key.server_public = keys->client_public;  // the weight server's key: the run's worker key
+  std::vector<std::future<int>> weight_probes;
+  for (const SecurityOptions& security : {SecurityOptions{}, knows_the_public_key, worker_client_security(client_security(stranger))})
+    weight_probes.push_back(std::async(std::launch::async, testing::probe_curve_transport, weights, security, 1,
+                                       std::chrono::milliseconds(kProbeWait)));
+  for (size_t i = 0; i < weight_probes.size(); ++i)
+    EXPECT_EQ(weight_probes[i].get(), 0) << "weight probe " << i << " was sent messages";
   // The real workers were never displaced: the run keeps training (weight syncs included).
   EXPECT_TRUE(testing::eventually([&] { return lines_in(metrics) > steps_before + 1; }, std::chrono::seconds(120)))
       << run.output();
   EXPECT_THAT(run.output(), ::testing::HasSubstr("rejected a CURVE peer"));
+  EXPECT_THAT(read_all(trainer_log.string()), ::testing::HasSubstr("weights-0`: rejected a CURVE peer"));
 
   ASSERT_EQ(::kill(run.pid(), SIGINT), 0);
   EXPECT_EQ(run.wait_exit(), 1);
@@ -149,6 +175,7 @@ TEST(RunSecurity, RunWithoutSecurityRunsToTheEnd) {
   ASSERT_EQ(done.exit_code, 0) << done.err;
   EXPECT_THAT(done.err, ::testing::HasSubstr("(control_plane_security: none)"));
   EXPECT_FALSE(fs::exists(run / "keys"));
+  EXPECT_TRUE(logged_weight_endpoint(run / "logs" / "trainer-0.log").empty()) << "without keys the weights go over Gloo";
   const json summary = json::parse(read_all((run / "summary.json").string()));
   EXPECT_EQ(summary["exit"], "ok");
   EXPECT_EQ(summary["steps_completed"], 3);

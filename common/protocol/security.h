@@ -1,0 +1,24 @@
+// security.h - who may talk on a run's sockets: the options a CURVE socket needs.
+//
+// Kept apart from control_plane.h (and free of ZeroMQ headers) because the collective groups of
+// engine/comm/ carry them too: the weight transport is secured with the same run keys.
+#pragma once
+
+#include <string>
+
+namespace rlrun {
+
+// Who may talk on the control plane. kNone: anyone who can reach the port. kCurve: encrypted
+// and authenticated with the run's keys (Z85 text, 40 characters; see curve_keys.h, whose
+// server_security()/client_security() fill this): the server uses server_public/server_secret
+// and admits only a client whose public key is client_public (checked by a ZAP handler, see
+// curve_auth.h); a client uses server_public and its client_public/client_secret pair.
+// Fields a side does not use stay empty (a client never needs the server secret).
+struct SecurityOptions {
+  enum class Mechanism { kNone, kCurve };
+  Mechanism mechanism = Mechanism::kNone;
+  std::string server_public, server_secret;
+  std::string client_public, client_secret;
+};
+
+}  // namespace rlrun
