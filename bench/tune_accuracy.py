@@ -52,8 +52,10 @@ def run(binary, config, steps, task_sets, config_sets, run_dir):
     args = [binary, config, "--run-dir", run_dir, "--set", f"number_of_steps={steps}", "--set", "task.eval_every=0",
             "--set", "metrics_bind=127.0.0.1:0"] + sets(task_sets + config_sets)
     done = subprocess.run(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(args)} exited {done.returncode}:\n{done.stdout[-3000:]}")
+    if done.returncode != 0:  # e.g. a policy that never earns a reward: no batch forms
+        last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+        print(f"  run failed ({done.returncode}): {last[:300]}", file=sys.stderr)
+        return None
     with open(os.path.join(run_dir, "summary.json")) as f:
         s = json.load(f)
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
@@ -82,12 +84,18 @@ def main():
         for task, task_sets, configs in TASKS:
             base_dir = os.path.join(tmp, f"{task}-base")
             base = run(a.binary, a.config, a.steps, task_sets, configs[0][1], base_dir)
+            if base is None:
+                continue
             for name, config_sets in configs:
                 predicted = predict(a.binary, base_dir, config_sets)
                 measured = [base] if not config_sets else []
                 for i in range(a.repeats - len(measured)):
-                    measured.append(run(a.binary, a.config, a.steps, task_sets, config_sets,
-                                        os.path.join(tmp, f"{task}-{len(table)}-{i}")))
+                    m = run(a.binary, a.config, a.steps, task_sets, config_sets,
+                            os.path.join(tmp, f"{task}-{len(table)}-{i}"))
+                    if m is not None:
+                        measured.append(m)
+                if not measured:
+                    continue
                 med = {k: statistics.median(m[k] for m in measured) for k in ("s", "trainer", "rollout")}
                 table.append((task, name, med, predicted))
                 print(f"  {task}: {name}: measured {med['s']:.3f} s/step, predicted {predicted['s']:.3f}",

@@ -202,7 +202,7 @@ TEST_P(WeightSync, TrainerFreesGradBuffersForTheWholeSend) {
 }
 
 // bf16 weights (rank 0 holds no full f32 master): widened per bucket on the host, f32 on the wire.
-TEST(WeightSync, Bf16WeightsAreSentWidened) {
+TEST_P(WeightSync, Bf16WeightsAreSentWidened) {
   const int64_t flat = 69;
   std::vector<float> values(flat);
   for (int64_t i = 0; i < flat; ++i) values[i] = std::sin(0.3f * static_cast<float>(i));

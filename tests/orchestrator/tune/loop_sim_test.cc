@@ -49,6 +49,13 @@ TEST(LoopSim, ASynchronousStepIsGenerationThenTrainingThenSync) {
   EXPECT_NEAR(p.mean_staleness, 0, 1e-9);
 }
 
+TEST(LoopSim, ARequestsRoundTripDelaysItsGroup) {
+  LoopCosts c = simple_costs(6, 0.01, 0.001, 0.05);
+  c.request_overhead_seconds = 0.02;
+  const Prediction p = simulate(c, settings(0), gpus(2), {.steps = 20, .seed = 1});
+  EXPECT_NEAR(p.seconds_per_step, 0.02 + 6 * 0.01 + kBatchTokens * 0.001 + 0.05, 1e-9);
+}
+
 TEST(LoopSim, AsynchronyHidesGenerationBehindTraining) {
   // Training (160 ms + 50 ms sync) is the bottleneck: with max_async_rollout 1 the next batch is
   // generated meanwhile, so after the first step each step costs training + sync only.
