@@ -3,8 +3,9 @@
 configuration is predicted from the base run's profile (`rlrun tune BASE --set ... --json`) and then
 run for real. Prints predicted vs measured seconds per RL step (wait + train + weight sync, as
 metrics.jsonl splits it) and trainer/rollout idle fractions (summary.json), with the error of each.
-Goal (issue "Balance the loop"): within 15% for step time and 0.1 for idle fractions. Prints
-figures; never fails on time.
+Goal (issue "Balance the loop"): within 15% for step time and 0.1 for idle fractions. Runs keep
+groups without reward spread (discard_group_zero_advantage: false), so that the work per step
+does not depend on how far each run happened to learn. Prints figures; never fails on time.
 
   python3 bench/tune_accuracy.py [--config configs/quickstart.yaml] [--steps 60] [--repeats 1]
 """
@@ -49,8 +50,10 @@ def sets(values):
 
 
 def run(binary, config, steps, task_sets, config_sets, run_dir):
+    # Every group is trained (no zero-spread discards): the work per step then does not depend on
+    # how far each run happened to learn, so runs of one task are comparable.
     args = [binary, config, "--run-dir", run_dir, "--set", f"number_of_steps={steps}", "--set", "task.eval_every=0",
-            "--set", "metrics_bind=127.0.0.1:0"] + sets(task_sets + config_sets)
+            "--set", "metrics_bind=127.0.0.1:0", "--set", "discard_group_zero_advantage=false"] + sets(task_sets + config_sets)
     done = subprocess.run(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:  # e.g. a policy that never earns a reward: no batch forms
         last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""

@@ -325,16 +325,20 @@ double Orchestrator::loop_seconds() const {
   return (resumed_ ? resumed_->loop_seconds : 0.0) + (looping_ ? seconds_since(loop_start_) : 0.0);
 }
 
-void Orchestrator::print_progress(double reward_mean) {
-  const double loop = std::max(1e-9, loop_seconds());
-  double rollout_idle = 0;
+double Orchestrator::rollout_idle_fraction(double loop) const {
+  double idle = 0;
   int rollouts = 0;
   for (const WorkerSlot& w : workers_) {
     if (w.role != Role::kRollout) continue;
-    rollout_idle += w.idle_seconds / loop;
+    idle += loop > 0 ? w.idle_seconds / loop : 0;
     ++rollouts;
   }
-  rollout_idle = rollouts ? rollout_idle / rollouts : 0;
+  return rollouts ? idle / rollouts : 0;
+}
+
+void Orchestrator::print_progress(double reward_mean) {
+  const double loop = std::max(1e-9, loop_seconds());
+  const double rollout_idle = rollout_idle_fraction(loop);
   const int64_t done = outcome_.steps_completed, total = config_.number_of_steps;
   const int64_t this_run = done - (resumed_ ? resumed_->steps_completed : 0);
   const double eta = this_run > 0 ? seconds_since(loop_start_) / static_cast<double>(this_run) * static_cast<double>(total - done) : 0;
@@ -405,14 +409,7 @@ RunOutcome Orchestrator::finish() {
     advise(true);
   }
   outcome_.samples = resumed_ ? add_samples(resumed_->samples, ledger_.summary()) : ledger_.summary();
-  double idle = 0;
-  int rollouts = 0;
-  for (const WorkerSlot& w : workers_) {
-    if (w.role != Role::kRollout) continue;
-    idle += outcome_.loop_seconds > 0 ? w.idle_seconds / outcome_.loop_seconds : 0;
-    ++rollouts;
-  }
-  outcome_.rollout_idle_fraction = rollouts ? idle / rollouts : 0;
+  outcome_.rollout_idle_fraction = rollout_idle_fraction(outcome_.loop_seconds);
   if (Result<ProcessMemory> mem = read_process_memory(); mem.ok())
     outcome_.peak_memory_bytes["orchestrator"] = mem->peak_resident_bytes;
   return outcome_;

@@ -170,6 +170,7 @@ class Orchestrator {
                        const BatchIdentity& batch, std::optional<double> eval_accuracy);
   void print_progress(double reward_mean);
   double loop_seconds() const;  // this process's loop time plus that of the parts resumed from
+  double rollout_idle_fraction(double loop) const;  // mean over rollout workers of idle / loop (0 for loop <= 0)
   WorkerSlot* worker_by_name(const std::string& name);
 
   // ---- run/checkpoint.cc

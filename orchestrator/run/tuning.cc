@@ -59,14 +59,7 @@ void Orchestrator::advise(bool at_end) {
   j.erase("candidates");  // `rlrun tune RUN_DIR` lists them
   const double loop = std::max(1e-9, outcome_.loop_seconds);
   const double trainer_idle = outcome_.trainer_idle_seconds / loop;
-  double rollout_idle = 0;
-  int rollouts = 0;
-  for (const WorkerSlot& w : workers_) {
-    if (w.role != Role::kRollout) continue;
-    rollout_idle += w.idle_seconds / loop;
-    ++rollouts;
-  }
-  rollout_idle = rollouts ? rollout_idle / rollouts : 0;
+  const double rollout_idle = rollout_idle_fraction(loop);
   const bool idled = trainer_idle > config_.advise_idle_threshold || rollout_idle > config_.advise_idle_threshold;
   j["idle_threshold_exceeded"] = idled;
   outcome_.tuning = std::move(j);
