@@ -314,6 +314,7 @@ class Orchestrator {
   // ---- run/tuning.cc: what the loop costs (profile.json) and what the simulator advises
   static constexpr int64_t kProfileEvery = 10;  // steps between profile.json writes
   static constexpr int64_t kAdviseEvery = 50;   // steps between advice refreshes (Prometheus gauges)
+  static constexpr int64_t kAdviseSteps = 30;   // steps those refreshes simulate (the end: the run's own)
   void profile_step(int64_t step);             // after a step: the profile file, the gauges
   void save_profile();
   // Simulates the run's settings and the candidates; sets the gauges; at_end: summary.json's

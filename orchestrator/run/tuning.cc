@@ -42,8 +42,10 @@ void Orchestrator::save_profile() {
 void Orchestrator::advise(bool at_end) {
   Result<tune::LoopCosts> costs = tune::fit_costs(profile_);
   if (!costs.ok()) return;
+  // In the loop the simulation holds up dispatch: a short one (~0.1 s for the grid) for the gauges.
+  const int64_t steps = at_end ? config_.number_of_steps : kAdviseSteps;
   const tune::Advice advice = tune::advise(*costs, tune::settings_from(config_), tune::cluster_from(profile_),
-                                           tune::sim_options(config_.number_of_steps, 1));
+                                           tune::sim_options(steps, 1));
   auto set = [&](const char* which, const tune::Candidate& c) {
     if (!c.prediction.feasible) return;
     metrics_.tune_seconds_per_step->Add({{"settings", which}}).Set(c.prediction.seconds_per_step);
