@@ -1,0 +1,261 @@
+// bench_real_model - rlrun's engine on a real pretrained model (SmolLM2-135M-Instruct by default),
+// the figures bench/real_model.py sets beside PyTorch / HF transformers on the same cores:
+//   * sgemm GFLOP/s of this backend (1024 x 1024 x 1024, f32): the bound;
+//   * training tokens/s: packed micro-batches of `--train-seqs` sequences of `--train-len` tokens,
+//     forward + backward + AdamW, f32, and the step's GFLOP/s against the bound;
+//   * generation tokens/s through the rollout scheduler (continuous batching over the paged KV
+//     cache) at each batch of `--batches`: batch/8 groups of 8 samples, each group sharing one
+//     prompt of `--prompt-len` tokens, `--new-tokens` sampled at temperature 1 (no stop token, so
+//     every sample decodes them all). Counted: new tokens / wall seconds from submission to the
+//     last token (prefill included, as HF generate's figure includes it).
+// Medians of --reps runs. Prints a table and one JSON line ("json: {...}") for real_model.py.
+// Never fails on time.
+//
+// Usage: bench_real_model [--model PATH.gguf|DIR] [--threads N] [--reps R] [--train-seqs S]
+//                         [--train-len L] [--batches 1,8,32,64] [--prompt-len P] [--new-tokens T]
+//                         [--skip-train] [--skip-generate]
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/io/model_io.h"
+#include "engine/model/model.h"
+#include "rollout/scheduler.h"
+#include "trainer/optimizer.h"
+
+
+using namespace rlrun::engine;
+using rlrun::Result;
+using rlrun::Status;
+namespace trainer = rlrun::trainer;
+namespace rollout = rlrun::rollout;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+template <typename T>
+T or_die(Result<T> r, const char* what) {
+  if (!r.ok()) {
+    std::fprintf(stderr, "bench_real_model: %s: %s\n", what, r.status().to_string().c_str());
+    std::exit(1);
+  }
+  return std::move(r).value();
+}
+
+void or_die(const Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "bench_real_model: %s: %s\n", what, s.to_string().c_str());
+    std::exit(1);
+  }
+}
+
+double sgemm_gflops(Backend& b, int reps) {
+  const int64_t n = 1024;
+  Tensor x = b.zeros({n, n}, DType::kF32), w = b.zeros({n, n}, DType::kF32), y = b.zeros({n, n}, DType::kF32);
+  b.matmul(y, x, w, false, true);  // warm-up
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 5; ++i) b.matmul(y, x, w, false, true);
+    b.synchronize();
+    rates.push_back(5 * 2.0 * double(n * n * n) / since(t0) / 1e9);
+  }
+  return median(rates);
+}
+
+// 6 x (matmul parameters, the tied output layer included) + causal attention, per trained token.
+double train_flops_per_token(const ModelConfig& c, int64_t seq_len) {
+  const double matmul_params = double(c.num_parameters());  // tied: the table counts once, as the head
+  const double attn = 6.0 * double(c.num_layers) * double(seq_len) * double(c.num_heads * c.head_dim());
+  return 6.0 * matmul_params + attn;
+}
+
+struct TrainFigures {
+  double tokens_per_s = 0, step_s = 0, gflops = 0;
+};
+
+TrainFigures bench_train(Model& model, int64_t seqs, int64_t len, int reps) {
+  Backend& b = model.backend();
+  const ModelConfig& c = model.config();
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
+  std::vector<int32_t> tokens, positions, cu = {0}, targets;
+  for (int64_t s = 0; s < seqs; ++s) {
+    for (int64_t i = 0; i < len; ++i) {
+      tokens.push_back(tok(rng));
+      positions.push_back(static_cast<int32_t>(i));
+    }
+    for (int64_t i = 0; i < len; ++i) targets.push_back(i + 1 < len ? tokens[tokens.size() - len + i + 1] : -1);
+    cu.push_back(static_cast<int32_t>(tokens.size()));
+  }
+  const PackedBatch batch{tokens, positions, cu, targets};
+  trainer::OptimizerOptions oo;
+  oo.weight_decay = 0.0;
+  auto opt = or_die(trainer::Optimizer::create(b, model.weights().flat_size(), {}, oo, nullptr), "optimizer");
+  std::vector<float> d(tokens.size(), -1.0f / float(tokens.size()));
+  const Tensor dlogprob = from_host(b, {static_cast<int64_t>(d.size())}, d);
+  std::vector<double> steps;
+  for (int r = -1; r < reps; ++r) {  // r = -1 warms up
+    const auto t0 = Clock::now();
+    model.weights().zero_grads();
+    auto out = or_die(model.forward(batch), "forward");
+    model.backward(dlogprob);
+    or_die(opt->step(model.weights().master_flat(), model.weights().grad_flat(), 1e-6).status(), "optimizer step");
+    model.weights().sync_compute();
+    b.synchronize();
+    if (r >= 0) steps.push_back(since(t0));
+  }
+  TrainFigures f;
+  f.step_s = median(steps);
+  f.tokens_per_s = double(tokens.size()) / f.step_s;
+  f.gflops = f.tokens_per_s * train_flops_per_token(c, len) / 1e9;
+  return f;
+}
+
+struct GenFigures {
+  int64_t batch = 0;
+  double tokens_per_s = 0, seconds = 0;
+};
+
+GenFigures bench_generate(Model& model, int64_t batch, int64_t prompt_len, int64_t new_tokens, int reps) {
+  const ModelConfig& c = model.config();
+  rollout::SchedulerOptions o;
+  o.max_num_seqs = std::max<int64_t>(batch, 1);
+  o.max_model_len = prompt_len + new_tokens + 1;
+  o.kv_block_size = 16;
+  o.max_prefill_tokens = std::max<int64_t>(4096, batch * prompt_len);
+  o.kv_num_blocks = rollout::kv_blocks_for_budget(model, o, 0);
+  const int64_t group = std::min<int64_t>(batch, 8);
+  std::vector<double> times;
+  for (int r = -1; r < reps; ++r) {
+    auto sched = or_die(rollout::Scheduler::create(model, o), "scheduler");
+    std::mt19937 rng(11 + static_cast<uint32_t>(r + 1));
+    std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(c.vocab_size) - 1);
+    for (int64_t g = 0; g < batch / group; ++g) {
+      rollout::GenerationRequest q;
+      q.request_id = static_cast<uint64_t>(g);
+      q.prompt.resize(static_cast<size_t>(prompt_len));
+      for (int32_t& t : q.prompt) t = tok(rng);
+      q.num_samples = static_cast<uint32_t>(group);
+      q.sampling.temperature = 1.0f;
+      q.max_tokens = new_tokens;
+      q.seed = static_cast<uint64_t>(g + 1);
+      sched->add(q);
+    }
+    const auto t0 = Clock::now();
+    while (sched->has_unfinished()) or_die(sched->step(), "scheduler step");
+    if (r >= 0) times.push_back(since(t0));
+    if (sched->stats().tokens_generated != batch * new_tokens) {
+      std::fprintf(stderr, "bench_real_model: generated %lld tokens, expected %lld\n",
+                   static_cast<long long>(sched->stats().tokens_generated),
+                   static_cast<long long>(batch * new_tokens));
+      std::exit(1);
+    }
+  }
+  GenFigures f;
+  f.batch = batch;
+  f.seconds = median(times);
+  f.tokens_per_s = double(batch * new_tokens) / f.seconds;
+  return f;
+}
+
+std::vector<int64_t> parse_list(const char* s) {
+  std::vector<int64_t> out;
+  std::stringstream in(s);
+  std::string part;
+  while (std::getline(in, part, ',')) out.push_back(std::atoll(part.c_str()));
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path = std::string(RLRUN_BENCH_SOURCE_DIR) + "/build/models/smollm2-135m-instruct.Q4_1.gguf";
+  int threads = 2, reps = 3;
+  int64_t train_seqs = 8, train_len = 64, prompt_len = 48, new_tokens = 16;
+  std::vector<int64_t> batches = {1, 8, 32, 64};
+  bool train = true, generate = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : "";
+    if (k == "--skip-train") {
+      train = false;
+      continue;
+    }
+    if (k == "--skip-generate") {
+      generate = false;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "bench_real_model: %s needs a value\n", k.c_str());
+      return 2;
+    }
+    ++i;
+    if (k == "--model") model_path = v;
+    else if (k == "--threads") threads = std::atoi(v);
+    else if (k == "--reps") reps = std::max(1, std::atoi(v));
+    else if (k == "--train-seqs") train_seqs = std::atoll(v);
+    else if (k == "--train-len") train_len = std::atoll(v);
+    else if (k == "--batches") batches = parse_list(v);
+    else if (k == "--prompt-len") prompt_len = std::atoll(v);
+    else if (k == "--new-tokens") new_tokens = std::atoll(v);
+    else {
+      std::fprintf(stderr, "bench_real_model: unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  auto backend = or_die(create_backend("cpu", threads), "backend");
+  const auto load_start = Clock::now();
+  auto model = or_die(load_model(*backend, model_path), "loading the model");
+  const ModelConfig& c = model->config();
+  std::printf("model %s: %.1fM parameters, %lld layers, hidden %lld, vocab %lld; loaded in %.1f s; %d threads\n",
+              model_path.c_str(), double(c.num_parameters()) / 1e6, static_cast<long long>(c.num_layers),
+              static_cast<long long>(c.hidden_size), static_cast<long long>(c.vocab_size), since(load_start), threads);
+  const double bound = sgemm_gflops(*backend, reps);
+  std::printf("sgemm 1024^3 f32: %.1f GFLOP/s (the bound)\n", bound);
+  std::ostringstream json;
+  json << "{\"threads\":" << threads << ",\"sgemm_gflops\":" << bound;
+  if (train) {
+    const TrainFigures t = bench_train(*model, train_seqs, train_len, reps);
+    std::printf("training %lld x %lld tokens (forward + backward + AdamW): %.3f s/step, %.1f tokens/s, "
+                "%.1f GFLOP/s = %.0f%% of sgemm\n",
+                static_cast<long long>(train_seqs), static_cast<long long>(train_len), t.step_s, t.tokens_per_s,
+                t.gflops, 100.0 * t.gflops / bound);
+    json << ",\"train\":{\"seqs\":" << train_seqs << ",\"len\":" << train_len << ",\"step_s\":" << t.step_s
+         << ",\"tokens_per_s\":" << t.tokens_per_s << ",\"gflops\":" << t.gflops << "}";
+  }
+  if (generate) {
+    json << ",\"generate\":{\"prompt_len\":" << prompt_len << ",\"new_tokens\":" << new_tokens << ",\"batches\":[";
+    for (size_t i = 0; i < batches.size(); ++i) {
+      const GenFigures g = bench_generate(*model, batches[i], prompt_len, new_tokens, reps);
+      std::printf("generation batch %3lld (groups of %lld sharing a %lld-token prompt, %lld new tokens): %.3f s, "
+                  "%.1f tokens/s\n",
+                  static_cast<long long>(g.batch), static_cast<long long>(std::min<int64_t>(g.batch, 8)),
+                  static_cast<long long>(prompt_len), static_cast<long long>(new_tokens), g.seconds, g.tokens_per_s);
+      json << (i ? "," : "") << "{\"batch\":" << g.batch << ",\"seconds\":" << g.seconds
+           << ",\"tokens_per_s\":" << g.tokens_per_s << "}";
+    }
+    json << "]}";
+  }
+  json << "}";
+  std::printf("json: %s\n", json.str().c_str());
+  return 0;
+}
