@@ -7,7 +7,12 @@
 //      pool; they return to the front of the waiting queue and are later recomputed from prompt +
 //      the tokens generated so far, keeping the tokens and log-probs already sampled);
 //   2. admits waiting sequences first come first served while max_num_seqs, the prefill token
-//      budget and the free blocks allow (nothing is admitted in a step that preempted);
+//      budget and the free blocks allow (nothing is admitted in a step that preempted). The
+//      samples of one request share their prompt's KV: the first is prefilled; each other one,
+//      once a sibling holds the prompt in the cache, forks all but the prompt's last token from
+//      it (KvCache::fork: full blocks shared, the partial one copied) and computes only that
+//      token (and, after a preemption, what it had generated). A sample whose sibling is being
+//      prefilled in the same step waits for the next step rather than compute the prompt again;
 //   3. runs ONE Model::forward_cached over the batch: one token per running sequence and the whole
 //      prompt (+ generated tokens, when recomputing) per admitted one;
 //   4. samples a token per sequence (sampler.h; a SampleRng per sample from (seed, sample index),
@@ -102,6 +107,7 @@ struct SchedulerStats {
   int64_t preemptions = 0;        // lifetime
   int64_t steps = 0;              // lifetime forward passes
   int64_t max_running = 0;        // most sequences in one batch so far
+  int64_t prefix_tokens_shared = 0;  // lifetime prompt tokens forked from a sibling, not computed
 };
 
 class Scheduler {
@@ -150,6 +156,8 @@ class Scheduler {
   void reserve_decode_slots();
   void preempt(size_t running_index);
   std::vector<Sequence*> admit();
+  // An admitted sibling whose cache holds the first n tokens of `seq`'s prompt, or nullptr.
+  Sequence* prefix_donor(const Sequence& seq, int64_t n) const;
   Status run_batch(const std::vector<Sequence*>& decoding, const std::vector<Sequence*>& prefilling);
   bool append_token(Sequence& seq, SampledToken token);
 

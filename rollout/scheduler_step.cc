@@ -35,8 +35,15 @@ void Scheduler::reserve_decode_slots() {
   }
 }
 
+Scheduler::Sequence* Scheduler::prefix_donor(const Sequence& seq, int64_t n) const {
+  for (const auto& s : running_)
+    if (s->request == seq.request && s->in_cache && cache_->length(s->id) >= n) return s.get();
+  return nullptr;
+}
+
 // First come first served: stops at the first sequence that does not fit (so a long prompt is
-// not starved by short ones), skipping only those held back by min_weight_version.
+// not starved by short ones), skipping only those held back by min_weight_version and samples
+// that will fork their prompt from a sibling being prefilled in this step.
 std::vector<Scheduler::Sequence*> Scheduler::admit() {
   std::vector<Sequence*> admitted;
   if (preempted_this_step_) return admitted;  // the pool is short: admitting would thrash
@@ -52,11 +59,27 @@ std::vector<Scheduler::Sequence*> Scheduler::admit() {
       continue;
     }
     const int64_t n = seq.length();
-    const int64_t blocks = (n + bs - 1) / bs;
+    // All of the prompt but its last token can come from a sibling's cache: that token's logits
+    // start this sample's own stream.
+    const int64_t shareable = static_cast<int64_t>(seq.request->spec.prompt.size()) - 1;
+    Sequence* donor = shareable > 0 ? prefix_donor(seq, shareable) : nullptr;
+    if (shareable > 0 && donor == nullptr &&
+        std::any_of(admitted.begin(), admitted.end(), [&](const Sequence* a) { return a->request == seq.request; })) {
+      ++i;  // its sibling computes the prompt in this step; fork from it in the next
+      continue;
+    }
+    const int64_t forked = donor ? shareable : 0;
+    const int64_t blocks = (n + bs - 1) / bs - forked / bs;  // forked full blocks are shared
     if (blocks > free) break;
-    if (prefill_tokens > 0 && prefill_tokens + n > options_.max_prefill_tokens) break;
+    if (prefill_tokens > 0 && prefill_tokens + n - forked > options_.max_prefill_tokens) break;
     seq.id = next_seq_id_++;
     RLRUN_CHECK(cache_->add_sequence(seq.id).ok());
+    if (donor) {
+      const Status forked_ok = cache_->fork(donor->id, seq.id, forked);
+      RLRUN_CHECK(forked_ok.ok(), forked_ok.message());
+      stats_.prefix_tokens_shared += forked;
+    }
+    seq.forked = forked;
     seq.in_cache = true;
     seq.admit_order = next_admit_order_++;
     if (!seq.scheduled_once) {
@@ -64,7 +87,7 @@ std::vector<Scheduler::Sequence*> Scheduler::admit() {
       seq.out.queue_seconds = std::chrono::duration<double>(Clock::now() - seq.request->arrival).count();
     }
     free -= blocks;
-    prefill_tokens += n;
+    prefill_tokens += n - forked;
     admitted.push_back(&seq);
     running_.push_back(std::move(waiting_[i]));
     waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
@@ -100,9 +123,10 @@ Status Scheduler::run_batch(const std::vector<Sequence*>& decoding, const std::v
     tokens.push_back(s->out.tokens.back());
     cu.push_back(static_cast<int32_t>(tokens.size()));
   }
-  for (Sequence* s : prefilling) {  // prompt, then what was generated before a preemption
+  for (Sequence* s : prefilling) {  // prompt, then what was generated before a preemption, less what was forked
     ids.push_back(s->id);
-    tokens.insert(tokens.end(), s->request->spec.prompt.begin(), s->request->spec.prompt.end());
+    const std::vector<int32_t>& prompt = s->request->spec.prompt;
+    tokens.insert(tokens.end(), prompt.begin() + s->forked, prompt.end());
     tokens.insert(tokens.end(), s->out.tokens.begin(), s->out.tokens.end());
     cu.push_back(static_cast<int32_t>(tokens.size()));
   }
@@ -110,6 +134,7 @@ Status Scheduler::run_batch(const std::vector<Sequence*>& decoding, const std::v
   last_step_.prefill_tokens = static_cast<int64_t>(tokens.size() - decoding.size());
   last_step_.context_tokens = 0;
   for (Sequence* s : decoding) last_step_.context_tokens += s->length() - 1;  // in the cache before this step
+  for (Sequence* s : prefilling) last_step_.context_tokens += s->forked;
   Result<engine::Tensor> logits = model_.forward_cached(*cache_, ids, tokens, cu);
   if (!logits.ok()) {
     for (auto* group : {&decoding, &prefilling})

@@ -28,6 +28,7 @@ struct Scheduler::Sequence {
   SampleRng rng;       // advances once per sampled token, so recompute does not change the stream
   SampleOutput out;    // grows as tokens are sampled
   engine::SeqId id = 0;         // KV cache id while admitted (fresh per admission)
+  int64_t forked = 0;           // tokens of the prompt taken from a sibling's cache at admission
   bool in_cache = false;
   bool done = false;            // finished; the owner drops it at the end of the phase
   bool scheduled_once = false;  // queue_seconds is measured up to the first admission

@@ -10,6 +10,7 @@ KvBlockTables::KvBlockTables(int64_t num_blocks, int64_t block_size)
   RLRUN_CHECK(num_blocks > 0 && block_size > 0, "kv cache needs at least one block of one token");
   RLRUN_CHECK(num_blocks * block_size < (int64_t{1} << 31), "kv cache slots must fit in int32");
   free_.reserve(num_blocks);
+  holders_.assign(static_cast<size_t>(num_blocks), 0);
   // Pushed in reverse so block 0 is handed out first (deterministic layouts in tests).
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
 }
@@ -23,9 +24,43 @@ Status KvBlockTables::add_sequence(SeqId id) {
 Status KvBlockTables::release(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return not_found(str("kv cache: no sequence ", id, " to release"));
-  for (auto b = it->second.blocks.rbegin(); b != it->second.blocks.rend(); ++b) free_.push_back(*b);
+  for (auto b = it->second.blocks.rbegin(); b != it->second.blocks.rend(); ++b)
+    if (--holders_[*b] == 0) free_.push_back(*b);
   seqs_.erase(it);
   return {};
+}
+
+int32_t KvBlockTables::take_free_block() {
+  const int32_t b = free_.back();
+  free_.pop_back();
+  holders_[b] = 1;
+  return b;
+}
+
+Result<KvBlockTables::PartialCopy> KvBlockTables::fork(SeqId src, SeqId dst, int64_t n) {
+  if (!has_sequence(src)) return not_found(str("kv cache: no sequence ", src, " to fork from"));
+  if (!has_sequence(dst)) return not_found(str("kv cache: no sequence ", dst, " to fork into"));
+  if (src == dst) return invalid_argument(str("kv cache: cannot fork sequence ", src, " into itself"));
+  Sequence& d = seqs_.at(dst);
+  if (d.length != 0 || !d.blocks.empty())
+    return invalid_argument(str("kv cache: fork into sequence ", dst, ", which is not empty"));
+  const Sequence& s = seqs_.at(src);
+  if (n < 1 || n > s.length)
+    return invalid_argument(str("kv cache: cannot fork ", n, " tokens of sequence ", src, ", which holds ", s.length));
+  if (blocks_to_fork(n) > num_free_blocks())
+    return resource_exhausted(str("kv cache: forking sequence ", src, " needs a free block; none is"));
+  const int64_t full = n / block_size_;
+  for (int64_t i = 0; i < full; ++i) {
+    d.blocks.push_back(s.blocks[i]);
+    ++holders_[s.blocks[i]];
+  }
+  PartialCopy copy;
+  if (n % block_size_ != 0) {
+    copy = {s.blocks[full], take_free_block(), n % block_size_};
+    d.blocks.push_back(copy.to);
+  }
+  d.length = n;
+  return copy;
 }
 
 const KvBlockTables::Sequence& KvBlockTables::seq(SeqId id) const {
@@ -52,10 +87,7 @@ Status KvBlockTables::reserve(SeqId id, int64_t n) {
                                   " are free; preempt or finish a sequence first"));
   }
   Sequence& s = seqs_.at(id);
-  for (int64_t i = 0; i < need; ++i) {
-    s.blocks.push_back(free_.back());
-    free_.pop_back();
-  }
+  for (int64_t i = 0; i < need; ++i) s.blocks.push_back(take_free_block());
   return {};
 }
 

@@ -7,6 +7,12 @@
 // batching needs for finish, cancel and preemption-by-recompute. Nothing here touches K/V data:
 // KvCache (kv_cache.h) owns the storage and uses these tables to address it.
 //
+// Prefix sharing: fork(src, dst, n) starts `dst` with the first n tokens of `src` (the samples of
+// one prompt). The FULL blocks among them are shared, counted by reference and returned to the
+// pool when their last holder releases them; a partial last block gets a fresh block for `dst`,
+// whose slots the caller copies (KvCache::fork). Invariant: a shared block is full and lies
+// before every holder's length, so appending never writes into it.
+//
 // Not thread-safe: one scheduler thread owns a table set.
 #pragma once
 
@@ -36,6 +42,18 @@ class KvBlockTables {
   // Returns every block of `id` to the pool and forgets it. not_found if unknown.
   Status release(SeqId id);
 
+  // Starts the new, empty sequence `dst` with the first n (1 <= n <= length(src)) tokens of
+  // `src`: shares their full blocks and, when n is not a multiple of block_size, takes one block
+  // from the pool for the rest (returned as `copy`, whose first `tokens` slots the caller must
+  // fill from `from`'s). resource_exhausted (nothing changed) when that block is not free.
+  struct PartialCopy {
+    int32_t from = -1, to = -1;
+    int64_t tokens = 0;
+  };
+  Result<PartialCopy> fork(SeqId src, SeqId dst, int64_t n);
+  // Blocks fork(src, dst, n) takes from the pool: 1 when n is not a multiple of block_size.
+  int64_t blocks_to_fork(int64_t n) const { return n % block_size_ != 0 ? 1 : 0; }
+
   // Blocks that reserve(id, n) would have to take from the pool (0 when the last block has room).
   int64_t blocks_needed(SeqId id, int64_t n) const;
   // Makes room for `n` more tokens after the current length, all or nothing:
@@ -56,10 +74,12 @@ class KvBlockTables {
     int64_t length = 0;
   };
   const Sequence& seq(SeqId id) const;
+  int32_t take_free_block();
 
   int64_t num_blocks_;
   int64_t block_size_;
   std::vector<int32_t> free_;  // a stack: the most recently freed block is reused first
+  std::vector<int32_t> holders_;  // per block: sequences holding it (0 when free)
   std::unordered_map<SeqId, Sequence> seqs_;
 };
 

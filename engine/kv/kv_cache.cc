@@ -42,6 +42,17 @@ KvCache::KvCache(Backend& backend, const KvCacheConfig& c)
   }
 }
 
+Status KvCache::fork(SeqId src, SeqId dst, int64_t n) {
+  RLRUN_ASSIGN_OR_RETURN(KvBlockTables::PartialCopy copy, tables_.fork(src, dst, n));
+  if (copy.tokens == 0) return {};
+  const int64_t bs = config_.block_size, from = int64_t{copy.from} * bs, to = int64_t{copy.to} * bs;
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    backend_->copy(keys_[l].rows(to, to + copy.tokens), keys_[l].rows(from, from + copy.tokens));
+    backend_->copy(values_[l].rows(to, to + copy.tokens), values_[l].rows(from, from + copy.tokens));
+  }
+  return {};
+}
+
 void KvCache::write(int64_t layer, SeqId id, int64_t start, const Tensor& k, const Tensor& v) {
   RLRUN_CHECK(layer >= 0 && layer < config_.num_layers, "kv cache: layer out of range");
   const int64_t n = k.dim(0);

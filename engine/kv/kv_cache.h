@@ -50,6 +50,9 @@ class KvCache {
   // ---- sequences (see KvBlockTables for the contracts) ----
   Status add_sequence(SeqId id) { return tables_.add_sequence(id); }
   Status release(SeqId id) { return tables_.release(id); }
+  // Starts the empty sequence `dst` with the first n tokens of `src` (KvBlockTables::fork: full
+  // blocks shared, the partial one copied here for every layer). Errors as fork's.
+  Status fork(SeqId src, SeqId dst, int64_t n);
   bool has_sequence(SeqId id) const { return tables_.has_sequence(id); }
   int64_t length(SeqId id) const { return tables_.length(id); }
   int64_t num_free_blocks() const { return tables_.num_free_blocks(); }

@@ -133,6 +133,65 @@ TEST(Scheduler, SamplingDoesNotDependOnBatching) {
   for (uint32_t k = 0; k < 4; ++k) EXPECT_EQ(again.at({7, k}).tokens, out.at({7, k}).tokens);
 }
 
+// The samples of a request fork the prompt's KV from the first one instead of computing it: each
+// sample still scores its tokens exactly as the training forward does, and samples the same
+// tokens as when it is requested alone (its random stream depends on the seed and its index).
+TEST(Scheduler, SamplesOfOnePromptShareItsKv) {
+  auto backend = testing::cpu_backend();
+  auto model = testing::tiny_model(*backend);
+  GenerationRequest r = greedy_request(3, prompt_of(11, 6), 14);  // 10 shareable tokens: 2 full blocks of 4
+  r.sampling.temperature = 1.0f;
+  r.num_samples = 8;
+  r.seed = 21;
+  auto s = testing::make_scheduler(*model, testing::small_options());
+  s->add(r);
+  auto out = run_to_end(*s);
+  ASSERT_EQ(out.size(), 8u);
+  EXPECT_EQ(s->stats().prefix_tokens_shared, 7 * 10);
+  EXPECT_EQ(s->stats().kv_blocks_used, 0);
+  double worst = 0;
+  for (uint32_t k = 0; k < 8; ++k) worst = std::max(worst, check_against_training(*model, r.prompt, out.at({3, k}), false));
+  std::printf("forked prompts: max |rollout - training| log-prob = %.3g\n", worst);
+  EXPECT_LT(worst, 1e-4);
+  for (uint32_t k = 0; k < 8; ++k) {
+    GenerationRequest alone = r;
+    alone.request_id = 100 + k;
+    alone.num_samples = 1;
+    alone.first_sample_index = k;
+    auto solo = testing::make_scheduler(*model, testing::small_options());
+    solo->add(alone);
+    auto one = run_to_end(*solo);
+    EXPECT_EQ(solo->stats().prefix_tokens_shared, 0);
+    EXPECT_EQ(one.at({100 + k, k}).tokens, out.at({3, k}).tokens) << "sample " << k;
+  }
+}
+
+// Forks and preemption together in a pool far too small: shared blocks are returned only by
+// their last holder (the pool is whole at the end) and the greedy results equal a big pool's.
+TEST(Scheduler, ForkedSamplesSurvivePreemption) {
+  auto backend = testing::cpu_backend();
+  auto model = testing::tiny_model(*backend);
+  auto add_all = [](Scheduler& s) {
+    for (uint64_t i = 0; i < 3; ++i) {
+      GenerationRequest r = greedy_request(i, prompt_of(9 + 4 * i, 70 + i), 20);
+      r.num_samples = 4;
+      s.add(r);
+    }
+  };
+  auto big = testing::make_scheduler(*model, testing::small_options(256));
+  add_all(*big);
+  auto expected = run_to_end(*big);
+  EXPECT_GT(big->stats().prefix_tokens_shared, 0);
+  auto small = testing::make_scheduler(*model, testing::small_options(/*num_blocks=*/16));
+  add_all(*small);
+  auto got = run_to_end(*small);
+  EXPECT_GT(small->stats().preemptions, 0);
+  EXPECT_GT(small->stats().prefix_tokens_shared, 0);
+  EXPECT_EQ(small->stats().kv_blocks_used, 0);
+  ASSERT_EQ(got.size(), expected.size());
+  for (const auto& [key, want] : expected) EXPECT_EQ(got.at(key).tokens, want.tokens) << "request " << key.first;
+}
+
 // (c) A pool far too small for every request: all complete, some were preempted (counted) and
 // the greedy results equal the unconstrained run.
 TEST(Scheduler, SmallPoolPreemptsAndRecomputesToTheSameResult) {

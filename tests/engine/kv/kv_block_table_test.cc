@@ -1,4 +1,5 @@
-// Paged KV cache bookkeeping: lazy block allocation, all-or-nothing reservation, release.
+// Paged KV cache bookkeeping: lazy block allocation, all-or-nothing reservation, release, and
+// prefix sharing by fork (reference-counted full blocks, a fresh block for the partial one).
 #include "engine/kv/kv_block_table.h"
 
 #include <gtest/gtest.h>
@@ -59,6 +60,61 @@ TEST(KvBlockTables, ReleaseReturnsEveryBlockAndTablesNeverShare) {
   ASSERT_TRUE(t.add_sequence(13).ok());
   ASSERT_TRUE(t.reserve(13, 8).ok());  // reuses the two freed blocks
   EXPECT_EQ(t.num_free_blocks(), 0);
+}
+
+TEST(KvBlockTables, ForkSharesFullBlocksCopiesThePartialOneAndFreesAtTheLastHolder) {
+  KvBlockTables t(/*num_blocks=*/6, /*block_size=*/4);
+  ASSERT_TRUE(t.add_sequence(1).ok());
+  ASSERT_TRUE(t.reserve(1, 10).ok());  // blocks 0, 1, 2
+  t.commit(1, 10);
+  ASSERT_TRUE(t.add_sequence(2).ok());
+  EXPECT_EQ(t.blocks_to_fork(9), 1);
+  EXPECT_EQ(t.blocks_to_fork(8), 0);
+  auto copy = t.fork(1, 2, 9);  // 2 full blocks shared, 1 token of the third copied
+  ASSERT_TRUE(copy.ok()) << copy.status().to_string();
+  EXPECT_EQ(copy->from, t.table(1)[2]);
+  EXPECT_EQ(copy->tokens, 1);
+  EXPECT_EQ(t.length(2), 9);
+  ASSERT_EQ(t.table(2).size(), 3u);
+  EXPECT_EQ(t.table(2)[0], t.table(1)[0]);
+  EXPECT_EQ(t.table(2)[1], t.table(1)[1]);
+  EXPECT_EQ(t.table(2)[2], copy->to);
+  EXPECT_NE(copy->to, copy->from);
+  EXPECT_EQ(t.num_free_blocks(), 2);
+  // Appending to the fork takes its own blocks; the shared ones are never written.
+  ASSERT_TRUE(t.reserve(2, 4).ok());  // positions 9..12: the copied block's room, then a new block
+  EXPECT_EQ(t.num_free_blocks(), 1);
+  // An exact multiple of the block size shares everything and takes nothing.
+  ASSERT_TRUE(t.add_sequence(3).ok());
+  auto whole = t.fork(1, 3, 8);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->tokens, 0);
+  EXPECT_EQ(t.num_free_blocks(), 1);
+  // Releasing the source keeps the shared blocks for their other holders.
+  ASSERT_TRUE(t.release(1).ok());
+  EXPECT_EQ(t.num_free_blocks(), 2);  // only its own third block came back
+  ASSERT_TRUE(t.release(3).ok());
+  EXPECT_EQ(t.num_free_blocks(), 2);  // sequence 2 still holds the two shared blocks
+  ASSERT_TRUE(t.release(2).ok());
+  EXPECT_EQ(t.num_free_blocks(), 6);
+}
+
+TEST(KvBlockTables, ForkRefusesBadRequestsAndAnEmptyPoolChangingNothing) {
+  KvBlockTables t(3, 4);
+  ASSERT_TRUE(t.add_sequence(1).ok());
+  ASSERT_TRUE(t.reserve(1, 11).ok());
+  t.commit(1, 11);
+  ASSERT_TRUE(t.add_sequence(2).ok());
+  EXPECT_EQ(t.fork(1, 2, 12).status().code(), StatusCode::kInvalidArgument);  // beyond its length
+  EXPECT_EQ(t.fork(1, 2, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.fork(1, 1, 4).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.fork(9, 2, 4).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(t.fork(1, 9, 4).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(t.fork(1, 2, 5).status().code(), StatusCode::kResourceExhausted);  // no block for the partial one
+  EXPECT_EQ(t.length(2), 0);
+  EXPECT_TRUE(t.table(2).empty());
+  ASSERT_TRUE(t.fork(1, 2, 8).ok());
+  EXPECT_EQ(t.fork(1, 2, 4).status().code(), StatusCode::kInvalidArgument);  // no longer empty
 }
 
 }  // namespace
