@@ -62,7 +62,7 @@ int64_t layer_acts_bytes(const ModelConfig& c, int64_t n, DType dtype) {
 int64_t bytes_of(const LayerActs& a) {
   int64_t total = 0;
   for (const Tensor* t : {&a.rstd1, &a.h1, &a.q, &a.k, &a.v, &a.attn, &a.lse, &a.x_mid, &a.rstd2, &a.h2, &a.gate,
-                          &a.up, &a.m})
+                          &a.up, &a.m, &a.xq, &a.xk, &a.xv, &a.xattn, &a.xlse})
     if (t->defined()) total += static_cast<int64_t>(t->nbytes());
   return total;
 }
@@ -92,6 +92,38 @@ void layer_qkv_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, 
   b.rope_forward(a.k, positions, theta);
 }
 
+namespace {
+
+// dst (compact) = the sum over expanded rows r of src[r] into row index[r]; dst is zeroed first.
+void sum_rows_into(Backend& b, const Tensor& dst, const Tensor& src, const Tensor& index) {
+  b.fill_zero(dst);
+  b.embedding_backward(flat2(dst), flat2(src), index);
+}
+
+}  // namespace
+
+void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAttention& layout, LayerActs& a) {
+  if (!layout.expanded) {
+    b.attention_forward(a.attn, a.lse, a.q, a.k, a.v, layout.cu_seqlens, layout.max_seqlen);
+    return;
+  }
+  const Dims d = dims(c);
+  const int64_t ne = layout.n_expanded;
+  const DType t = b.compute_dtype();
+  if (!a.xq.defined()) {
+    a.xq = b.zeros({ne, d.hq, d.d}, t);
+    a.xk = b.zeros({ne, d.hkv, d.d}, t);
+    a.xv = b.zeros({ne, d.hkv, d.d}, t);
+    a.xattn = b.zeros({ne, d.hq, d.d}, t);
+    a.xlse = b.zeros({ne, d.hq}, DType::kF32);
+  }
+  b.embedding_forward(flat2(a.xq), flat2(a.q), layout.gather);
+  b.embedding_forward(flat2(a.xk), flat2(a.k), layout.gather);
+  b.embedding_forward(flat2(a.xv), flat2(a.v), layout.gather);
+  b.attention_forward(a.xattn, a.xlse, a.xq, a.xk, a.xv, layout.cu_expanded, layout.max_expanded);
+  b.embedding_forward(flat2(a.attn), flat2(a.xattn), layout.pick);
+}
+
 void layer_post_attention_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const Tensor& x_in,
                                   LayerActs& a, const Tensor& x_out) {
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -105,9 +137,39 @@ void layer_post_attention_forward(Backend& b, const ModelConfig& c, const LayerW
   b.add(x_out, x_out, a.x_mid);
 }
 
+namespace {
+
+// s.dq, s.dk, s.dv from s.dattn.
+void packed_attention_backward(Backend& b, const ModelConfig& c, const PackedAttention& layout, const LayerActs& a,
+                               LayerGradScratch& s) {
+  if (!layout.expanded) {
+    b.attention_backward(s.dq, s.dk, s.dv, s.dattn, a.q, a.k, a.v, a.attn, a.lse, layout.cu_seqlens,
+                         layout.max_seqlen);
+    return;
+  }
+  const Dims d = dims(c);
+  const int64_t ne = layout.n_expanded;
+  const DType t = b.compute_dtype();
+  if (!s.xdattn.defined()) {
+    s.xdattn = b.zeros({ne, d.hq, d.d}, t);
+    s.xdq = b.zeros({ne, d.hq, d.d}, t);
+    s.xdk = b.zeros({ne, d.hkv, d.d}, t);
+    s.xdv = b.zeros({ne, d.hkv, d.d}, t);
+  }
+  // Only the picked expanded rows carry an output gradient; the others' is zero.
+  sum_rows_into(b, s.xdattn, s.dattn, layout.pick);
+  b.attention_backward(s.xdq, s.xdk, s.xdv, s.xdattn, a.xq, a.xk, a.xv, a.xattn, a.xlse, layout.cu_expanded,
+                       layout.max_expanded);
+  sum_rows_into(b, s.dq, s.xdq, layout.gather);
+  sum_rows_into(b, s.dk, s.xdk, layout.gather);
+  sum_rows_into(b, s.dv, s.xdv, layout.gather);
+}
+
+}  // namespace
+
 void layer_backward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerGrads& g,
-                    const Tensor& x_in, const Tensor& positions, const Tensor& cu_seqlens, int64_t max_seqlen,
-                    LayerActs& a, LayerGradScratch& s, const Tensor& dx) {
+                    const Tensor& x_in, const Tensor& positions, const PackedAttention& layout, LayerActs& a,
+                    LayerGradScratch& s, const Tensor& dx) {
   const float theta = static_cast<float>(c.rope_theta);
   // MLP: dx is d(x_out) = d(x_mid) through the residual, plus the MLP branch below.
   linear_backward(b, s.dm, false, dx, a.m, w.down, g.down, Tensor());
@@ -119,7 +181,7 @@ void layer_backward(Backend& b, const ModelConfig& c, const LayerWeights& w, con
 
   // Attention: d(x_mid) = d(x_in) through the residual, plus the attention branch below.
   linear_backward(b, flat2(s.dattn), false, dx, flat2(a.attn), w.o, g.o, Tensor());
-  b.attention_backward(s.dq, s.dk, s.dv, s.dattn, a.q, a.k, a.v, a.attn, a.lse, cu_seqlens, max_seqlen);
+  packed_attention_backward(b, c, layout, a, s);
   b.rope_backward(s.dq, positions, theta);
   b.rope_backward(s.dk, positions, theta);
   linear_backward(b, s.dh, false, s.dq, a.h1, w.q, g.q, g.q_bias);

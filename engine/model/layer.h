@@ -9,8 +9,8 @@
 //   h2   = rmsnorm(x_mid) * post_norm                    rstd2 (N)
 //   m    = silu(h2 Wg^T) * (h2 Wu^T)  (N, I)             gate, up (N, I)
 //   x_out = x_mid + m Wd^T
-// The attention itself is the caller's: packed causal attention in training, paged attention
-// over the KV cache in inference. Everything else is shared.
+// The attention itself is the caller's: packed causal attention in training (PackedAttention
+// below), paged attention over the KV cache in inference. Everything else is shared.
 #pragma once
 
 #include "engine/backend.h"
@@ -23,6 +23,7 @@ namespace rlrun::engine {
 // left undefined and the ops skip them.
 struct LayerActs {
   Tensor rstd1, h1, q, k, v, attn, lse, x_mid, rstd2, h2, gate, up, m;
+  Tensor xq, xk, xv, xattn, xlse;  // the expanded attention's (PackedAttention::expanded), else undefined
 };
 LayerActs alloc_layer_acts(Backend& backend, const ModelConfig& config, int64_t n, bool save_stats);
 // Bytes alloc_layer_acts(..., save_stats = true) allocates, computed from the shapes (the memory
@@ -33,7 +34,28 @@ int64_t bytes_of(const LayerActs& acts);
 // Gradient scratch shared by every layer of one backward pass.
 struct LayerGradScratch {
   Tensor dm, dh, dtmp, dattn, dq, dk, dv;
+  Tensor xdattn, xdq, xdk, xdv;  // expanded attention only
 };
+
+// The training attention's view of a packed batch: causal attention within each segment
+// (cu_seqlens). With shared prefixes (PackedBatch::prefix_of) the attention runs over an EXPANDED
+// copy in which every continuing segment is preceded by its prefix's tokens: q, k and v rows are
+// gathered into it, each compact row's output is picked from one expanded row, and backward sums
+// the expanded gradients back onto the compact rows (a prefix's keys and values collect the
+// gradients of every continuation). The matmuls run once per compact token. Gathers and sums use
+// the embedding ops, so the expanded path needs an f32 compute dtype.
+struct PackedAttention {
+  Tensor cu_seqlens;           // (S + 1) i32
+  int64_t max_seqlen = 0;
+  bool expanded = false;
+  int64_t n_expanded = 0;
+  Tensor gather;               // (N_exp) i32: the compact row of each expanded row
+  Tensor pick;                 // (N) i32: the expanded row holding compact row i's output
+  Tensor cu_expanded;          // (S_exp + 1) i32
+  int64_t max_expanded = 0;
+};
+// acts.attn (and acts.lse, or the expanded tensors) from acts.q, k, v.
+void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAttention& layout, LayerActs& acts);
 LayerGradScratch alloc_layer_grad_scratch(Backend& backend, const ModelConfig& config, int64_t n);
 
 // h1, q, k, v of `acts` from x_in; positions (N, i32).
@@ -47,7 +69,7 @@ void layer_post_attention_forward(Backend& b, const ModelConfig& c, const LayerW
 // return. Parameter gradients are accumulated into g. acts.gate and acts.up are overwritten
 // (they become their own gradients), so a layer's acts serve one backward only.
 void layer_backward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerGrads& g,
-                    const Tensor& x_in, const Tensor& positions, const Tensor& cu_seqlens, int64_t max_seqlen,
-                    LayerActs& acts, LayerGradScratch& s, const Tensor& dx);
+                    const Tensor& x_in, const Tensor& positions, const PackedAttention& layout, LayerActs& acts,
+                    LayerGradScratch& s, const Tensor& dx);
 
 }  // namespace rlrun::engine

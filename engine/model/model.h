@@ -36,11 +36,19 @@ struct ModelOptions {
 };
 
 // One packed micro-batch on the host. Untrusted: forward() validates it.
+//
+// Shared prefixes: the samples of one prompt need not repeat it. prefix_of[s] = p says segment s
+// CONTINUES segment p (p < s, itself continuing none): s attends to all of p's tokens, then
+// causally to its own, and its positions go on from p's (positions[cu[s]] = p's last + 1).
+// Several segments may continue one prefix; its tokens are computed once and collect the
+// gradients of all of them. Empty prefix_of: every segment stands alone. Needs an f32 compute
+// dtype (other backends: expand the batch first).
 struct PackedBatch {
   std::span<const int32_t> tokens;      // (N) ids in [0, vocab)
   std::span<const int32_t> positions;   // (N) >= 0, restarting at 0 per sequence
   std::span<const int32_t> cu_seqlens;  // (S+1): 0 = cu[0] < cu[1] < ... < cu[S] = N
   std::span<const int32_t> targets;     // (N) next-token ids in [0, vocab), or < 0 for none
+  std::span<const int32_t> prefix_of = {};  // (S) or empty: see above; -1 = none
 };
 
 struct ForwardOutput {

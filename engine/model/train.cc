@@ -11,9 +11,10 @@ namespace rlrun::engine {
 // What backward needs from forward. Without checkpointing `acts` holds one LayerActs per layer;
 // with it, `acts` is empty and backward recomputes each layer into `recompute`.
 struct Model::TrainState {
-  int64_t n = 0, max_seqlen = 0;
+  int64_t n = 0;
   bool for_backward = false, checkpointing = false;
-  Tensor ids, positions, cu_seqlens, targets;  // (N), (N), (S+1), (N) i32
+  Tensor ids, positions, targets;              // (N) i32
+  PackedAttention attention;                   // segments, and the expansion of shared prefixes
   std::vector<Tensor> xs;                      // residual stream: xs[l] is layer l's input (N, H)
   std::vector<LayerActs> acts;
   LayerActs recompute;                         // checkpointing: one layer's activations
@@ -57,8 +58,62 @@ Status Model::validate(const PackedBatch& b) const {
       return invalid_argument(str("packed batch: target ", i, " is ", b.targets[i], ", outside the vocabulary"));
     if (b.positions[i] < 0) return invalid_argument(str("packed batch: position ", i, " is negative"));
   }
+  if (b.prefix_of.empty()) return {};
+  const size_t segments = b.cu_seqlens.size() - 1;
+  if (b.prefix_of.size() != segments)
+    return invalid_argument(str("packed batch: prefix_of has ", b.prefix_of.size(), " entries for ", segments, " segments"));
+  if (backend().compute_dtype() != DType::kF32)
+    return invalid_argument("packed batch: shared prefixes (prefix_of) need an f32 compute dtype; expand the batch");
+  for (size_t s = 0; s < segments; ++s) {
+    const int32_t p = b.prefix_of[s];
+    if (p < 0) continue;
+    if (static_cast<size_t>(p) >= s || b.prefix_of[p] >= 0)
+      return invalid_argument(str("packed batch: segment ", s, " continues segment ", p,
+                                  ", which is not an earlier segment that continues none"));
+    if (b.positions[b.cu_seqlens[s]] != b.positions[b.cu_seqlens[p + 1] - 1] + 1)
+      return invalid_argument(str("packed batch: segment ", s, " continues segment ", p, " but its positions start at ",
+                                  b.positions[b.cu_seqlens[s]], ", not after the prefix's"));
+  }
   return {};
 }
+
+namespace {
+
+// The training attention's layout of `b` (validated): with shared prefixes, the expansion in
+// which each continuing segment is preceded by a copy of its prefix (layer.h).
+PackedAttention packed_attention(Backend& backend, const PackedBatch& b) {
+  PackedAttention a;
+  const size_t segments = b.cu_seqlens.size() - 1;
+  for (size_t s = 0; s < segments; ++s) a.max_seqlen = std::max<int64_t>(a.max_seqlen, b.cu_seqlens[s + 1] - b.cu_seqlens[s]);
+  a.cu_seqlens = from_host_i32(backend, {static_cast<int64_t>(b.cu_seqlens.size())}, b.cu_seqlens);
+  const bool shared = std::any_of(b.prefix_of.begin(), b.prefix_of.end(), [](int32_t p) { return p >= 0; });
+  if (!shared) return a;
+  std::vector<bool> has_continuation(segments, false);
+  for (size_t s = 0; s < segments; ++s)
+    if (b.prefix_of[s] >= 0) has_continuation[b.prefix_of[s]] = true;
+  std::vector<int32_t> gather, pick(b.tokens.size(), -1), cu = {0};
+  auto append = [&](size_t s) {  // segment s's rows, picked as its outputs unless already picked
+    for (int32_t t = b.cu_seqlens[s]; t < b.cu_seqlens[s + 1]; ++t) {
+      if (pick[t] < 0) pick[t] = static_cast<int32_t>(gather.size());
+      gather.push_back(t);
+    }
+  };
+  for (size_t s = 0; s < segments; ++s) {
+    if (has_continuation[s]) continue;  // a prefix comes with each of its continuations
+    if (b.prefix_of[s] >= 0) append(static_cast<size_t>(b.prefix_of[s]));
+    append(s);
+    a.max_expanded = std::max<int64_t>(a.max_expanded, static_cast<int64_t>(gather.size()) - cu.back());
+    cu.push_back(static_cast<int32_t>(gather.size()));
+  }
+  a.expanded = true;
+  a.n_expanded = static_cast<int64_t>(gather.size());
+  a.gather = from_host_i32(backend, {a.n_expanded}, gather);
+  a.pick = from_host_i32(backend, {static_cast<int64_t>(pick.size())}, pick);
+  a.cu_expanded = from_host_i32(backend, {static_cast<int64_t>(cu.size())}, cu);
+  return a;
+}
+
+}  // namespace
 
 Result<ForwardOutput> Model::forward(const PackedBatch& batch, bool for_backward) {
   RLRUN_RETURN_IF_ERROR(validate(batch));
@@ -70,11 +125,9 @@ Result<ForwardOutput> Model::forward(const PackedBatch& batch, bool for_backward
   st.n = n;
   st.for_backward = for_backward;
   st.checkpointing = options_.gradient_checkpointing;
-  for (size_t s = 1; s < batch.cu_seqlens.size(); ++s)
-    st.max_seqlen = std::max<int64_t>(st.max_seqlen, batch.cu_seqlens[s] - batch.cu_seqlens[s - 1]);
+  st.attention = packed_attention(b, batch);
   st.ids = from_host_i32(b, {n}, batch.tokens);
   st.positions = from_host_i32(b, {n}, batch.positions);
-  st.cu_seqlens = from_host_i32(b, {static_cast<int64_t>(batch.cu_seqlens.size())}, batch.cu_seqlens);
   st.targets = from_host_i32(b, {n}, batch.targets);
 
   // Without backward only two residual buffers are needed; they alternate.
@@ -90,7 +143,7 @@ Result<ForwardOutput> Model::forward(const PackedBatch& batch, bool for_backward
     const Tensor& x_in = st.xs[for_backward ? l : l % 2];
     const Tensor& x_out = st.xs[for_backward ? l + 1 : (l + 1) % 2];
     layer_qkv_forward(b, c, weights_.layer(l), x_in, st.positions, a);
-    b.attention_forward(a.attn, a.lse, a.q, a.k, a.v, st.cu_seqlens, st.max_seqlen);
+    packed_attention_forward(b, c, st.attention, a);
     layer_post_attention_forward(b, c, weights_.layer(l), x_in, a, x_out);
   }
   if (!for_backward) st.xs[0] = st.xs[L % 2];  // the head reads xs.back()
@@ -161,13 +214,13 @@ void Model::layer_backward_at(TrainState& st, int64_t l, const Tensor& dx) {
     if (!st.recompute.h1.defined()) st.recompute = alloc_layer_acts(b, c, st.n, true);
     a = &st.recompute;
     layer_qkv_forward(b, c, weights_.layer(l), st.xs[l], st.positions, *a);
-    b.attention_forward(a->attn, a->lse, a->q, a->k, a->v, st.cu_seqlens, st.max_seqlen);
+    packed_attention_forward(b, c, st.attention, *a);
     layer_post_attention_forward(b, c, weights_.layer(l), st.xs[l], *a, st.xs[l + 1]);
   } else {
     a = &st.acts[l];
   }
-  layer_backward(b, c, weights_.layer(l), weights_.layer_grad(l), st.xs[l], st.positions, st.cu_seqlens,
-                 st.max_seqlen, *a, st.grad, dx);
+  layer_backward(b, c, weights_.layer(l), weights_.layer_grad(l), st.xs[l], st.positions, st.attention, *a, st.grad,
+                 dx);
   if (!st.checkpointing) st.acts[l] = LayerActs{};  // free as we go
 }
 

@@ -63,16 +63,29 @@ inline std::unique_ptr<Model> tiny_model(Backend& backend, bool qwen2, uint64_t 
 
 // Host-side storage of a packed batch; batch() gives the spans.
 struct HostBatch {
-  std::vector<int32_t> tokens, positions, cu_seqlens{0}, targets;
-  void add_sequence(const std::vector<int32_t>& toks, const std::vector<int32_t>& tgts) {
+  std::vector<int32_t> tokens, positions, cu_seqlens{0}, targets, prefix_of;
+  // A segment of its own; returns its index.
+  int32_t add_sequence(const std::vector<int32_t>& toks, const std::vector<int32_t>& tgts) {
+    return add_segment(toks, tgts, 0, -1);
+  }
+  // A segment continuing segment `prefix` (PackedBatch::prefix_of); returns its index.
+  int32_t add_continuation(int32_t prefix, const std::vector<int32_t>& toks, const std::vector<int32_t>& tgts) {
+    return add_segment(toks, tgts, cu_seqlens[prefix + 1] - cu_seqlens[prefix], prefix);
+  }
+  PackedBatch batch() const { return {tokens, positions, cu_seqlens, targets, prefix_of}; }
+
+ private:
+  int32_t add_segment(const std::vector<int32_t>& toks, const std::vector<int32_t>& tgts, int32_t first_position,
+                      int32_t prefix) {
     for (size_t i = 0; i < toks.size(); ++i) {
       tokens.push_back(toks[i]);
-      positions.push_back(static_cast<int32_t>(i));
+      positions.push_back(first_position + static_cast<int32_t>(i));
       targets.push_back(tgts[i]);
     }
     cu_seqlens.push_back(static_cast<int32_t>(tokens.size()));
+    prefix_of.push_back(prefix);
+    return static_cast<int32_t>(prefix_of.size()) - 1;
   }
-  PackedBatch batch() const { return {tokens, positions, cu_seqlens, targets}; }
 };
 
 inline std::vector<int32_t> random_ids(std::mt19937& rng, size_t n, int32_t vocab) {

@@ -60,6 +60,106 @@ TEST_P(ModelTrain, PackedRowMatchesSeparateSequences) {
   EXPECT_GT(gnorm, 1e-6);  // the comparison above is not between zeros
 }
 
+// Shared prefixes: a prompt computed once with three continuations (and a plain sequence beside
+// them) gives the log-probs, entropies and gradients of the same batch with the prompt repeated
+// before each continuation, with and without checkpointing. The prompt's own outputs come from
+// one copy, so in the repeated layout only the first copy carries their d(logprob).
+TEST_P(ModelTrain, SharedPrefixEqualsTheRepeatedPrompt) {
+  auto backend = testing::cpu_backend();
+  auto model = testing::tiny_model(*backend, GetParam());
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const auto prompt = testing::random_ids(rng, 6, 64), other = testing::random_ids(rng, 4, 64);
+  std::vector<int32_t> prompt_targets = testing::shifted_targets(prompt);  // its last: none (each continuation differs)
+  const std::vector<std::vector<int32_t>> conts = {testing::random_ids(rng, 4, 64), testing::random_ids(rng, 3, 64),
+                                                   testing::random_ids(rng, 5, 64)};
+  HostBatch shared, repeated;
+  std::vector<float> dlp_s, dent_s, dlp_r, dent_r;
+  auto draws = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = nd(rng);
+    return v;
+  };
+  const auto prompt_dlp = draws(6), prompt_dent = draws(6);
+  const int32_t root = shared.add_sequence(prompt, prompt_targets);
+  dlp_s = prompt_dlp;
+  dent_s = prompt_dent;
+  std::vector<std::pair<size_t, size_t>> cont_rows;  // (row in shared, row in repeated) of each continuation
+  for (size_t i = 0; i < conts.size(); ++i) {
+    const auto dl = draws(conts[i].size()), de = draws(conts[i].size());
+    cont_rows.emplace_back(shared.tokens.size(), repeated.tokens.size() + prompt.size());
+    shared.add_continuation(root, conts[i], testing::shifted_targets(conts[i]));
+    dlp_s.insert(dlp_s.end(), dl.begin(), dl.end());
+    dent_s.insert(dent_s.end(), de.begin(), de.end());
+    std::vector<int32_t> full = prompt, full_targets = prompt_targets;
+    full.insert(full.end(), conts[i].begin(), conts[i].end());
+    const auto ct = testing::shifted_targets(conts[i]);
+    full_targets.insert(full_targets.end(), ct.begin(), ct.end());
+    repeated.add_sequence(full, full_targets);
+    for (size_t t = 0; t < prompt.size(); ++t) {
+      dlp_r.push_back(i == 0 ? prompt_dlp[t] : 0.0f);
+      dent_r.push_back(i == 0 ? prompt_dent[t] : 0.0f);
+    }
+    dlp_r.insert(dlp_r.end(), dl.begin(), dl.end());
+    dent_r.insert(dent_r.end(), de.begin(), de.end());
+  }
+  const auto dl = draws(4), de = draws(4);
+  shared.add_sequence(other, testing::shifted_targets(other));
+  repeated.add_sequence(other, testing::shifted_targets(other));
+  for (auto* v : {&dlp_s, &dlp_r}) v->insert(v->end(), dl.begin(), dl.end());
+  for (auto* v : {&dent_s, &dent_r}) v->insert(v->end(), de.begin(), de.end());
+
+  for (bool checkpointing : {false, true}) {
+    model->set_gradient_checkpointing(checkpointing);
+    const Outputs s = run(*model, shared, dlp_s, dent_s);
+    const Outputs r = run(*model, repeated, dlp_r, dent_r);
+    std::vector<float> lp_s, lp_r, ent_s, ent_r;
+    auto take = [](std::vector<float>& to, const std::vector<float>& from, size_t at, size_t n) {
+      to.insert(to.end(), from.begin() + at, from.begin() + at + n);
+    };
+    take(lp_s, s.logprobs, 0, 6);
+    take(lp_r, r.logprobs, 0, 6);
+    take(ent_s, s.entropy, 0, 6);
+    take(ent_r, r.entropy, 0, 6);
+    for (size_t i = 0; i < conts.size(); ++i) {
+      take(lp_s, s.logprobs, cont_rows[i].first, conts[i].size());
+      take(lp_r, r.logprobs, cont_rows[i].second, conts[i].size());
+      take(ent_s, s.entropy, cont_rows[i].first, conts[i].size());
+      take(ent_r, r.entropy, cont_rows[i].second, conts[i].size());
+    }
+    take(lp_s, s.logprobs, s.logprobs.size() - 4, 4);
+    take(lp_r, r.logprobs, r.logprobs.size() - 4, 4);
+    testing::expect_near_all(lp_s, lp_r, 1e-5f, "logprobs");
+    testing::expect_near_all(ent_s, ent_r, 1e-5f, "entropy");
+    testing::expect_near_all(s.grads, r.grads, 1e-5f, "grads");
+    double gnorm = 0.0;
+    for (float x : s.grads) gnorm += x * x;
+    EXPECT_GT(gnorm, 1e-6);
+  }
+}
+
+TEST_P(ModelTrain, RejectsMalformedPrefixes) {
+  auto backend = testing::cpu_backend();
+  auto model = testing::tiny_model(*backend, GetParam());
+  HostBatch hb;
+  const int32_t root = hb.add_sequence({1, 2, 3}, {2, 3, -1});
+  const int32_t cont = hb.add_continuation(root, {4, 5}, {5, -1});
+  hb.add_continuation(root, {6}, {-1});
+  ASSERT_TRUE(model->forward(hb.batch(), false).ok());
+  HostBatch bad = hb;
+  bad.prefix_of[cont] = cont;  // itself
+  EXPECT_EQ(model->forward(bad.batch()).status().code(), StatusCode::kInvalidArgument);
+  bad = hb;
+  bad.prefix_of[2] = cont;  // a continuation of a continuation
+  EXPECT_EQ(model->forward(bad.batch()).status().code(), StatusCode::kInvalidArgument);
+  bad = hb;
+  bad.prefix_of.pop_back();
+  EXPECT_EQ(model->forward(bad.batch()).status().code(), StatusCode::kInvalidArgument);
+  bad = hb;
+  bad.positions[3] = 0;  // does not go on from the prefix
+  EXPECT_EQ(model->forward(bad.batch()).status().code(), StatusCode::kInvalidArgument);
+}
+
 // (c) Gradient checkpointing and chunked logits change memory and time, never the numbers.
 TEST_P(ModelTrain, CheckpointingAndLogitChunksGiveIdenticalGradients) {
   auto backend = testing::cpu_backend();
