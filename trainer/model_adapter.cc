@@ -11,7 +11,7 @@ Result<ModelForward> ModelAdapter::forward(const MicroBatch& batch, bool for_bac
   if (batch.targets.size() != batch.input_ids.size()) {
     return invalid_argument(str("micro-batch: ", batch.targets.size(), " targets for ", batch.input_ids.size(), " tokens"));
   }
-  engine::PackedBatch packed{batch.input_ids, batch.position_ids, batch.cu_seqlens, batch.targets};
+  engine::PackedBatch packed{batch.input_ids, batch.position_ids, batch.cu_seqlens, batch.targets, batch.prefix_of};
   RLRUN_ASSIGN_OR_RETURN(engine::ForwardOutput out, model_.forward(packed, for_backward));
   return ModelForward{out.logprobs, out.entropy};
 }

@@ -31,6 +31,7 @@ class ModelAdapter : public TrainableModel {
   void release_grads() override { model_.weights().release_grads(); }
   void restore_grads() override { model_.weights().restore_grads(); }
   Result<ModelForward> forward(const MicroBatch& batch, bool for_backward) override;
+  bool shares_prefixes() const override { return model_.backend().compute_dtype() == engine::DType::kF32; }
   void backward(const engine::Tensor& dlogprob, const engine::Tensor& dentropy) override {
     model_.backward(dlogprob, dentropy);
   }

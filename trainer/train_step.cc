@@ -247,6 +247,12 @@ Status Trainer::check_batch_everywhere(std::span<const MicroBatch> micro_batches
 
 Result<StepReport> Trainer::train(std::span<const MicroBatch> micro_batches, TrainObjective objective) {
   RLRUN_RETURN_IF_ERROR(check_batch_everywhere(micro_batches, objective));
+  std::vector<MicroBatch> expanded;  // shared prefixes written out, for a model that cannot share them
+  if (!model_.shares_prefixes() &&
+      std::any_of(micro_batches.begin(), micro_batches.end(), [](const MicroBatch& mb) { return !mb.prefix_of.empty(); })) {
+    for (const MicroBatch& mb : micro_batches) expanded.push_back(expand_shared_prefixes(mb));
+    micro_batches = expanded;
+  }
   const int64_t count = static_cast<int64_t>(micro_batches.size());
   if (!model_.has_grads()) model_.restore_grads();
   StepReport report;

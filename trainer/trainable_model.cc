@@ -53,12 +53,55 @@ Status validate_micro_batch(const MicroBatch& mb, bool with_ref) {
       return invalid_argument(str("micro-batch: rollout_logprobs[", t, "] of a trained token is not finite"));
     }
   }
+  if (mb.prefix_of.empty()) return Status();
+  if (mb.prefix_of.size() != seqs)
+    return invalid_argument(str("micro-batch: `prefix_of` has ", mb.prefix_of.size(), " entries for ", seqs, " sequences"));
+  for (size_t s = 0; s < seqs; ++s) {
+    const int32_t p = mb.prefix_of[s];
+    if (p < 0) continue;
+    if (static_cast<size_t>(p) >= s || mb.prefix_of[p] >= 0)
+      return invalid_argument(str("micro-batch: sequence ", s, " continues sequence ", p,
+                                  ", which is not an earlier sequence that continues none"));
+    for (int32_t t = mb.cu_seqlens[p]; t < mb.cu_seqlens[p + 1]; ++t)
+      if (mb.loss_mask[t]) return invalid_argument(str("micro-batch: shared prefix ", p, " has a trained token (", t, ")"));
+  }
   return Status();
+}
+
+MicroBatch expand_shared_prefixes(const MicroBatch& mb) {
+  if (mb.prefix_of.empty()) return mb;
+  const size_t seqs = mb.cu_seqlens.size() - 1;
+  const bool per_seq = mb.advantages.size() == seqs;
+  std::vector<bool> is_prefix(seqs, false);
+  for (int32_t p : mb.prefix_of)
+    if (p >= 0) is_prefix[p] = true;
+  MicroBatch out;
+  out.cu_seqlens = {0};
+  auto copy_rows = [&](size_t s) {
+    for (int32_t t = mb.cu_seqlens[s]; t < mb.cu_seqlens[s + 1]; ++t) {
+      out.input_ids.push_back(mb.input_ids[t]);
+      out.position_ids.push_back(mb.position_ids[t]);
+      out.targets.push_back(mb.targets[t]);
+      out.loss_mask.push_back(mb.loss_mask[t]);
+      out.rollout_logprobs.push_back(mb.rollout_logprobs[t]);
+      if (!per_seq) out.advantages.push_back(mb.advantages[t]);
+      if (!mb.ref_logprobs.empty()) out.ref_logprobs.push_back(mb.ref_logprobs[t]);
+    }
+  };
+  for (size_t s = 0; s < seqs; ++s) {
+    if (is_prefix[s]) continue;  // written out before each continuation
+    if (mb.prefix_of[s] >= 0) copy_rows(static_cast<size_t>(mb.prefix_of[s]));
+    copy_rows(s);
+    out.cu_seqlens.push_back(static_cast<int32_t>(out.input_ids.size()));
+    if (per_seq) out.advantages.push_back(mb.advantages[s]);
+  }
+  return out;
 }
 
 Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                                     std::span<const int32_t> cu_seqlens, std::span<const uint8_t> loss_mask,
-                                    std::span<const float> advantages, std::span<const float> rollout_logprobs) {
+                                    std::span<const float> advantages, std::span<const float> rollout_logprobs,
+                                    std::span<const int32_t> prefix_of) {
   const size_t n = tokens.size();
   if (positions.size() != n || loss_mask.size() != n || rollout_logprobs.size() != n) {
     return invalid_argument(str("micro-batch: positions (", positions.size(), "), loss_mask (", loss_mask.size(),
@@ -71,7 +114,10 @@ Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<c
     return invalid_argument(str("micro-batch: advantages has ", advantages.size(), " entries; expected one per sequence (",
                                 seqs, ") or per token (", n, ")"));
   }
+  if (!prefix_of.empty() && prefix_of.size() != seqs)
+    return invalid_argument(str("micro-batch: prefix_of has ", prefix_of.size(), " entries for ", seqs, " sequences"));
   MicroBatch mb;
+  mb.prefix_of.assign(prefix_of.begin(), prefix_of.end());
   mb.input_ids.assign(tokens.begin(), tokens.end());
   mb.position_ids.assign(positions.begin(), positions.end());
   mb.cu_seqlens.assign(cu_seqlens.begin(), cu_seqlens.end());

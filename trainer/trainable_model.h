@@ -39,6 +39,10 @@ struct MicroBatch {
   std::vector<float> advantages;          // (S) per sequence, or (N) per prediction
   std::vector<float> rollout_logprobs;    // (N); 0 where unmasked
   std::vector<float> ref_logprobs;        // (N) KL reference, or empty when kl_coef = 0
+  // (S) or empty: prefix_of[s] = p when sequence s continues sequence p (the samples of one
+  // prompt after that prompt, computed once: engine::PackedBatch::prefix_of). A prefix trains no
+  // token of its own.
+  std::vector<int32_t> prefix_of;
 
   int64_t num_tokens() const { return static_cast<int64_t>(input_ids.size()); }
 };
@@ -46,11 +50,17 @@ struct MicroBatch {
 // Token-aligned inputs as the packer/protocol carry them (loss_mask[t] = 1 for a completion token
 // t, rollout_logprobs[t] its log-prob, advantages per sequence (S) or per token (N)) shifted into
 // a MicroBatch: prediction t of a sequence targets token t + 1 with that token's mask, log-prob
-// and (per-token) advantage; each sequence's last prediction has no target. invalid_argument on
-// inconsistent sizes or cu_seqlens.
+// and (per-token) advantage; each sequence's last prediction has no target (a prompt shared by
+// continuations ends one token early: each continuation starts with that token). invalid_argument
+// on inconsistent sizes or cu_seqlens.
 Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                                     std::span<const int32_t> cu_seqlens, std::span<const uint8_t> loss_mask,
-                                    std::span<const float> advantages, std::span<const float> rollout_logprobs);
+                                    std::span<const float> advantages, std::span<const float> rollout_logprobs,
+                                    std::span<const int32_t> prefix_of = {});
+
+// The same micro-batch with every shared prefix written out before each of its continuations
+// (prefix_of empty): what a model that cannot share prefixes trains on, with the same loss.
+MicroBatch expand_shared_prefixes(const MicroBatch& mb);
 
 // invalid_argument naming the array at fault unless every array has its documented size,
 // cu_seqlens is valid, advantages and trained tokens' rollout log-probs are finite and (with_ref)
@@ -87,6 +97,8 @@ class TrainableModel {
 
   // Untrusted input: invalid_argument for bad ids/shapes. for_backward = false keeps nothing.
   virtual Result<ModelForward> forward(const MicroBatch& batch, bool for_backward) = 0;
+  // Whether forward() takes micro-batches with prefix_of; the trainer expands them otherwise.
+  virtual bool shares_prefixes() const { return false; }
   // d(loss)/d(logprob) and d(loss)/d(entropy) (N, f32; dentropy may be undefined); ACCUMULATES
   // into grads_flat(). Must follow forward(for_backward = true).
   virtual void backward(const engine::Tensor& dlogprob, const engine::Tensor& dentropy) = 0;

@@ -76,6 +76,9 @@ Status check_sizes(const TrainBatch& b, uint64_t n) {
   for (size_t s = 1; s < cu.size(); ++s) {
     if (cu[s] <= cu[s - 1]) return protocol_error(str("TrainBatch step ", b.step, ": cu_seqlens not increasing at ", s));
   }
+  if (!b.prefix_of.empty() && b.prefix_of.size() + 1 != cu.size())
+    return protocol_error(str("TrainBatch step ", b.step, ": prefix_of has ", b.prefix_of.size(), " entries for ",
+                              cu.size() - 1, " segments"));
   return Status();
 }
 
@@ -117,14 +120,24 @@ Result<std::vector<MicroBatch>> micro_batches_from_train_batch(const TrainBatch&
       return protocol_error(str("TrainBatch step ", b.step, ": micro-batch ", k, " does not start and end on a cu_seqlens "
                                 "boundary (a sequence straddles micro-batches)"));
     }
-    std::vector<int32_t> local;
+    std::vector<int32_t> local, prefix_of;
     for (auto it = first; it <= last; ++it) local.push_back(static_cast<int32_t>(*it - begin));
+    if (!b.prefix_of.empty()) {  // segment indices local to the micro-batch
+      const int64_t s0 = first - cu.begin(), s1 = last - cu.begin();
+      for (int64_t s = s0; s < s1; ++s) {
+        const int32_t p = b.prefix_of[static_cast<size_t>(s)];
+        if (p >= 0 && (p < s0 || p >= s))
+          return protocol_error(str("TrainBatch step ", b.step, ": segment ", s, " continues segment ", p,
+                                    ", which is not an earlier segment of its micro-batch"));
+        prefix_of.push_back(p < 0 ? -1 : static_cast<int32_t>(p - s0));
+      }
+    }
     const size_t a = static_cast<size_t>(begin), len = static_cast<size_t>(end - begin);
     RLRUN_ASSIGN_OR_RETURN(MicroBatch mb, make_micro_batch(b.input_ids.span().subspan(a, len),
                                                            b.position_ids.span().subspan(a, len), local,
                                                            b.loss_mask.span().subspan(a, len),
                                                            b.advantages.span().subspan(a, len),
-                                                           b.rollout_logprobs.span().subspan(a, len)));
+                                                           b.rollout_logprobs.span().subspan(a, len), prefix_of));
     maybe_per_sequence(mb);
     out.push_back(std::move(mb));
   }

@@ -53,7 +53,7 @@ using Frames = std::vector<zmq::message_t>;
 inline constexpr uint32_t kWireMagic = 0x4E524C52;  // "RLRN" as bytes in memory
 // 2: rollout stats in Heartbeat, per-token weight versions; 3: SaveCheckpoint / CheckpointSaved;
 // 4: TrainBatch.supervised; 5: WeightSyncBegin.group_epoch; 7: Heartbeat.engine_step_costs
-inline constexpr uint16_t kProtocolVersion = 7;
+inline constexpr uint16_t kProtocolVersion = 8;
 inline constexpr size_t kHeaderPrefixBytes = 24;
 
 // Every limit of the wire format, in one place. The control plane also sets ZMQ_MAXMSGSIZE to
@@ -252,6 +252,8 @@ struct Cancel {
 // decreasing, every row boundary r * row_len present: sequences never straddle rows; padding
 // is its own segment). micro_batch_row_offsets has num_micro_batches + 1 entries: micro-batch m
 // is rows [offsets[m], offsets[m+1]). Every rank gets the same num_micro_batches.
+// prefix_of (num_segments, or empty): the segment a segment continues (-1: none), in the same
+// row: the samples of one prompt follow that prompt, written once (trainer/trainable_model.h).
 struct TrainBatch {
   static constexpr MessageKind kKind = MessageKind::kTrainBatch;
   uint64_t step = 0;
@@ -267,6 +269,7 @@ struct TrainBatch {
   WireArray<uint8_t> loss_mask;                      // (num_rows * row_len), 1 = completion token
   WireArray<float> advantages;                       // (num_rows * row_len)
   WireArray<float> rollout_logprobs;                 // (num_rows * row_len)
+  WireArray<int32_t> prefix_of;                      // (num_segments) or empty
   // A format warm-start batch (format_warm_start_steps): the trainer's own log-probs are the PPO
   // reference (ratio 1, no TIS), so the loss is the advantage-weighted negative log-likelihood of
   // the completion tokens; rollout_logprobs are unused.
@@ -280,7 +283,7 @@ struct TrainBatch {
     v.field("input_ids", m.input_ids); v.field("position_ids", m.position_ids);
     v.field("cu_seqlens", m.cu_seqlens); v.field("loss_mask", m.loss_mask);
     v.field("advantages", m.advantages); v.field("rollout_logprobs", m.rollout_logprobs);
-    v.field("supervised", m.supervised);
+    v.field("prefix_of", m.prefix_of); v.field("supervised", m.supervised);
   }
   bool operator==(const TrainBatch&) const = default;
 };

@@ -10,7 +10,15 @@
 //   loss_mask      1 on completion tokens only
 //   advantages     the sequence's advantage on all its tokens (0 on padding)
 //   rollout_logprobs  the rollout log-prob of each completion token (0 elsewhere)
+//   prefix_of      with share_prompts: the segment each segment continues, or -1
 // The trainer shifts these into next-token targets (trainer_inputs.h).
+//
+// share_prompts: sequences with the same prompt (a GRPO group) are packed as ONE unit: the
+// prompt less its last token (a segment of its own, trained on nothing), then each sample as a
+// segment continuing it: the prompt's last token and the completion, positions going on from the
+// prompt. The trainer computes the prompt once (engine/model/model.h PackedBatch::prefix_of); the
+// gradients are those of the repeated layout. A unit longer than seq_len is split into several,
+// each with its own copy of the prompt; a single sample is packed as a plain sequence.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +40,9 @@ struct TrainSequence {
 struct BatchBuild {
   std::vector<TrainBatch> per_rank;   // per_rank[r] goes to trainer rank r
   std::vector<int> dropped_too_long;  // indices of sequences longer than seq_len (not packed)
-  int64_t tokens = 0;                 // real tokens packed (prompt + completion)
+  int64_t tokens = 0;                 // real tokens packed (prompt + completion; a shared prompt once)
   int64_t loss_tokens = 0;            // completion tokens packed
+  int64_t shared_prompt_tokens = 0;   // prompt tokens not packed again thanks to share_prompts
 };
 
 // `options` as for pack_sequences. At least one sequence must fit, else per_rank is empty.

@@ -18,6 +18,7 @@ struct PackOptions {
   int64_t pad_to_multiple_of = 1;
   int num_ranks = 1;
   int micro_batch_rows = 1;  // rows per micro-batch
+  bool share_prompts = false;  // batcher.h: the samples of one prompt follow it, written once
 };
 
 struct PackedRow {

@@ -337,7 +337,7 @@ BatchBuild Orchestrator::pack_batch(const std::vector<Group>& batch, uint64_t st
   rewards.std = std::sqrt(std::max(0.0, reward_sq / n - rewards.mean * rewards.mean));
   rewards.advantage_abs_mean = adv_abs / n;
   PackOptions pack{config_.seq_len, config_.pad_to_multiple_of, static_cast<int>(config_.trainer_num_workers),
-                   static_cast<int>(config_.micro_batch_rows)};
+                   static_cast<int>(config_.micro_batch_rows), config_.share_prompts_in_training};
   BatchBuild build = build_train_batches(sequences, pack, step);
   std::vector<bool> dropped(ids.size(), false);
   for (int i : build.dropped_too_long) {

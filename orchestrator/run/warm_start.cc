@@ -24,7 +24,7 @@ Status Orchestrator::format_warm_start() {
   std::mt19937_64 rng(static_cast<uint64_t>(config_.seed) * 7919u + 17u);
   const int64_t per_step = config_.prompts_batch_size_for_trainer * config_.group_size;
   const PackOptions pack{config_.seq_len, config_.pad_to_multiple_of, static_cast<int>(config_.trainer_num_workers),
-                         static_cast<int>(config_.micro_batch_rows)};
+                         static_cast<int>(config_.micro_batch_rows), config_.share_prompts_in_training};
   log::info(str("format warm-start: ", steps, " supervised steps on answers of the right shape and random content"));
   for (int64_t step = 1; step <= steps; ++step) {
     std::vector<std::vector<int32_t>> prompts, completions;

@@ -255,5 +255,42 @@ TEST(MicroBatch, ShiftsTokenAlignedArraysToPredictions) {
                    .ok());
 }
 
+// A prompt [5 6 7] shared by two samples ([7] 8 9 and [7] 4): expanding it writes the prompt out
+// before each sample, exactly the micro-batch of the repeated layout; a prefix may train nothing.
+TEST(MicroBatch, ExpandingSharedPrefixesGivesTheRepeatedLayout) {
+  auto shared = make_micro_batch(std::vector<int32_t>{5, 6, 7, 8, 9, 7, 4}, std::vector<int32_t>{0, 1, 2, 3, 4, 2, 3},
+                                 std::vector<int32_t>{0, 2, 5, 7}, std::vector<uint8_t>{0, 0, 0, 1, 1, 0, 1},
+                                 std::vector<float>{0, 1.5f, -1}, std::vector<float>{0, 0, 0, -0.1f, -0.2f, 0, -0.3f},
+                                 std::vector<int32_t>{-1, 0, 0});
+  ASSERT_TRUE(shared.ok()) << shared.status().message();
+  EXPECT_TRUE(validate_micro_batch(*shared, false).ok());
+  auto repeated = make_micro_batch(std::vector<int32_t>{5, 6, 7, 8, 9, 5, 6, 7, 4},
+                                   std::vector<int32_t>{0, 1, 2, 3, 4, 0, 1, 2, 3}, std::vector<int32_t>{0, 5, 9},
+                                   std::vector<uint8_t>{0, 0, 0, 1, 1, 0, 0, 0, 1}, std::vector<float>{1.5f, -1},
+                                   std::vector<float>{0, 0, 0, -0.1f, -0.2f, 0, 0, 0, -0.3f});
+  ASSERT_TRUE(repeated.ok());
+  const MicroBatch expanded = expand_shared_prefixes(*shared);
+  EXPECT_TRUE(expanded.prefix_of.empty());
+  EXPECT_EQ(expanded.input_ids, repeated->input_ids);
+  EXPECT_EQ(expanded.position_ids, repeated->position_ids);
+  EXPECT_EQ(expanded.cu_seqlens, repeated->cu_seqlens);
+  // The prompt's last prediction (6 -> 7) is untrained in both; only masks and targets of
+  // trained predictions matter to the loss.
+  EXPECT_EQ(expanded.loss_mask, repeated->loss_mask);
+  EXPECT_EQ(expanded.rollout_logprobs, repeated->rollout_logprobs);
+  EXPECT_EQ(expanded.advantages, repeated->advantages);
+  for (size_t t = 0; t < expanded.targets.size(); ++t)
+    if (repeated->loss_mask[t]) EXPECT_EQ(expanded.targets[t], repeated->targets[t]) << t;
+
+  MicroBatch bad = *shared;
+  bad.loss_mask[0] = 1;  // the prefix trains a token
+  EXPECT_EQ(validate_micro_batch(bad, false).code(), StatusCode::kInvalidArgument);
+  bad = *shared;
+  bad.prefix_of = {-1, 2, 0};  // continues a later sequence
+  EXPECT_EQ(validate_micro_batch(bad, false).code(), StatusCode::kInvalidArgument);
+  bad.prefix_of = {-1, 0};
+  EXPECT_EQ(validate_micro_batch(bad, false).code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace rlrun::trainer

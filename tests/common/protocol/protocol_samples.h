@@ -29,6 +29,7 @@ inline TrainBatch sample_train_batch() {
   b.loss_mask = std::vector<uint8_t>{0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0};
   b.advantages = std::vector<float>(16, 0.5f);
   b.rollout_logprobs = std::vector<float>(16, -1.25f);
+  b.prefix_of = std::vector<int32_t>{-1, 0, -1, -1};  // segment 1 continues segment 0
   return b;
 }
 

@@ -1,11 +1,16 @@
 // The batcher: TrainBatch layout (positions restart, loss mask on completions only, tokens
-// conserved), and batches that the protocol decoder and the trainer's reader accept.
+// conserved), batches that the protocol decoder and the trainer's reader accept, and shared
+// prompts (one copy per group, the same training step as the repeated layout on the real decoder).
 #include "orchestrator/data/batcher.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
 
+#include "engine/model/model.h"
+#include "trainer/model_adapter.h"
+#include "trainer/train_step.h"
 #include "trainer/trainer_inputs.h"
 
 namespace rlrun::orchestrator {
@@ -91,6 +96,137 @@ TEST(Batcher, LayoutRestartsPositionsMasksCompletionsAndConservesTokens) {
   EXPECT_EQ(seen_tokens, expect_tokens) << "every packed token appears once";
   EXPECT_EQ(seen_loss, expect_loss);
   for (int i = 0; i < 7; ++i) EXPECT_EQ(completion_count[200 + i], 2 + i) << "sequence " << i << " is whole";
+}
+
+// Three groups: prompt A with 4 samples, prompt B with 3, prompt C with 1 (a plain sequence).
+std::vector<Seq> grouped_sequences() {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> tok(1, 63);
+  auto ids = [&](size_t n) {
+    std::vector<int32_t> v(n);
+    for (int32_t& x : v) x = tok(rng);
+    return v;
+  };
+  std::vector<Seq> out;
+  const std::vector<std::pair<size_t, int>> groups = {{7, 4}, {5, 3}, {6, 1}};  // (prompt length, samples)
+  float adv = -1.0f;
+  for (const auto& [plen, samples] : groups) {
+    const std::vector<int32_t> prompt = ids(plen);
+    for (int k = 0; k < samples; ++k) {
+      Seq q{prompt, ids(2 + static_cast<size_t>(k)), {}, adv};
+      for (size_t t = 0; t < q.completion.size(); ++t) q.logprobs.push_back(-0.5f - 0.1f * static_cast<float>(t));
+      out.push_back(q);
+      adv += 0.45f;
+    }
+  }
+  return out;
+}
+
+std::vector<TrainSequence> views(const std::vector<Seq>& seqs) {
+  std::vector<TrainSequence> in;
+  for (const Seq& s : seqs) in.push_back({s.prompt, s.completion, s.logprobs, s.advantage});
+  return in;
+}
+
+TEST(Batcher, SharedPromptsAreWrittenOnceBeforeTheirSamples) {
+  const std::vector<Seq> seqs = grouped_sequences();
+  const std::vector<TrainSequence> in = views(seqs);
+  PackOptions options{/*seq_len=*/64, /*pad_to_multiple_of=*/1, /*num_ranks=*/1, /*micro_batch_rows=*/1};
+  const BatchBuild plain = build_train_batches(in, options, 1);
+  options.share_prompts = true;
+  const BatchBuild shared = build_train_batches(in, options, 1);
+  EXPECT_EQ(shared.loss_tokens, plain.loss_tokens);
+  EXPECT_EQ(shared.shared_prompt_tokens, 3 * 6 + 2 * 4);  // (samples - 1) x (prompt - 1) per group
+  EXPECT_EQ(shared.tokens, plain.tokens - shared.shared_prompt_tokens);
+  EXPECT_TRUE(plain.per_rank[0].prefix_of.empty());
+  const TrainBatch& t = shared.per_rank[0];
+  ASSERT_EQ(t.prefix_of.size() + 1, t.cu_seqlens.size());
+  int continuations = 0;
+  for (size_t s = 0; s < t.prefix_of.size(); ++s) {
+    const int32_t p = t.prefix_of[s];
+    if (p < 0) continue;
+    ++continuations;
+    ASSERT_LT(static_cast<size_t>(p), s);
+    EXPECT_EQ(t.position_ids[t.cu_seqlens[s]], t.position_ids[t.cu_seqlens[p + 1] - 1] + 1) << "positions go on";
+    for (int32_t k = t.cu_seqlens[p]; k < t.cu_seqlens[p + 1]; ++k) EXPECT_EQ(t.loss_mask[k], 0) << "a prefix trains nothing";
+    EXPECT_EQ(t.loss_mask[t.cu_seqlens[s]], 0) << "the prompt's last token starts each continuation, untrained";
+  }
+  EXPECT_EQ(continuations, 4 + 3);
+  Result<Message> decoded = decode(encode(t));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  EXPECT_EQ(std::get<TrainBatch>(decoded->payload).prefix_of, t.prefix_of);
+  auto micro = trainer::micro_batches_from_train_batch(t);
+  ASSERT_TRUE(micro.ok()) << micro.status().message();
+
+  // A group longer than seq_len is split into units that each carry the prompt.
+  options.seq_len = 16;
+  const BatchBuild split = build_train_batches(in, options, 1);
+  EXPECT_TRUE(split.dropped_too_long.empty());
+  EXPECT_EQ(split.loss_tokens, plain.loss_tokens);
+  EXPECT_LT(split.shared_prompt_tokens, shared.shared_prompt_tokens);
+}
+
+TEST(Batcher, AContinuationOfAnotherMicroBatchIsAProtocolError) {
+  const std::vector<Seq> seqs = grouped_sequences();
+  PackOptions options{64, 1, 1, 1, /*share_prompts=*/true};
+  TrainBatch t = build_train_batches(views(seqs), options, 1).per_rank[0];
+  std::vector<int32_t> prefix_of = t.prefix_of.to_vector();
+  TrainBatch bad = t;
+  prefix_of.back() = static_cast<int32_t>(prefix_of.size());  // not an earlier segment
+  bad.prefix_of = prefix_of;
+  EXPECT_EQ(trainer::micro_batches_from_train_batch(bad).status().code(), StatusCode::kProtocol);
+  prefix_of.pop_back();  // one short
+  bad.prefix_of = prefix_of;
+  EXPECT_EQ(trainer::micro_batches_from_train_batch(bad).status().code(), StatusCode::kProtocol);
+}
+
+// The same samples, packed with and without shared prompts, give the same step on the real
+// decoder (two micro-batches, two ranks' worth of rows on one rank).
+TEST(Batcher, SharedPromptsTrainLikeRepeatedOnes) {
+  const std::vector<Seq> seqs = grouped_sequences();
+  engine::ModelConfig c;
+  c.hidden_size = 32;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.intermediate_size = 48;
+  c.vocab_size = 64;
+  auto step = [&](bool share, double* loss) {
+    PackOptions options{/*seq_len=*/40, 1, 1, /*micro_batch_rows=*/1, share};
+    const BatchBuild build = build_train_batches(views(seqs), options, 1);
+    EXPECT_GE(build.per_rank[0].num_micro_batches, 2u);
+    auto micro = trainer::micro_batches_from_train_batch(build.per_rank[0]);
+    EXPECT_TRUE(micro.ok()) << micro.status().message();
+    auto backend = engine::create_backend("cpu", 1);
+    auto model = engine::Model::create(**backend, c);
+    (*model)->weights().init_random(9, 0.3f);
+    trainer::ModelAdapter adapter(**model);
+    trainer::TrainerOptions o;
+    o.learning_rate = 1e-2;
+    o.optimizer.adam_eps = 1.0;  // nearly linear in the gradient: comparing weights compares gradients
+    o.loss.entropy_coef = 0.01;
+    auto tr = trainer::Trainer::create(o, adapter, nullptr);
+    EXPECT_TRUE(tr.ok());
+    auto report = (*tr)->train(*micro);
+    EXPECT_TRUE(report.ok()) << report.status().message();
+    *loss = report->minibatches.at(0).loss.loss;
+    return engine::to_host_f32(adapter.params_flat());
+  };
+  double loss_plain = 0, loss_shared = 0;
+  const std::vector<float> plain = step(false, &loss_plain), shared = step(true, &loss_shared);
+  EXPECT_NEAR(loss_shared, loss_plain, 1e-5);
+  ASSERT_EQ(plain.size(), shared.size());
+  double moved = 0, worst = 0;
+  auto backend = engine::create_backend("cpu", 1);
+  auto fresh = engine::Model::create(**backend, c);
+  (*fresh)->weights().init_random(9, 0.3f);
+  const std::vector<float> start = engine::to_host_f32((*fresh)->weights().master_flat());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    moved = std::max(moved, double(std::abs(plain[i] - start[i])));
+    worst = std::max(worst, double(std::abs(plain[i] - shared[i])));
+  }
+  EXPECT_GT(moved, 1e-4) << "the step moved the weights";
+  EXPECT_LT(worst, 1e-6) << "shared and repeated prompts give the same update";
 }
 
 }  // namespace
