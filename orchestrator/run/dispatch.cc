@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/check.h"
 #include "common/clock.h"
 #include "common/observe/log.h"
 #include "common/observe/timeline.h"
@@ -24,7 +25,7 @@ constexpr int64_t kMaxPromptsSkippedInARow = 1000;
 }  // namespace
 
 int64_t Orchestrator::outstanding_groups() const {
-  return dispatcher_.groups_outstanding() + static_cast<int64_t>(awaiting_reward_.size()) + training_groups_;
+  return dispatcher_.groups_outstanding() + static_cast<int64_t>(awaiting_reward_.size()) + replay_.groups_untrained();
 }
 
 Status Orchestrator::send_request(int worker, const GenerateRequest& request) {
@@ -317,7 +318,8 @@ bool Orchestrator::take_batch(std::vector<Group>& out) {
   return true;
 }
 
-BatchBuild Orchestrator::pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards) {
+BatchBuild Orchestrator::pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards,
+                                    std::vector<uint64_t>& sample_ids) {
   std::vector<TrainSequence> sequences;
   std::vector<uint64_t> ids;
   double reward_sum = 0, reward_sq = 0, adv_abs = 0;
@@ -348,15 +350,13 @@ BatchBuild Orchestrator::pack_batch(const std::vector<Group>& batch, uint64_t st
   if (!build.dropped_too_long.empty())
     too_long_log_.write(log::Level::kWarn, str("step ", step, ": ", build.dropped_too_long.size(), " sample(s) longer than seq_len = ",
                   config_.seq_len, " dropped (counted as discarded: too_long)"));
-  training_samples_.clear();
+  sample_ids.clear();
   for (size_t i = 0; i < ids.size(); ++i)
-    if (!dropped[i]) training_samples_.push_back(ids[i]);
+    if (!dropped[i]) sample_ids.push_back(ids[i]);
   return build;
 }
 
-Status Orchestrator::run_step() {
-  const uint64_t step = static_cast<uint64_t>(outcome_.steps_completed) + 1;
-  // ---- wait for a batch
+Status Orchestrator::new_step_batch(int64_t step, StepRecord& record, double& wait_s) {
   const auto wait_start = Clock::now();
   std::vector<Group> batch;
   {
@@ -371,15 +371,18 @@ Status Orchestrator::run_step() {
     zero_spread_ = {};  // the next step's wait starts afresh
     keep_zero_spread_ = false;
   }
-  const double wait_s = seconds_since(wait_start);
-  // ---- pack and send
+  wait_s = seconds_since(wait_start);
   RewardStats rewards;
-  BatchBuild build = pack_batch(batch, step, rewards);
-  if (build.per_rank.empty()) {
-    log::warn(str("step ", step, ": no sample fits seq_len; waiting for another batch"));
-    return Status();
-  }
-  if (config_.log_samples_every > 0 && step % static_cast<uint64_t>(config_.log_samples_every) == 0) {
+  record.step = step;
+  record.build = pack_batch(batch, static_cast<uint64_t>(step), rewards, record.sample_ids);
+  record.reward_mean = rewards.mean;
+  record.reward_std = rewards.std;
+  record.advantage_abs_mean = rewards.advantage_abs_mean;
+  BatchIdentity identity = batch_identity(batch);
+  record.group_ids = std::move(identity.group_ids);
+  record.prompt_hash = std::move(identity.prompt_hash);
+  if (record.build.per_rank.empty()) return Status();
+  if (config_.log_samples_every > 0 && step % config_.log_samples_every == 0) {
     std::vector<nlohmann::ordered_json> shown;  // the first group's samples: one prompt, its spread
     for (const Sample& s : batch.front().samples) {
       if (shown.size() == kLoggedSamples) break;
@@ -387,44 +390,66 @@ Status Orchestrator::run_step() {
                        {"answer", batch.front().problem.answer}, {"reward", s.reward}, {"advantage", s.advantage},
                        {"correct", nullptr}});
     }
-    log_samples("train", static_cast<int64_t>(step), shown);  // the step these samples train
+    log_samples("train", step, shown);  // the step these samples train
   }
-  training_groups_ = static_cast<int64_t>(batch.size());
+  return Status();
+}
+
+Status Orchestrator::run_step() {
+  const int64_t step = outcome_.steps_completed + 1;
+  // ---- the batch: one kept for a step redone after a trainer restart, else a new one
+  StepRecord next;
+  double wait_s = 0;
+  if (std::optional<StepRecord> redo = replay_.take_redo()) {
+    next = std::move(*redo);
+    RLRUN_CHECK(next.step == step, str("redoing step ", next.step, " after ", step - 1, " steps"));
+  } else {
+    RLRUN_RETURN_IF_ERROR(new_step_batch(step, next, wait_s));
+    if (next.build.per_rank.empty()) {
+      log::warn(str("step ", step, ": no sample fits seq_len; waiting for another batch"));
+      return Status();
+    }
+  }
+  replay_.begin(std::move(next));
+  const StepRecord& record = *replay_.in_progress();
   committing_ = true;  // from here the step completes even after a SIGINT (run/orchestrator.h)
   const auto train_start = Clock::now();
   {
     ScopedSpan span("train", "orchestrator");
-    span.arg("step", static_cast<int64_t>(step));
-    RLRUN_RETURN_IF_ERROR(train(build, str("trainer step ", step), true));
+    span.arg("step", step);
+    RLRUN_RETURN_IF_ERROR(train(record.build, str("trainer step ", step, record.redone ? " (redone)" : ""), true));
   }
   const double train_s = seconds_since(train_start);
-  RLRUN_RETURN_IF_ERROR(weight_sync(step));
+  RLRUN_RETURN_IF_ERROR(weight_sync(static_cast<uint64_t>(step)));
   // ---- the step is done: weights of version `step` are everywhere
-  trainer_step_ = static_cast<int64_t>(step);
-  training_groups_ = 0;
-  for (uint64_t id : training_samples_) ledger_.trained(id);
-  training_samples_.clear();
-  outcome_.steps_completed = static_cast<int64_t>(step);
-  outcome_.tokens_trained += build.tokens;
-  outcome_.step_reward_means.push_back(rewards.mean);
-  metrics_.tokens_trained->Increment(static_cast<double>(build.tokens));
-  metrics_.reward_mean->Set(rewards.mean);
-  metrics_.reward_std->Set(rewards.std);
-  metrics_.advantage_abs_mean->Set(rewards.advantage_abs_mean);
+  trainer_step_ = step;
+  // A redone step's samples were counted when it first completed (run/step_replay.h).
+  if (!record.counted)
+    for (uint64_t id : record.sample_ids) ledger_.trained(id);
+  const StepRecord& done = replay_.completed();
+  outcome_.steps_completed = step;
+  outcome_.tokens_trained += done.build.tokens;
+  outcome_.step_reward_means.push_back(done.reward_mean);
+  if (first_step_record_ >= 0) {
+    outcome_.trainer_failures[first_step_record_].first_step_at = unix_now();
+    first_step_record_ = -1;
+  }
+  metrics_.tokens_trained->Increment(static_cast<double>(done.build.tokens));
+  metrics_.reward_mean->Set(done.reward_mean);
+  metrics_.reward_std->Set(done.reward_std);
+  metrics_.advantage_abs_mean->Set(done.advantage_abs_mean);
   metrics_.trainer_step->Set(static_cast<double>(step));
   metrics_.step_wait_seconds->Observe(wait_s);
   metrics_.step_train_seconds->Observe(train_s);
   metrics_.step_weight_sync_seconds->Observe(last_sync_seconds_);
   std::optional<double> accuracy;  // task.eval_every: between steps, never after the last (run() does that)
-  if (config_.task.eval_every > 0 && static_cast<int64_t>(step) % config_.task.eval_every == 0 &&
-      static_cast<int64_t>(step) < config_.number_of_steps) {
+  if (config_.task.eval_every > 0 && step % config_.task.eval_every == 0 && step < config_.number_of_steps) {
     RLRUN_ASSIGN_OR_RETURN(accuracy, evaluate(str("at step ", step).c_str()));
   }
-  write_step_line(train_results_[0].metrics, wait_s, train_s, last_sync_seconds_, rewards.mean, rewards.std,
-                  build.tokens, batch_identity(batch), accuracy);
+  write_step_line(train_results_[0].metrics, wait_s, train_s, last_sync_seconds_, done, accuracy);
   profile_.on_train_step(train_results_[0].metrics, train_s, last_sync_seconds_);
-  profile_step(static_cast<int64_t>(step));
-  print_progress(rewards.mean);
+  profile_step(step);
+  print_progress(done.reward_mean);
   last_step_state_ = capture_state();
   RLRUN_RETURN_IF_ERROR(checkpoint_if_due());
   committing_ = false;
@@ -434,11 +459,21 @@ Status Orchestrator::run_step() {
 Status Orchestrator::train(const BatchBuild& build, const std::string& what, bool allow_dispatch) {
   train_results_.clear();
   train_error_.clear();
+  train_error_lost_group_.clear();
   const auto started = Clock::now();
   for (const TrainBatch& b : build.per_rank) RLRUN_RETURN_IF_ERROR(server_.send(worker_name(Role::kTrainer, b.rank), b));
+  const auto answered = [&](int rank) { return train_results_.count(rank) > 0; };
   while (train_results_.size() < build.per_rank.size()) {
-    if (!train_error_.empty()) return internal_error(str(what, " failed: ", train_error_));
-    RLRUN_RETURN_IF_ERROR(check_train_timeout(what, started));
+    if (!train_error_.empty()) {
+      const Status failed = internal_error(str(what, " failed: ", train_error_));
+      if (train_error_lost_group_.empty()) return failed;
+      // A collective failed: the peer's death, if it shows within the grace, is the failure;
+      // else (a stopped peer, a broken link) this rank's, and the group restarts all the same.
+      if (Status dead = blame_dead_worker(failed); trainer_failure_) return dead;
+      return note_trainer_failure(*worker_by_name(train_error_lost_group_),
+                                  str("lost its data-parallel group in ", what, ": ", train_error_));
+    }
+    RLRUN_RETURN_IF_ERROR(check_train_timeout(what, started, answered));
     RLRUN_RETURN_IF_ERROR(tick(kTick, allow_dispatch));
   }
   return Status();
@@ -470,7 +505,12 @@ Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
     if (Status s = dispatcher_.send_eval(p, std::move(*ids), version, w); !s.ok())
       log::warn(str("evaluation request to ", workers_[w].name, ": ", s.message()));
   }
-  while (eval_rewards_.size() < problems.size()) RLRUN_RETURN_IF_ERROR(tick(kTick, false));
+  // Needs no trainer: a trainer failure found meanwhile is acted on after it (tick).
+  evaluating_ = true;
+  Status waited;
+  while (waited.ok() && eval_rewards_.size() < problems.size()) waited = tick(kTick, false);
+  evaluating_ = false;
+  RLRUN_RETURN_IF_ERROR(waited);
   double correct = 0;
   for (const auto& [p, reward] : eval_rewards_) correct += reward > 0.5 ? 1 : 0;
   const double accuracy = correct / static_cast<double>(problems.size());
