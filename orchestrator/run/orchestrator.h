@@ -12,12 +12,16 @@
 //                                           work, scored groups waiting for a batch
 //   SyncRounds       (run/sync_rounds.h)  weight-sync rounds: target version, epoch, members
 //   WorkerSupervisor (run/supervisor.h)   when a rollout worker has failed and when it restarts
+//   StepReplay       (run/step_replay.h)  the batches since the newest checkpoint: a restarted
+//                                           trainer group trains them again (trainer_recovery.cc)
 //   StalenessGate, SampleLedger, PromptSource (data/)
 //
 // Step s (1-based) trains on policy version s - 1; after it, trainer rank 0 sends version s to
 // every rollout worker (WeightSyncBegin to each, WeightSyncEnd from each). A worker's death breaks
 // the weight group "weights-<epoch>": the next round names a new epoch, and a replacement takes
-// requests only once it holds the current weights.
+// requests only once it holds the current weights. A trainer rank's failure restarts every rank
+// from the newest checkpoint: the step counter and the weight version go back to its step, and
+// the steps after it are trained again from their kept batches (run/trainer_recovery.cc).
 //
 // Checkpoints (run/checkpoint.cc): with checkpoint_every N, after every N-th step and the last
 // one, every trainer rank gets SaveCheckpoint with the orchestrator's ResumeState (run/state.h)

@@ -8,6 +8,7 @@
 #include "tests/orchestrator/run/run_resume_util.h"
 #include "tests/orchestrator/run/summary_checks.h"
 
+#include <chrono>
 #include <cstdio>
 #include <map>
 
@@ -53,12 +54,14 @@ class TrainerRecovery : public RunResume {
     EXPECT_TRUE(wait_for_steps(dir_ / "run", lines)) << out();
     const int pid = logged_pid(out(), worker);
     EXPECT_GT(pid, 0) << out();
+    signalled_at_ = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     if (pid > 0) EXPECT_EQ(::kill(pid, signal), 0);
     return pid;
   }
   std::string out() const { return read_file(dir_ / "bg" / "out"); }
   json summary() const { return json::parse(read_file(dir_ / "run" / "summary.json")); }
 
+  double signalled_at_ = 0;  // Unix seconds
   static inline fs::path reference_;
   static inline int reference_code_ = -1;
 };
@@ -66,7 +69,8 @@ class TrainerRecovery : public RunResume {
 
 // One restart, found and timed: the run finished every step, and counted each sample once.
 // Returns the failure's entry, a reference into `summary`.
-const json& expect_one_restart(const json& summary, const std::string& worker, const std::string& reason_part) {
+const json& expect_one_restart(const json& summary, const std::string& worker, const std::string& reason_part,
+                               double signalled_at) {
   EXPECT_EQ(summary["exit"], "ok") << summary.dump(2);
   EXPECT_EQ(summary["steps_completed"], kSteps);
   EXPECT_EQ(summary["trainer_restarts"], 1) << summary.dump(2);
@@ -87,9 +91,9 @@ const json& expect_one_restart(const json& summary, const std::string& worker, c
     EXPECT_LE(f["detected_at"].get<double>(), f["restart_started_at"].get<double>());
     EXPECT_LE(f["restart_started_at"].get<double>(), f["restart_ready_at"].get<double>());
     EXPECT_LE(f["restart_ready_at"].get<double>(), f["first_step_at"].get<double>());
-    std::printf("[ figure ] %s: restarted %.3f s after detection, weights restored %.3f s after, first step %.3f s "
-                "after (tiny config, loaded machine)\n",
-                f["reason"].get<std::string>().c_str(),
+    std::printf("[ figure ] %s: detected %.3f s after the signal, restarted %.3f s after that, weights restored "
+                "%.3f s after, first step %.3f s after (tiny config, loaded machine)\n",
+                f["reason"].get<std::string>().c_str(), f["detected_at"].get<double>() - signalled_at,
                 f["restart_started_at"].get<double>() - f["detected_at"].get<double>(),
                 f["restart_ready_at"].get<double>() - f["restart_started_at"].get<double>(),
                 f["first_step_at"].get<double>() - f["restart_ready_at"].get<double>());
@@ -131,7 +135,7 @@ TEST_F(TrainerRecovery, KilledAfterACheckpointRestartsFromItAndEndsWithTheSameWe
   const int pid = start_and_signal(kRun + " --set checkpoint_every=3", 5, "trainer-0", SIGKILL);
   ASSERT_EQ(wait_exit(dir_ / "bg"), 0) << out();
   const json s = summary();
-  const json& f = expect_one_restart(s, "trainer-0", "killed by signal 9");
+  const json& f = expect_one_restart(s, "trainer-0", "killed by signal 9", signalled_at_);
   ASSERT_TRUE(f["checkpoint"].is_string()) << f.dump();
   const int64_t restored = f["restored_step"];
   EXPECT_GE(restored, 3);
@@ -148,7 +152,7 @@ TEST_F(TrainerRecovery, KilledBeforeAnyCheckpointRestartsFromTheStartWeights) {
   start_and_signal(kRun, 3, "trainer-0", SIGKILL);
   ASSERT_EQ(wait_exit(dir_ / "bg"), 0) << out();
   const json s = summary();
-  const json& f = expect_one_restart(s, "trainer-0", "killed by signal 9");
+  const json& f = expect_one_restart(s, "trainer-0", "killed by signal 9", signalled_at_);
   EXPECT_TRUE(f["checkpoint"].is_null()) << f.dump();
   EXPECT_EQ(f["restored_step"], 0);
   EXPECT_NE(out().find("from the start weights (no checkpoint yet"), std::string::npos) << out();
@@ -165,7 +169,7 @@ TEST_F(TrainerRecovery, HungTrainerIsKilledAfterTheStepTimeoutAndRestarted) {
   const int code = wait_exit(dir_ / "bg");
   if (alive(pid)) ::kill(pid, SIGKILL);  // the run did not (the assertions below then fail)
   ASSERT_EQ(code, 0) << out();
-  expect_one_restart(summary(), "trainer-0", "train_step_timeout_seconds");
+  expect_one_restart(summary(), "trainer-0", "train_step_timeout_seconds", signalled_at_);
   EXPECT_TRUE(read_file(dir_ / "run" / "model" / "model.safetensors") == reference_weights());
 }
 
@@ -176,7 +180,7 @@ TEST_F(TrainerRecovery, OneOfTwoRanksKilledRestartsTheGroup) {
                                    5, "trainer-1", SIGKILL);
   ASSERT_EQ(wait_exit(dir_ / "bg"), 0) << out();
   const json s = summary();
-  expect_one_restart(s, "trainer-1", "killed by signal 9");
+  expect_one_restart(s, "trainer-1", "killed by signal 9", signalled_at_);
   // Both ranks restarted: two registrations each, a new gradient group.
   const std::string o = out();
   EXPECT_EQ(logged_pids(o, "trainer-0").size(), 2u) << o;
