@@ -174,13 +174,7 @@ class Orchestrator {
   // another) when one shows within a short grace.
   Status blame_dead_worker(const Status& failure);
   Status wait_for_registration();
-  Status run_step();
-  // The batch of step `step` (waits, packs): record.build.per_rank is empty when no sample fitted.
-  Status new_step_batch(int64_t step, StepRecord& record, double& wait_s);
   Status format_warm_start();  // warm_start.cc; after a trainer restart it goes on where it was
-  // Sends build's batches to the trainer ranks and ticks until every rank answers; `what` names
-  // the step in errors.
-  Status train(const BatchBuild& build, const std::string& what, bool allow_dispatch);
   // Which prompts a step trained, for metrics.jsonl: group ids and an XXH3-64 hash of the
   // prompts' texts in batch order, as 16 hex digits (a resumed run must train the same ones).
   struct BatchIdentity {
@@ -242,6 +236,23 @@ class Orchestrator {
   Status fail_worker(int index, const std::string& why, bool exited);
   Status restart_worker(int index);
 
+  // ---- run/step.cc: one RL step
+  Status run_step();
+  // The batch of step `step` (waits, packs): record.build.per_rank is empty when no sample fitted.
+  Status new_step_batch(int64_t step, StepRecord& record, double& wait_s);
+  // Sends build's batches to the trainer ranks and ticks until every rank answers; `what` names
+  // the step in errors.
+  Status train(const BatchBuild& build, const std::string& what, bool allow_dispatch);
+  struct RewardStats {
+    double mean = 0, std = 0, advantage_abs_mean = 0;
+  };
+  // Packs `batch` into one TrainBatch per rank; too-long samples are discarded and counted, the
+  // ids of the rest go to `sample_ids`.
+  BatchBuild pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards,
+                        std::vector<uint64_t>& sample_ids);
+  // Takes prompts_batch_size_for_trainer ready groups (discarding stale ones): false if too few.
+  bool take_batch(std::vector<Group>& out);
+
   // ---- run/dispatch.cc: the sample path
   void dispatch();
   bool start_group();
@@ -263,15 +274,6 @@ class Orchestrator {
   // Discards a group with no reward spread (every sample earned `reward`) and applies
   // max_zero_spread_rounds to the step waiting for a batch.
   void discard_zero_spread(float reward, const std::function<void(const std::string&)>& discard_all);
-  struct RewardStats {
-    double mean = 0, std = 0, advantage_abs_mean = 0;
-  };
-  // Packs `batch` into one TrainBatch per rank; too-long samples are discarded and counted, the
-  // ids of the rest go to `sample_ids`.
-  BatchBuild pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards,
-                        std::vector<uint64_t>& sample_ids);
-  // Takes prompts_batch_size_for_trainer ready groups (discarding stale ones): false if too few.
-  bool take_batch(std::vector<Group>& out);
   Result<std::optional<double>> evaluate(const char* when);
   // The held-out accuracy summary.json promises, when the run stops before its last step (`why`:
   // an interrupt, no batch): the rollout workers still serve. Fills accuracy_after and its note.
