@@ -1,4 +1,4 @@
-// fault_recovery_bench - how fast a run recovers from a killed rollout worker.
+// fault_recovery_bench - how fast a run recovers from a killed rollout worker or trainer rank.
 //
 // For each of RUNS runs of configs/tiny.yaml with two rollout workers (the defaults otherwise:
 // heartbeat_interval_seconds 1, worker_restart_backoff_seconds 2, unless --set overrides them),
@@ -9,8 +9,11 @@
 //   work    kill -> the replacement took its first request
 // With --stop the worker gets SIGSTOP instead (a hung worker: found by heartbeat silence, or in a
 // weight sync heartbeat_timeout_seconds after the sender finished). Prints each run and the
-// medians. Never fails on time.
-// Usage: fault_recovery_bench [RUNS] [--stop] [--set key=value ...]
+// medians. With --worker trainer-R the victim is a trainer rank, and the times are those of
+// summary.json's trainer_failures: detect, ready (every rank and rollout worker holds the restored
+// checkpoint's weights: includes trainer_restart_backoff_seconds) and work (the first step after
+// the restart completed). Never fails on time.
+// Usage: fault_recovery_bench [RUNS] [--stop] [--worker NAME] [--set key=value ...]
 #include <signal.h>
 #include <unistd.h>
 
@@ -70,8 +73,8 @@ std::string str_cmd(const fs::path& dir, const std::string& rlrun, const std::st
 }
 
 // One run; false when it did not go as planned (printed).
-bool run_once(const fs::path& dir, const std::string& rlrun, const std::string& sets, int signal, std::mt19937& rng,
-              Sample& out) {
+bool run_once(const fs::path& dir, const std::string& rlrun, const std::string& sets, const std::string& victim,
+              int signal, std::mt19937& rng, Sample& out) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string cmd = str_cmd(dir, rlrun, sets);
@@ -80,9 +83,10 @@ bool run_once(const fs::path& dir, const std::string& rlrun, const std::string& 
   while (lines_in(dir / "run" / "metrics.jsonl") < 1 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(10ms);
   std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 500)(rng)));
-  const std::string log = read_file(dir / "out"), key = "rollout-1 registered (pid ";
+  const std::string log = read_file(dir / "out"), key = victim + " registered (pid ";
   const size_t at = log.find(key);
-  if (at == std::string::npos) return std::printf("  no pid for rollout-1 in %s\n", (dir / "out").c_str()), false;
+  if (at == std::string::npos)
+    return std::printf("  no pid for %s in %s\n", victim.c_str(), (dir / "out").c_str()), false;
   const double killed = unix_now();
   const int pid = std::atoi(log.c_str() + at + key.size());
   ::kill(pid, signal);
@@ -90,11 +94,15 @@ bool run_once(const fs::path& dir, const std::string& rlrun, const std::string& 
     std::this_thread::sleep_for(20ms);
   ::kill(pid, SIGKILL);  // a stopped worker the run did not kill (then no failure is recorded)
   const auto summary = nlohmann::json::parse(read_file(dir / "run" / "summary.json"), nullptr, false);
-  if (summary.is_discarded() || summary["worker_failures"].empty())
+  const bool trainer = victim.rfind("trainer-", 0) == 0;
+  const char* failures = trainer ? "trainer_failures" : "worker_failures";
+  if (summary.is_discarded() || summary[failures].empty())
     return std::printf("  no failure recorded; see %s\n", (dir / "out").c_str()), false;
-  const auto& f = summary["worker_failures"][0];
+  const auto& f = summary[failures][0];
   auto since_kill = [&](const char* k) { return f[k].is_number() ? f[k].get<double>() - killed : -1.0; };
-  out = {since_kill("detected_at"), since_kill("replacement_ready_at"), since_kill("replacement_first_request_at")};
+  out = trainer ? Sample{since_kill("detected_at"), since_kill("restart_ready_at"), since_kill("first_step_at")}
+                : Sample{since_kill("detected_at"), since_kill("replacement_ready_at"),
+                         since_kill("replacement_first_request_at")};
   std::printf("  detect %.3f s  ready %.3f s  work %.3f s  (exit %s, lost %lld)\n", out.detect, out.ready, out.work,
               summary["exit"].get<std::string>().c_str(), static_cast<long long>(summary["samples"]["lost"].get<int64_t>()));
   return true;
@@ -106,9 +114,12 @@ int main(int argc, char** argv) {
   int runs = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   std::string sets = " --set inference_num_workers=2 --set number_of_steps=100 --set discard_group_zero_advantage=false";
   int signal = SIGKILL;
+  std::string victim = "rollout-1";
   for (int i = 2; i < argc; ++i) {
     if (std::string(argv[i]) == "--stop") {
       signal = SIGSTOP;
+    } else if (std::string(argv[i]) == "--worker" && i + 1 < argc) {
+      victim = argv[++i];
     } else {
       sets += std::string(" '") + argv[i] + "'";
     }
@@ -117,17 +128,17 @@ int main(int argc, char** argv) {
   const fs::path dir = fs::temp_directory_path() / ("rlrun_fault_bench_" + std::to_string(::getpid()));
   std::mt19937 rng(std::random_device{}());
   std::vector<double> detect, ready, work;
-  std::printf("fault_recovery_bench: %d run(s) of configs/tiny.yaml%s; %s rollout-1 after step 1\n", runs,
-              sets.c_str(), signal == SIGKILL ? "SIGKILL" : "SIGSTOP");
+  std::printf("fault_recovery_bench: %d run(s) of configs/tiny.yaml%s; %s %s after step 1\n", runs, sets.c_str(),
+              signal == SIGKILL ? "SIGKILL" : "SIGSTOP", victim.c_str());
   for (int i = 0; i < runs; ++i) {
     Sample s;
-    if (!run_once(dir, rlrun, sets, signal, rng, s)) continue;
+    if (!run_once(dir, rlrun, sets, victim, signal, rng, s)) continue;
     if (s.detect >= 0) detect.push_back(s.detect);
     if (s.ready >= 0) ready.push_back(s.ready);
     if (s.work >= 0) work.push_back(s.work);
   }
   std::printf("median over %zu run(s): kill->detect %.3f s, kill->replacement ready %.3f s, "
-              "kill->replacement first request %.3f s\n",
+              "kill->replacement first request (trainer: first step) %.3f s\n",
               detect.size(), median(detect), median(ready), median(work));
   fs::remove_all(dir);
   return 0;

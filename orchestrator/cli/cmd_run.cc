@@ -186,7 +186,7 @@ Status run(const Config& config, const std::string& dir, const std::optional<Res
   Launcher* launcher = target.launcher.get();
   Orchestrator orchestrator(config, server, *launcher, metrics, *task, tokenizer, format, reward, http_reward.get(), slots,
                             (fs::path(dir) / "metrics.jsonl").string(), g_interrupted);
-  if (resume) orchestrator.resume_from(resume->state);
+  if (resume) orchestrator.resume_from(resume->state, resume->dir);
   {  // for the loop simulator: the nodes the processes run on, and the cores (or GPUs) of the first
     std::set<int> used;
     for (const Assignment& a : plan.trainers) used.insert(a.node);

@@ -70,7 +70,8 @@ constexpr Command kCommands[] = {
      cmd_validate},
     {"trainer", "run one trainer rank (the orchestrator starts these)",
      "usage: rlrun trainer --orchestrator tcp://HOST:PORT --rank R (--config PATH | PATH)\n"
-     "                     [--set key=value ...] [--timeline PATH] [--control-keys PATH] [--resume-from DIR]\n\n"
+     "                     [--set key=value ...] [--timeline PATH] [--control-keys PATH] [--resume-from DIR]\n"
+     "                     [--dp-group-epoch N] [--weight-group-epoch E]\n\n"
      "Runs one trainer rank: builds the model (model.checkpoint, or random init from seed and\n"
      "model.init_std), joins the trainer ranks' gradient group and, on rank 0, the weight-sync\n"
      "group (rendezvous through the orchestrator's control plane), registers, then serves\n"
@@ -87,7 +88,10 @@ constexpr Command kCommands[] = {
      "  --timeline PATH                 write this process's Chrome-trace events there\n"
      "  --control-keys PATH             the run's CURVE key file (<run_dir>/keys/control_keys, mode 0600);\n"
      "                                  without it the control plane is unsecured (control_plane_security: none)\n"
-     "  --resume-from DIR               load this complete checkpoint before registering\n\n"
+     "  --resume-from DIR               load this complete checkpoint before registering\n"
+     "  --dp-group-epoch N              form the gradient group dp-N (a restarted trainer group; default 0: dp)\n"
+     "  --weight-group-epoch E          rank 0 joins weight-sync group weights-E while it starts (default 0);\n"
+     "                                  -1: the group the first WeightSyncBegin names (a restarted rank 0)\n\n"
      "exit status: 0 after Shutdown, 1 on failure, 2 for bad flags or config.\n",
      cmd_trainer},
     {"generate", "generate one completion from an HF checkpoint folder or a .gguf file (KV cache, sampler)",

@@ -120,6 +120,7 @@ std::string headline_table(const RunFolder& run) {
   add("reward", {"reward", "expression"}, "expression");
   add("reward server", {"reward", "server"}, "server");
   add("worker restarts", {"worker_restarts"}, "worker_restarts");
+  add("trainer restarts", {"trainer_restarts"}, "trainer_restarts");
   std::string out = "<table>\n";
   for (const auto& [name, value] : rows) out += str("<tr><th>", name, "</th><td>", value, "</td></tr>\n");
   return out + "</table>\n";

@@ -1,5 +1,7 @@
 // `rlrun trainer`: one trainer rank process (started by the orchestrator's launcher).
 
+#include <cstdint>
+
 #include "common/config/config.h"
 #include "common/observe/log.h"
 #include "orchestrator/cli/cli_args.h"
@@ -12,7 +14,7 @@ namespace rlrun::orchestrator {
 int cmd_trainer(const Args& args) {
   static constexpr FlagSpec kFlags[] = {
       {"--orchestrator", true}, {"--rank", true}, {"--config", true}, {"--timeline", true}, {kControlKeysFlag, true},
-      {"--resume-from", true}};
+      {"--resume-from", true}, {"--dp-group-epoch", true}, {"--weight-group-epoch", true}};
   Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
   if (!parsed.ok()) return report_usage_error("trainer", parsed.status());
   Result<std::string> path = parsed->worker_config_path();
@@ -36,6 +38,13 @@ int cmd_trainer(const Args& args) {
   if (!security.ok()) return report_usage_error("trainer", security.status());
   options.control_security = std::move(*security);
   options.resume_from = parsed->value("--resume-from");
+  // A restarted trainer group: the data-parallel group "dp-<N>", the weight group at the first sync (-1).
+  Result<int64_t> dp_epoch = parsed->integer("--dp-group-epoch", 0, 0, INT32_MAX);
+  if (!dp_epoch.ok()) return report_usage_error("trainer", dp_epoch.status());
+  Result<int64_t> weight_epoch = parsed->integer("--weight-group-epoch", 0, -1, INT32_MAX);
+  if (!weight_epoch.ok()) return report_usage_error("trainer", weight_epoch.status());
+  options.dp_group_epoch = static_cast<int>(*dp_epoch);
+  options.weight_group_epoch = static_cast<int>(*weight_epoch);
   return run_trainer_process(*config, options);
 }
 

@@ -59,18 +59,20 @@ Status build_rank(const Config& config, const TrainerProcessOptions& options, Tr
   r.adapter = std::make_unique<trainer::ModelAdapter>(*r.model);
   const std::string identity = worker_name(Role::kTrainer, options.rank);
   if (config.trainer_num_workers > 1) {
-    RLRUN_ASSIGN_OR_RETURN(r.dp, join_group(options.orchestrator, identity, data_parallel_group(config, options.rank),
-                                          options.control_security));
+    RLRUN_ASSIGN_OR_RETURN(r.dp, join_group(options.orchestrator, identity,
+                                            data_parallel_group(config, options.rank, options.dp_group_epoch),
+                                            options.control_security));
   }
-  if (options.rank == 0) {
+  if (options.rank == 0 && options.weight_group_epoch >= 0) {
     // Not fatal: a rollout worker that died while the group formed leaves it incomplete; the
     // orchestrator's first WeightSyncBegin then names a new epoch and the group re-forms.
     Result<std::unique_ptr<engine::Communicator>> weights =
-        join_group(options.orchestrator, identity, weight_sync_group(config, 0, 0, options.control_security),
+        join_group(options.orchestrator, identity,
+                   weight_sync_group(config, 0, options.weight_group_epoch, options.control_security),
                    options.control_security);
     if (weights.ok()) {
       r.weights = std::move(*weights);
-      r.weights_epoch = 0;
+      r.weights_epoch = options.weight_group_epoch;
     } else {
       log::warn(str(identity, ": ", weights.status().message(), "; joining the weight group at the first sync"));
     }

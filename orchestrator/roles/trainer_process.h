@@ -3,7 +3,9 @@
 // Life: build the backend and the model (from model.checkpoint, or random init with `seed` and
 // model.init_std), join the "dp" group (trainer ranks, when there are several) and, on rank 0,
 // the "weights-0" group (rank 0 + every rollout worker) through the orchestrator's rendezvous
-// store, then Register (role trainer) and serve until Shutdown:
+// store, then Register (role trainer) and serve until Shutdown. A restarted rank (the orchestrator
+// restarts the whole group after a failure) loads --resume-from, joins "dp-<n>" and joins the
+// weight group at its first sync:
 //   TrainBatch      -> trainer::Trainer::train over this rank's micro-batches -> TrainResult
 //                      (same correlation id), or ErrorReply naming what failed;
 //   WeightSyncBegin -> rank 0 sends the weights as that version over the weight group ->
@@ -32,6 +34,11 @@ struct TrainerProcessOptions {
   // (rank 0: the run's keys make it the CURVE transport, run/rendezvous.h).
   SecurityOptions control_security;
   std::string resume_from;    // a complete checkpoint to load before registering; "" = none
+  // A restarted trainer group (run/trainer_recovery.cc): the ranks form "dp-<dp_group_epoch>", and
+  // rank 0 joins the weight group its first WeightSyncBegin names (weight_group_epoch -1) instead
+  // of "weights-0" while it starts.
+  int dp_group_epoch = 0;
+  int weight_group_epoch = 0;
 };
 
 // Returns the process exit code (kExitOk after Shutdown, kExitFailed otherwise).

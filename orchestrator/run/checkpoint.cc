@@ -12,8 +12,9 @@
 
 namespace rlrun::orchestrator {
 
-void Orchestrator::resume_from(const ResumeState& s) {
+void Orchestrator::resume_from(const ResumeState& s, const std::string& dir) {
   resumed_ = s;
+  newest_checkpoint_ = CheckpointRef{dir, s};
   last_step_state_ = s;
   last_checkpoint_step_ = s.steps_completed;
   outcome_.steps_completed = trainer_step_ = s.steps_completed;
@@ -50,6 +51,12 @@ ResumeState Orchestrator::capture_state() const {
   SampleLedger::Summary now = ledger_.summary();
   // Generated and waiting for a batch (max_async_rollout > 0): a resumed run never trains these.
   if (now.lost > 0) now.discarded["unused_at_resume"] += now.lost;
+  // Redoing steps after a trainer restart: the samples of the later kept steps are counted trained
+  // already, but this state is of an earlier step. A run resumed from it trains those steps with
+  // other samples, and counts these as cancelled (samples_at_resume).
+  const int64_t ahead = replay_.samples_counted_ahead();
+  now.trained -= ahead;
+  now.generated -= ahead;
   s.samples = resumed_ ? add_samples(resumed_->samples, now) : now;
   return s;
 }
@@ -73,7 +80,11 @@ Status Orchestrator::save_checkpoint(const ResumeState& state) {
   const bool was_committing = committing_;
   committing_ = true;
   Status waited;
-  while (waited.ok() && checkpoints_saved_.size() < ranks) waited = tick(kTick, looping_ && !stopped_by_interrupt_);
+  const auto answered = [&](int rank) { return checkpoints_saved_.count(rank) > 0; };
+  while (waited.ok() && checkpoints_saved_.size() < ranks) {
+    waited = check_train_timeout(str("the checkpoint of step ", state.steps_completed), start, answered);
+    if (waited.ok()) waited = tick(kTick, looping_ && !stopped_by_interrupt_);
+  }
   committing_ = was_committing;
   RLRUN_RETURN_IF_ERROR(waited);
   double trainer_seconds = 0;
@@ -86,6 +97,8 @@ Status Orchestrator::save_checkpoint(const ResumeState& state) {
     if (rank == 0) dir = saved.dir;
   }
   last_checkpoint_step_ = state.steps_completed;
+  newest_checkpoint_ = CheckpointRef{dir, state};
+  replay_.checkpointed(state.steps_completed);
   log::info(str("checkpoint ", dir, " saved in ", trainer_seconds, " s (", seconds_since(start),
                 " s for the orchestrator)"));
   return Status();

@@ -1,4 +1,5 @@
-// run/dispatch.cc - the sample path: dispatch, results, rewards and advantages, batches, evaluation.
+// run/dispatch.cc - the sample path: dispatch, results, rewards and advantages, evaluation (the
+// batches and steps: run/step.cc).
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -7,7 +8,6 @@
 #include "common/clock.h"
 #include "common/observe/log.h"
 #include "common/observe/timeline.h"
-#include "orchestrator/data/batcher.h"
 #include "orchestrator/run/orchestrator.h"
 #include "trainer/advantages.h"
 
@@ -24,7 +24,7 @@ constexpr int64_t kMaxPromptsSkippedInARow = 1000;
 }  // namespace
 
 int64_t Orchestrator::outstanding_groups() const {
-  return dispatcher_.groups_outstanding() + static_cast<int64_t>(awaiting_reward_.size()) + training_groups_;
+  return dispatcher_.groups_outstanding() + static_cast<int64_t>(awaiting_reward_.size()) + replay_.groups_untrained();
 }
 
 Status Orchestrator::send_request(int worker, const GenerateRequest& request) {
@@ -299,151 +299,6 @@ void Orchestrator::discard_zero_spread(float reward, const std::function<void(co
               : "Few groups teach anything: consider a larger group_size or an easier task"));
 }
 
-bool Orchestrator::take_batch(std::vector<Group>& out) {
-  std::vector<Group> stale;
-  const auto too_stale = [&](const Group& g) {
-    for (const Sample& s : g.samples)
-      if (gate_.too_stale(s.version, trainer_step_)) return true;
-    return false;
-  };
-  std::optional<std::vector<Group>> batch =
-      dispatcher_.take_batch(static_cast<size_t>(config_.prompts_batch_size_for_trainer), too_stale, stale);
-  for (const Group& g : stale) {
-    for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(g.id, i), "stale");
-    metrics_.count_discard("stale", group_size_);
-  }
-  if (!batch) return false;
-  out = std::move(*batch);
-  return true;
-}
-
-BatchBuild Orchestrator::pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards) {
-  std::vector<TrainSequence> sequences;
-  std::vector<uint64_t> ids;
-  double reward_sum = 0, reward_sq = 0, adv_abs = 0;
-  for (const Group& g : batch) {
-    for (uint32_t i = 0; i < group_size_; ++i) {
-      const Sample& s = g.samples[i];
-      sequences.push_back(TrainSequence{g.prompt_ids, s.completion, s.logprobs, s.advantage});
-      ids.push_back(sample_id(g.id, i));
-      reward_sum += s.reward;
-      reward_sq += s.reward * s.reward;
-      adv_abs += std::fabs(s.advantage);
-      metrics_.sample_staleness->Observe(static_cast<double>(StalenessGate::staleness(s.version, trainer_step_)));
-    }
-  }
-  const double n = static_cast<double>(sequences.size());
-  rewards.mean = reward_sum / n;
-  rewards.std = std::sqrt(std::max(0.0, reward_sq / n - rewards.mean * rewards.mean));
-  rewards.advantage_abs_mean = adv_abs / n;
-  PackOptions pack{config_.seq_len, config_.pad_to_multiple_of, static_cast<int>(config_.trainer_num_workers),
-                   static_cast<int>(config_.micro_batch_rows), config_.share_prompts_in_training};
-  BatchBuild build = build_train_batches(sequences, pack, step);
-  std::vector<bool> dropped(ids.size(), false);
-  for (int i : build.dropped_too_long) {
-    dropped[i] = true;
-    ledger_.discarded(ids[i], "too_long");
-    metrics_.count_discard("too_long");
-  }
-  if (!build.dropped_too_long.empty())
-    too_long_log_.write(log::Level::kWarn, str("step ", step, ": ", build.dropped_too_long.size(), " sample(s) longer than seq_len = ",
-                  config_.seq_len, " dropped (counted as discarded: too_long)"));
-  training_samples_.clear();
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (!dropped[i]) training_samples_.push_back(ids[i]);
-  return build;
-}
-
-Status Orchestrator::run_step() {
-  const uint64_t step = static_cast<uint64_t>(outcome_.steps_completed) + 1;
-  // ---- wait for a batch
-  const auto wait_start = Clock::now();
-  std::vector<Group> batch;
-  {
-    ScopedSpan span("wait_batch", "orchestrator");
-    trainer_waiting_ = true;
-    RLRUN_RETURN_IF_ERROR(check_interrupt());  // a ready batch would skip every tick
-    while (!take_batch(batch)) {
-      RLRUN_RETURN_IF_ERROR(tick(kTick, true));
-      if (!no_batch_error_.empty()) return invalid_argument(no_batch_error_);
-    }
-    trainer_waiting_ = false;
-    zero_spread_ = {};  // the next step's wait starts afresh
-    keep_zero_spread_ = false;
-  }
-  const double wait_s = seconds_since(wait_start);
-  // ---- pack and send
-  RewardStats rewards;
-  BatchBuild build = pack_batch(batch, step, rewards);
-  if (build.per_rank.empty()) {
-    log::warn(str("step ", step, ": no sample fits seq_len; waiting for another batch"));
-    return Status();
-  }
-  if (config_.log_samples_every > 0 && step % static_cast<uint64_t>(config_.log_samples_every) == 0) {
-    std::vector<nlohmann::ordered_json> shown;  // the first group's samples: one prompt, its spread
-    for (const Sample& s : batch.front().samples) {
-      if (shown.size() == kLoggedSamples) break;
-      shown.push_back({{"prompt", batch.front().problem.prompt}, {"completion", s.text},
-                       {"answer", batch.front().problem.answer}, {"reward", s.reward}, {"advantage", s.advantage},
-                       {"correct", nullptr}});
-    }
-    log_samples("train", static_cast<int64_t>(step), shown);  // the step these samples train
-  }
-  training_groups_ = static_cast<int64_t>(batch.size());
-  committing_ = true;  // from here the step completes even after a SIGINT (run/orchestrator.h)
-  const auto train_start = Clock::now();
-  {
-    ScopedSpan span("train", "orchestrator");
-    span.arg("step", static_cast<int64_t>(step));
-    RLRUN_RETURN_IF_ERROR(train(build, str("trainer step ", step), true));
-  }
-  const double train_s = seconds_since(train_start);
-  RLRUN_RETURN_IF_ERROR(weight_sync(step));
-  // ---- the step is done: weights of version `step` are everywhere
-  trainer_step_ = static_cast<int64_t>(step);
-  training_groups_ = 0;
-  for (uint64_t id : training_samples_) ledger_.trained(id);
-  training_samples_.clear();
-  outcome_.steps_completed = static_cast<int64_t>(step);
-  outcome_.tokens_trained += build.tokens;
-  outcome_.step_reward_means.push_back(rewards.mean);
-  metrics_.tokens_trained->Increment(static_cast<double>(build.tokens));
-  metrics_.reward_mean->Set(rewards.mean);
-  metrics_.reward_std->Set(rewards.std);
-  metrics_.advantage_abs_mean->Set(rewards.advantage_abs_mean);
-  metrics_.trainer_step->Set(static_cast<double>(step));
-  metrics_.step_wait_seconds->Observe(wait_s);
-  metrics_.step_train_seconds->Observe(train_s);
-  metrics_.step_weight_sync_seconds->Observe(last_sync_seconds_);
-  std::optional<double> accuracy;  // task.eval_every: between steps, never after the last (run() does that)
-  if (config_.task.eval_every > 0 && static_cast<int64_t>(step) % config_.task.eval_every == 0 &&
-      static_cast<int64_t>(step) < config_.number_of_steps) {
-    RLRUN_ASSIGN_OR_RETURN(accuracy, evaluate(str("at step ", step).c_str()));
-  }
-  write_step_line(train_results_[0].metrics, wait_s, train_s, last_sync_seconds_, rewards.mean, rewards.std,
-                  build.tokens, batch_identity(batch), accuracy);
-  profile_.on_train_step(train_results_[0].metrics, train_s, last_sync_seconds_);
-  profile_step(static_cast<int64_t>(step));
-  print_progress(rewards.mean);
-  last_step_state_ = capture_state();
-  RLRUN_RETURN_IF_ERROR(checkpoint_if_due());
-  committing_ = false;
-  return Status();
-}
-
-Status Orchestrator::train(const BatchBuild& build, const std::string& what, bool allow_dispatch) {
-  train_results_.clear();
-  train_error_.clear();
-  const auto started = Clock::now();
-  for (const TrainBatch& b : build.per_rank) RLRUN_RETURN_IF_ERROR(server_.send(worker_name(Role::kTrainer, b.rank), b));
-  while (train_results_.size() < build.per_rank.size()) {
-    if (!train_error_.empty()) return internal_error(str(what, " failed: ", train_error_));
-    RLRUN_RETURN_IF_ERROR(check_train_timeout(what, started));
-    RLRUN_RETURN_IF_ERROR(tick(kTick, allow_dispatch));
-  }
-  return Status();
-}
-
 Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
   const std::vector<Problem>& problems = task_.eval_set();
   if (problems.empty() || config_.task.eval_size == 0) return std::optional<double>();
@@ -470,7 +325,12 @@ Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
     if (Status s = dispatcher_.send_eval(p, std::move(*ids), version, w); !s.ok())
       log::warn(str("evaluation request to ", workers_[w].name, ": ", s.message()));
   }
-  while (eval_rewards_.size() < problems.size()) RLRUN_RETURN_IF_ERROR(tick(kTick, false));
+  // Needs no trainer: a trainer failure found meanwhile is acted on after it (tick).
+  evaluating_ = true;
+  Status waited;
+  while (waited.ok() && eval_rewards_.size() < problems.size()) waited = tick(kTick, false);
+  evaluating_ = false;
+  RLRUN_RETURN_IF_ERROR(waited);
   double correct = 0;
   for (const auto& [p, reward] : eval_rewards_) correct += reward > 0.5 ? 1 : 0;
   const double accuracy = correct / static_cast<double>(problems.size());

@@ -27,6 +27,9 @@ RunMetrics::RunMetrics(prometheus::Registry& r, const std::vector<std::string>& 
   cancelled = &counter_family(r, "samples_cancelled_total", "in-flight samples cancelled").Add({});
   worker_restarts = &counter_family(r, "worker_restarts_total", "rollout worker restarts after a failure, by worker");
   for (const std::string& w : rollout_workers) worker_restarts->Add({{"worker", w}});  // 0 from the start
+  trainer_restarts = &counter_family(r, "trainer_restarts_total",
+                                     "restarts of the trainer group (every rank, from the newest checkpoint) after a "
+                                     "rank died or hung").Add({});
   reward_term = &gauge_family(r, "reward_term_mean", "each task.reward term's mean (unweighted) over the samples "
                                                   "scored since the previous step");
   reward_server_log = &gauge_family(r, "reward_server_log_mean", "the reward server's extra_logs, mean over the "

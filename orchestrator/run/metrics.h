@@ -66,6 +66,7 @@ struct RunMetrics {
   std::map<std::string, RolloutGauges> rollout;  // by worker name
 
   prometheus::Family<prometheus::Counter>* worker_restarts;  // {worker}: rlrun_worker_restarts_total
+  prometheus::Counter* trainer_restarts;  // rlrun_trainer_restarts_total: restarts of the whole trainer group
 
   // task.reward: each term's mean over the samples scored between two steps (unweighted), and the
   // reward server's extra_logs likewise.

@@ -86,7 +86,7 @@ WorkerSlot* Orchestrator::worker_by_name(const std::string& name) {
 }
 
 Status Orchestrator::blame_dead_worker(const Status& failure) {
-  if (worker_died_) return failure;  // it names the dead worker already
+  if (trainer_failure_) return failure;  // a trainer's failure, recover_trainers() acts on it
   // A collective fails on the survivors as soon as one member dies, often before the launcher
   // sees the death: give it a moment, then name the dead worker as the cause (a trainer; a
   // rollout worker's death does not stop the run, supervise() restarts it).
@@ -94,7 +94,7 @@ Status Orchestrator::blame_dead_worker(const Status& failure) {
   while (Clock::now() < deadline) {
     if (Status dead = supervise(); !dead.ok()) {
       log::warn(str("a worker died, and with it: ", failure.message()));
-      return dead;
+      return dead;  // a trainer: trainer_failure_ is set
     }
     std::this_thread::sleep_for(milliseconds(20));
   }
@@ -164,6 +164,7 @@ Status Orchestrator::handle(const Incoming& in) {
   } else if (const auto* err = m.get<ErrorReply>()) {
     if (err->request_kind == static_cast<uint16_t>(MessageKind::kTrainBatch)) {
       train_error_ = str(in.peer, ": ", err->message);
+      if (err->code == StatusCode::kUnavailable || err->code == StatusCode::kTimeout) train_error_lost_group_ = in.peer;
     } else if (const WorkerSlot* w = worker_by_name(in.peer);
                err->request_kind == static_cast<uint16_t>(MessageKind::kSaveCheckpoint) && w != nullptr) {
       checkpoints_saved_[w->rank] = CheckpointSaved{0, false, str(in.peer, ": ", err->message), "", 0};
@@ -199,7 +200,7 @@ Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
     in = server_.poll(milliseconds(0));
   }
   rendezvous_.expire(server_);
-  RLRUN_RETURN_IF_ERROR(supervise());
+  RLRUN_RETURN_IF_ERROR(supervise());  // with a trainer failure noted (not during an evaluation)
   RLRUN_RETURN_IF_ERROR(poll_rewards());
   RLRUN_RETURN_IF_ERROR(advance_sync());
   dispatcher_.send_requeued();  // already admitted work first, also while dispatch is held
@@ -252,10 +253,11 @@ Status Orchestrator::run() {
                   "after its last checkpoint"));
   RLRUN_RETURN_IF_ERROR(wait_for_registration());
   // A resumed run continues from warm-started weights; a fresh one learns the answer format first.
-  if (!resumed_) RLRUN_RETURN_IF_ERROR(format_warm_start());
+  // From here a trainer rank that dies or hangs restarts the trainer group (run/trainer_recovery.cc).
+  if (!resumed_) RLRUN_RETURN_IF_ERROR(recovering([this] { return format_warm_start(); }));
   // Every rollout worker starts from the trainer's weights (model.checkpoint or init, then the
   // format warm-start: version 0; a resumed run's checkpoint: its step).
-  RLRUN_RETURN_IF_ERROR(weight_sync(static_cast<uint64_t>(trainer_step_)));
+  RLRUN_RETURN_IF_ERROR(recovering([this] { return weight_sync(static_cast<uint64_t>(trainer_step_)); }));
   if (!resumed_) {  // a resumed run has its accuracy before training from the checkpoint
     RLRUN_ASSIGN_OR_RETURN(outcome_.accuracy_before, evaluate("before training"));
   }
@@ -263,7 +265,7 @@ Status Orchestrator::run() {
   loop_start_ = last_tick_ = Clock::now();
   loop_cpu_start_ = process_cpu_seconds();
   while (outcome_.steps_completed < config_.number_of_steps) {
-    const Status s = run_step();
+    Status s = run_step();
     if (s.ok()) continue;
     if (stopped_by_interrupt_) {
       const Status saved = checkpoint_on_interrupt();
@@ -277,7 +279,9 @@ Status Orchestrator::run() {
       export_final_model();
       return s;
     }
-    return blame_dead_worker(s);
+    if (!trainer_failure_) s = blame_dead_worker(s);
+    if (!trainer_failure_) return s;
+    RLRUN_RETURN_IF_ERROR(recover_trainers());  // then the steps after the checkpoint are redone
   }
   outcome_.loop_seconds = loop_seconds();
   looping_ = false;
@@ -294,22 +298,25 @@ void Orchestrator::shutdown_workers(const std::string& reason) {
 }
 
 void Orchestrator::write_step_line(const std::map<std::string, double>& trainer_metrics, double wait_s,
-                                   double train_s, double sync_s, double reward_mean, double reward_std,
-                                   int64_t tokens, const BatchIdentity& batch,
+                                   double train_s, double sync_s, const StepRecord& record,
                                    std::optional<double> eval_accuracy) {
   // ordered: the keys in the order a person reads them; a non-finite double dumps as null.
   nlohmann::ordered_json line = {{"step", outcome_.steps_completed},
-                                 {"reward_mean", reward_mean},
-                                 {"reward_std", reward_std},
+                                 {"reward_mean", record.reward_mean},
+                                 {"reward_std", record.reward_std},
                                  {"wait_seconds", wait_s},
                                  {"train_seconds", train_s},
                                  {"weight_sync_seconds", sync_s},
-                                 {"tokens_trained", tokens},
+                                 {"tokens_trained", record.build.tokens},
                                  {"tokens_generated_total", outcome_.tokens_generated},
                                  {"async_level", gate_.current_async_level(outstanding_groups())},
                                  {"discarded_total", ledger_.summary().discarded_total()},
-                                 {"group_ids", batch.group_ids},
-                                 {"prompt_hash", batch.prompt_hash}};
+                                 {"group_ids", record.group_ids},
+                                 {"prompt_hash", record.prompt_hash}};
+  // After a trainer restart the step numbers go back to the checkpoint's: the steps trained again
+  // from their kept batches say so, and every later line counts the restarts so far.
+  if (record.redone) line["redone"] = true;
+  if (outcome_.trainer_restarts > 0) line["trainer_restarts"] = outcome_.trainer_restarts;
   if (eval_accuracy) line["eval_accuracy"] = *eval_accuracy;
   const auto [terms, server_logs] = take_reward_means();
   line["reward_terms"] = terms;  // each task.reward term's mean (unweighted), samples scored since the last step
@@ -395,8 +402,7 @@ RunOutcome Orchestrator::finish() {
     outcome_.reward_url = config_.task.reward_url;
     outcome_.reward_server = http_reward_->stats();
   }
-  for (uint64_t id : training_samples_) ledger_.discarded(id, "step_not_completed");
-  training_samples_.clear();
+  for (uint64_t id : replay_.samples_untrained()) ledger_.discarded(id, "step_not_completed");
   for (const auto& [id, g] : dispatcher_.in_flight()) {
     for (uint32_t i = 0; i < group_size_; ++i) {
       if (g.samples[i].returned && ledger_.state(sample_id(id, i)) == SampleState::kGenerated)

@@ -12,12 +12,16 @@
 //                                           work, scored groups waiting for a batch
 //   SyncRounds       (run/sync_rounds.h)  weight-sync rounds: target version, epoch, members
 //   WorkerSupervisor (run/supervisor.h)   when a rollout worker has failed and when it restarts
+//   StepReplay       (run/step_replay.h)  the batches since the newest checkpoint: a restarted
+//                                           trainer group trains them again (trainer_recovery.cc)
 //   StalenessGate, SampleLedger, PromptSource (data/)
 //
 // Step s (1-based) trains on policy version s - 1; after it, trainer rank 0 sends version s to
 // every rollout worker (WeightSyncBegin to each, WeightSyncEnd from each). A worker's death breaks
 // the weight group "weights-<epoch>": the next round names a new epoch, and a replacement takes
-// requests only once it holds the current weights.
+// requests only once it holds the current weights. A trainer rank's failure restarts every rank
+// from the newest checkpoint: the step counter and the weight version go back to its step, and
+// the steps after it are trained again from their kept batches (run/trainer_recovery.cc).
 //
 // Checkpoints (run/checkpoint.cc): with checkpoint_every N, after every N-th step and the last
 // one, every trainer rank gets SaveCheckpoint with the orchestrator's ResumeState (run/state.h)
@@ -57,6 +61,7 @@
 #include "orchestrator/run/metrics.h"
 #include "orchestrator/run/rendezvous.h"
 #include "orchestrator/run/state.h"
+#include "orchestrator/run/step_replay.h"
 #include "orchestrator/run/supervisor.h"
 #include "orchestrator/run/sync_rounds.h"
 #include "orchestrator/run/worker_slot.h"
@@ -94,6 +99,21 @@ struct RunOutcome {
   };
   std::vector<WorkerFailure> worker_failures;
   int64_t worker_restarts = 0;
+  // One per trainer failure (the whole trainer group restarts, run/trainer_recovery.cc); times are
+  // Unix seconds (0: did not happen).
+  struct TrainerFailure {
+    std::string worker, reason;  // the rank found failed first, and how
+    int64_t step = 0;            // steps completed when it failed
+    std::string checkpoint;      // the folder the group restarted from; "" = the start weights
+    int64_t restored_step = 0;   // that checkpoint's step (the step counter goes back to it)
+    int64_t steps_redone = 0;    // steps trained again from their kept batches
+    double detected_at = 0;
+    double restart_started_at = 0;  // the new ranks were started (after the back-off)
+    double restart_ready_at = 0;    // every rank and every rollout worker holds the restored weights
+    double first_step_at = 0;       // the first step after the restart completed
+  };
+  std::vector<TrainerFailure> trainer_failures;
+  int64_t trainer_restarts = 0;
   // Checkpoints not written, the run going on (checkpoint_write_failure: continue).
   struct CheckpointFailure {
     int64_t step = 0;
@@ -122,10 +142,11 @@ class Orchestrator {
 
   // Registration, evaluation, number_of_steps steps, evaluation. Errors name the worker at fault.
   Status run();
-  // Continues the run of a checkpoint (call before run()): step count, ids, the prompt stream's
-  // position and the summary's counters. run() then syncs weight version steps_completed to the
-  // rollout workers (the trainers loaded the checkpoint) and skips the evaluation before training.
-  void resume_from(const ResumeState& state);
+  // Continues the run of the checkpoint in `dir` (call before run()): step count, ids, the prompt
+  // stream's position and the summary's counters. run() then syncs weight version steps_completed
+  // to the rollout workers (the trainers loaded the checkpoint) and skips the evaluation before
+  // training. A trainer restart goes back to it until a newer checkpoint is saved.
+  void resume_from(const ResumeState& state, const std::string& dir);
   // Where the run's processes are, for the loop simulator (profile.json): nodes used and CPU cores
   // (or GPUs) per node.
   void set_cluster_shape(int64_t nodes, int64_t slots_per_node);
@@ -153,11 +174,7 @@ class Orchestrator {
   // another) when one shows within a short grace.
   Status blame_dead_worker(const Status& failure);
   Status wait_for_registration();
-  Status run_step();
-  Status format_warm_start();  // warm_start.cc
-  // Sends build's batches to the trainer ranks and ticks until every rank answers; `what` names
-  // the step in errors.
-  Status train(const BatchBuild& build, const std::string& what, bool allow_dispatch);
+  Status format_warm_start();  // warm_start.cc; after a trainer restart it goes on where it was
   // Which prompts a step trained, for metrics.jsonl: group ids and an XXH3-64 hash of the
   // prompts' texts in batch order, as 16 hex digits (a resumed run must train the same ones).
   struct BatchIdentity {
@@ -166,8 +183,7 @@ class Orchestrator {
   };
   static BatchIdentity batch_identity(const std::vector<Group>& batch);  // run/checkpoint.cc
   void write_step_line(const std::map<std::string, double>& trainer_metrics, double wait_s, double train_s,
-                       double sync_s, double reward_mean, double reward_std, int64_t tokens,
-                       const BatchIdentity& batch, std::optional<double> eval_accuracy);
+                       double sync_s, const StepRecord& record, std::optional<double> eval_accuracy);
   void print_progress(double reward_mean);
   double loop_seconds() const;  // this process's loop time plus that of the parts resumed from
   double rollout_idle_fraction(double loop) const;  // mean over rollout workers of idle / loop (0 for loop <= 0)
@@ -194,14 +210,48 @@ class Orchestrator {
   Status finish_round();
   bool group_complete() const;  // every rollout worker registered and alive
 
+  // ---- run/trainer_recovery.cc: a failed trainer rank restarts the whole trainer group
+  // A trainer rank found dead or hung: remembered (the first one, until recover_trainers() takes
+  // it) and returned as the error that ends the wait in progress. tick() keeps returning it, except
+  // during an evaluation (which needs no trainer).
+  Status note_trainer_failure(const WorkerSlot& w, const std::string& why);
+  Status trainer_failure_status() const;
+  // Restarts the trainer group from the newest checkpoint (or the start weights), as many times
+  // as failures come, up to max_trainer_restarts; then the step counter is back at the
+  // checkpoint's step, every rollout worker holds its weights, and the steps after it are to be
+  // trained again (replay_). The error once the restarts are used up names the rank's log.
+  Status recover_trainers();
+  Status restart_trainer_group(RunOutcome::TrainerFailure& record);  // one try
+  // Runs `op`, and again after each trainer failure it ends with once the group restarted.
+  Status recovering(const std::function<Status()>& op);
+  // The trainer ranks that have not answered: those `answered` says no to. Past
+  // train_step_timeout_seconds since `started`, the first of them is hung (note_trainer_failure).
+  Status check_train_timeout(const std::string& what, Clock::time_point started,
+                             const std::function<bool(int rank)>& answered);
+
   // ---- run/supervise.cc: rollout worker failures, restarts, timeouts (rules: run/supervisor.h)
   Status supervise();  // in tick
   // Kills (unless it exited) and schedules the restart of workers_[index], or fails the run when
   // its restarts are used up. `why`: "killed by signal 9 (SIGKILL)", "silent for 12 s", ...
   Status fail_worker(int index, const std::string& why, bool exited);
   Status restart_worker(int index);
-  // The train step in flight (`what`) has run longer than train_step_timeout_seconds: the run stops.
-  Status check_train_timeout(const std::string& what, Clock::time_point started) const;
+
+  // ---- run/step.cc: one RL step
+  Status run_step();
+  // The batch of step `step` (waits, packs): record.build.per_rank is empty when no sample fitted.
+  Status new_step_batch(int64_t step, StepRecord& record, double& wait_s);
+  // Sends build's batches to the trainer ranks and ticks until every rank answers; `what` names
+  // the step in errors.
+  Status train(const BatchBuild& build, const std::string& what, bool allow_dispatch);
+  struct RewardStats {
+    double mean = 0, std = 0, advantage_abs_mean = 0;
+  };
+  // Packs `batch` into one TrainBatch per rank; too-long samples are discarded and counted, the
+  // ids of the rest go to `sample_ids`.
+  BatchBuild pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards,
+                        std::vector<uint64_t>& sample_ids);
+  // Takes prompts_batch_size_for_trainer ready groups (discarding stale ones): false if too few.
+  bool take_batch(std::vector<Group>& out);
 
   // ---- run/dispatch.cc: the sample path
   void dispatch();
@@ -224,14 +274,6 @@ class Orchestrator {
   // Discards a group with no reward spread (every sample earned `reward`) and applies
   // max_zero_spread_rounds to the step waiting for a batch.
   void discard_zero_spread(float reward, const std::function<void(const std::string&)>& discard_all);
-  struct RewardStats {
-    double mean = 0, std = 0, advantage_abs_mean = 0;
-  };
-  // Packs `batch` into one TrainBatch per rank; too-long samples are discarded and counted, the
-  // rest become training_samples_.
-  BatchBuild pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards);
-  // Takes prompts_batch_size_for_trainer ready groups (discarding stale ones): false if too few.
-  bool take_batch(std::vector<Group>& out);
   Result<std::optional<double>> evaluate(const char* when);
   // The held-out accuracy summary.json promises, when the run stops before its last step (`why`:
   // an interrupt, no batch): the rollout workers still serve. Fills accuracy_after and its note.
@@ -263,8 +305,9 @@ class Orchestrator {
 
   Dispatcher dispatcher_;             // groups in flight, requests, lanes, scored groups (run/dispatcher.h)
   WorkerSupervisor supervisor_;       // when a rollout worker has failed, when it restarts
-  int64_t training_groups_ = 0;       // groups in the batch being trained or synced
-  std::vector<uint64_t> training_samples_;
+  // The batch of the step in training and those kept since the newest checkpoint, for a trainer
+  // restart (run/step_replay.h).
+  StepReplay replay_;
   // Complete groups waiting for the reward server, by group id; Group::rewards_waiting counts down.
   std::map<uint64_t, Group> awaiting_reward_;
   struct Mean {
@@ -294,13 +337,29 @@ class Orchestrator {
   int64_t last_checkpoint_step_ = 0;
   bool committing_ = false;         // in a step's train + sync or a save: an interrupt waits
   bool stopped_by_interrupt_ = false;
-  bool worker_died_ = false;        // supervise() reported a trainer's death
+  // Trainer recovery (run/trainer_recovery.cc).
+  struct PendingTrainerFailure {
+    std::string worker, reason;
+    double detected_at = 0;
+  };
+  std::optional<PendingTrainerFailure> trainer_failure_;
+  struct CheckpointRef {
+    std::string dir;
+    ResumeState state;
+  };
+  std::optional<CheckpointRef> newest_checkpoint_;  // saved by this run, or resumed from
+  int first_step_record_ = -1;  // index in outcome_.trainer_failures waiting for its first_step_at
+  bool evaluating_ = false;     // a trainer failure waits for the evaluation's end
+  bool restoring_trainers_ = false;  // from the kill to the restored weights' sync: no catch-up rounds
   std::map<int, CheckpointSaved> checkpoints_saved_;  // by rank
   DispatchCount dispatch_count_;  // the run's dispatched samples, on disk for a resume after a SIGKILL
 
   // Per-step waits.
   std::map<int, TrainResult> train_results_;  // by rank
   std::string train_error_;
+  // The rank whose step failed in a collective (unavailable, timeout: its data-parallel peer died
+  // or stopped); "" otherwise.
+  std::string train_error_lost_group_;
   SyncRounds sync_;  // weight-sync rounds: target version, epoch, the round in flight (run/weight_sync.cc)
 
   std::map<uint64_t, double> eval_rewards_;  // eval problem index -> reward

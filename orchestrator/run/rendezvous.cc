@@ -131,9 +131,9 @@ engine::GroupOptions weight_sync_group(const Config& config, int rank, int epoch
 
 std::string weight_group_key_prefix(int epoch) { return str("weights-", epoch, "/"); }
 
-engine::GroupOptions data_parallel_group(const Config& config, int rank) {
+engine::GroupOptions data_parallel_group(const Config& config, int rank, int epoch) {
   engine::GroupOptions g;
-  g.name = "dp";
+  g.name = epoch == 0 ? std::string("dp") : str("dp-", epoch);
   g.rank = rank;
   g.size = static_cast<int>(config.trainer_num_workers);
   g.timeout = kGroupJoinTimeout;

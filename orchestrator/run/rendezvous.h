@@ -8,7 +8,7 @@
 // Worker side, ControlPlaneStore: an engine::RendezvousStore over its OWN ControlClient (identity
 // "<worker>/store"), so Gloo may block in get() without touching the worker's main connection.
 //
-// Groups of a run: "dp" (the trainer ranks, rank = trainer rank) and "weights-<epoch>" (trainer
+// Groups of a run: "dp" (the trainer ranks, rank = trainer rank; "dp-<n>" after their n-th restart) and "weights-<epoch>" (trainer
 // rank 0 as rank 0, rollout worker i as rank i + 1). Every implementation prefixes its keys with
 // the group name ("<name>/..."; the CURVE transport's are "<name>/curve/...").
 #pragma once
@@ -89,8 +89,9 @@ engine::GroupOptions weight_sync_group(const Config& config, int rank, int epoch
                                        const SecurityOptions& security = {});
 // The prefix of that group's keys in the rendezvous store (RendezvousService::abandon).
 std::string weight_group_key_prefix(int epoch);
-// The trainer ranks' data-parallel group.
-engine::GroupOptions data_parallel_group(const Config& config, int rank);
+// The trainer ranks' data-parallel group: "dp", and "dp-<epoch>" for the group the trainer ranks
+// form again after their restart number `epoch` (run/trainer_recovery.cc).
+engine::GroupOptions data_parallel_group(const Config& config, int rank, int epoch = 0);
 
 // Joins `group` through the orchestrator's store (a connection of its own, identity
 // "<identity>/store", secured with `security`). Blocks until every member joined or the group's

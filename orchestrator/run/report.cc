@@ -70,6 +70,24 @@ Json failures_json(const RunOutcome& o) {
   return out;
 }
 
+Json trainer_failures_json(const RunOutcome& o) {
+  auto at = [](double t) { return t > 0 ? Json(std::round(t * 1000) / 1000) : Json(nullptr); };  // ms
+  Json out = Json::array();
+  for (const RunOutcome::TrainerFailure& f : o.trainer_failures) {
+    out.push_back({{"worker", f.worker},
+                   {"reason", f.reason},
+                   {"step", f.step},
+                   {"checkpoint", f.checkpoint.empty() ? Json(nullptr) : Json(f.checkpoint)},
+                   {"restored_step", f.restored_step},
+                   {"steps_redone", f.steps_redone},
+                   {"detected_at", at(f.detected_at)},
+                   {"restart_started_at", at(f.restart_started_at)},
+                   {"restart_ready_at", at(f.restart_ready_at)},
+                   {"first_step_at", at(f.first_step_at)}});
+  }
+  return out;
+}
+
 Json checkpoint_failures_json(const RunOutcome& o) {
   Json out = Json::array();
   for (const RunOutcome::CheckpointFailure& f : o.checkpoint_failures) out.push_back({{"step", f.step}, {"error", f.error}});
@@ -121,6 +139,8 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
       {"processes", processes_json(o)},
       {"worker_restarts", o.worker_restarts},
       {"worker_failures", failures_json(o)},
+      {"trainer_restarts", o.trainer_restarts},
+      {"trainer_failures", trainer_failures_json(o)},
       {"checkpoint_failures", checkpoint_failures_json(o)},
       {"prompts_skipped", o.prompts_skipped},
       {"zero_spread_groups_kept", o.zero_spread_kept},

@@ -4,8 +4,8 @@
 // killed through the Launcher (local and Slurm alike), its unanswered samples go back to the
 // Dispatcher to be sent to the others (the same group and sample ids), a weight-sync round it was
 // in is abandoned, and its replacement starts after the back-off; it registers, receives the
-// current weights in a sync round (run/weight_sync.cc) and only then takes requests. Trainer
-// failures stop the run.
+// current weights in a sync round (run/weight_sync.cc) and only then takes requests. A trainer's
+// exit is noted here and acted on by run/trainer_recovery.cc.
 #include "common/clock.h"
 #include "common/observe/log.h"
 #include "orchestrator/run/orchestrator.h"
@@ -17,17 +17,20 @@ Status Orchestrator::supervise() {
     if (accepting_exits_) continue;
     WorkerSlot* w = worker_by_name(e.name);
     if (w == nullptr) continue;
-    if (w->role == Role::kTrainer) {
-      worker_died_ = true;
-      return unavailable(str("worker ", e.name, " ", e.describe(), " unexpectedly; see its log: ", w->log_path));
-    }
     if (w->state == WorkerState::kDead) {
       w->awaiting_exit = false;  // the kill we sent, or an exit already counted
+      continue;
+    }
+    if (w->role == Role::kTrainer) {  // the other exits of this poll are handled all the same
+      (void)note_trainer_failure(*w, e.describe());
+      w->state = WorkerState::kDead;
+      w->registered = false;
       continue;
     }
     RLRUN_RETURN_IF_ERROR(fail_worker(static_cast<int>(w - workers_.data()), e.describe(), true));
   }
   if (accepting_exits_) return Status();
+  if (trainer_failure_ && !evaluating_) return trainer_failure_status();
   for (size_t i = 0; i < workers_.size(); ++i) {
     WorkerSlot& w = workers_[i];
     const WorkerSupervisor::Verdict v = supervisor_.judge(w, sync_.waits_for(w.name), inbox_backlogged_, Clock::now());
@@ -82,15 +85,6 @@ Status Orchestrator::restart_worker(int index) {
   if (w.failure_record >= 0) outcome_.worker_failures[w.failure_record].replacement_started_at = unix_now();
   log::info(str("restarted ", w.name, " (restart ", w.restarts, ")"));
   return Status();
-}
-
-Status Orchestrator::check_train_timeout(const std::string& what, Clock::time_point started) const {
-  if (seconds_since(started) <= config_.train_step_timeout_seconds) return Status();
-  std::string logs;
-  for (const WorkerSlot& w : workers_)
-    if (w.role == Role::kTrainer) logs += str(logs.empty() ? "" : ", ", w.log_path);
-  return timeout_error(str(what, " did not finish within ", config_.train_step_timeout_seconds,
-                           " s (train_step_timeout_seconds): the trainer is hung or too slow; see ", logs));
 }
 
 }  // namespace rlrun::orchestrator

@@ -35,7 +35,7 @@ std::optional<double> WorkerSupervisor::on_failure(WorkerSlot& w, Clock::time_po
   w.registered = false;
   if (w.restarts >= policy_.max_restarts) return std::nullopt;
   ++w.restarts;
-  const double backoff = policy_.restart_backoff_seconds * std::pow(2.0, w.restarts - 1);
+  const double backoff = restart_backoff(policy_.restart_backoff_seconds, w.restarts);
   w.restart_at = now + std::chrono::milliseconds(static_cast<int64_t>(backoff * 1000));
   return backoff;
 }
@@ -51,6 +51,25 @@ ProcessSpec WorkerSupervisor::start_replacement(WorkerSlot& w, Clock::time_point
   if (!has_incarnation) argv.insert(argv.end(), {"--incarnation", str(w.restarts)});
   w.state = WorkerState::kStarting;
   w.started_at = now;
+  return spec;
+}
+
+double restart_backoff(double base_seconds, int restart) { return base_seconds * std::pow(2.0, restart - 1); }
+
+ProcessSpec trainer_restart_spec(const ProcessSpec& original, const std::string& checkpoint, int restart) {
+  ProcessSpec spec = original;
+  std::vector<std::string> argv;
+  for (size_t i = 0; i < spec.argv.size(); ++i) {
+    const std::string& a = spec.argv[i];
+    if ((a == "--resume-from" || a == "--dp-group-epoch" || a == "--weight-group-epoch") && i + 1 < spec.argv.size()) {
+      ++i;  // and its value
+      continue;
+    }
+    argv.push_back(a);
+  }
+  if (!checkpoint.empty()) argv.insert(argv.end(), {"--resume-from", checkpoint});
+  argv.insert(argv.end(), {"--dp-group-epoch", str(restart), "--weight-group-epoch", "-1"});
+  spec.argv = std::move(argv);
   return spec;
 }
 

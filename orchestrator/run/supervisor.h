@@ -11,7 +11,9 @@
 //    its process is gone; after max_worker_restarts restarts its next failure is the run's error.
 //  - A replacement starts with the original's command, joins the weight group its first
 //    WeightSyncBegin names (--weight-group-epoch -1), and knows its incarnation.
-// Trainer failures are not judged here: they stop the run.
+// Trainer failures are not judged here (the orchestrator notices them: an exit, a step or a send
+// past train_step_timeout_seconds): the whole trainer group restarts, run/trainer_recovery.cc,
+// with the two functions at the end of this file.
 #pragma once
 
 #include <chrono>
@@ -54,5 +56,14 @@ class WorkerSupervisor {
  private:
   SupervisionPolicy policy_;
 };
+
+// Seconds to wait before restart number `restart` (1-based): base_seconds * 2^(restart - 1).
+double restart_backoff(double base_seconds, int restart);
+
+// The command of a trainer rank for the trainer group's restart number `restart` (1-based): the
+// original's, loading `checkpoint` (--resume-from; "" = none: the start weights), forming the
+// gradient group "dp-<restart>" (--dp-group-epoch) and, on rank 0, joining the weight group at
+// the first sync (--weight-group-epoch -1). Each flag replaces the original's.
+ProcessSpec trainer_restart_spec(const ProcessSpec& original, const std::string& checkpoint, int restart);
 
 }  // namespace rlrun::orchestrator

@@ -29,10 +29,10 @@ void SyncRounds::on_end(const std::string& member, bool ok, const std::string& e
   if (!ok) round_->errors.push_back(str(member, ": ", error));
 }
 
-std::optional<uint32_t> SyncRounds::member_died(const std::string& member) {
+std::optional<uint32_t> SyncRounds::member_died(const std::string& member, Clock::time_point now) {
   broken_ = true;
   if (!round_) return std::nullopt;
-  round_->waiting.erase(member);
+  if (round_->waiting.erase(member) > 0 && member == weight_sender()) round_->sender_answered_at = now;
   round_->saw_death = true;
   return round_->epoch;
 }

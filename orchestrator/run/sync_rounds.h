@@ -11,6 +11,7 @@
 //    the round; a round failed that way is retried, one failed with every member alive is the
 //    run's error (finish() says which).
 //  - An answer from a member the round does not wait for (an old round's) is ignored.
+//  - After a trainer restart the version wanted is forgotten: the restart asks for the restored one.
 #pragma once
 
 #include <chrono>
@@ -49,6 +50,8 @@ class SyncRounds {
   };
 
   void want(uint64_t version) { target_ = version, started_ = true; }
+  // The version wanted is no longer the one to send (the trainer group restarts from a checkpoint).
+  void forget_target() { target_.reset(); }
   const std::optional<uint64_t>& target() const { return target_; }
   bool started() const { return started_; }       // want() was called: there are weights to give
   uint64_t synced_version() const { return synced_version_; }
@@ -63,7 +66,9 @@ class SyncRounds {
   void not_delivered(const std::string& member, const std::string& error, Clock::time_point now);
   void on_end(const std::string& member, bool ok, const std::string& error, Clock::time_point now);
   // A member died (or was killed). Returns the epoch of the round it broke, if one was running.
-  std::optional<uint32_t> member_died(const std::string& member);
+  // The sender's death counts as its answer at `now`: the receivers then have the usual bound to
+  // see its sockets close and answer.
+  std::optional<uint32_t> member_died(const std::string& member, Clock::time_point now = Clock::now());
 
   // The round in flight has every answer (or none is coming): finish() ends it.
   bool answered() const { return round_ && round_->waiting.empty(); }

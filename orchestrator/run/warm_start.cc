@@ -6,6 +6,10 @@
 // content is random (Task::format_example never reads the answer's characters). That teaches
 // nothing about which answer is right: held-out accuracy after it stays at chance and is what the
 // summary reports as accuracy_before. Whatever accuracy the run gains comes from the RL steps.
+//
+// Every warm-start batch is kept (run/step_replay.h): a trainer group restarted before the first
+// checkpoint trains them again to rebuild version 0, and a warm-start cut by a trainer failure goes
+// on after the batches it had.
 #include <random>
 
 #include "common/observe/log.h"
@@ -25,8 +29,10 @@ Status Orchestrator::format_warm_start() {
   const int64_t per_step = config_.prompts_batch_size_for_trainer * config_.group_size;
   const PackOptions pack{config_.seq_len, config_.pad_to_multiple_of, static_cast<int>(config_.trainer_num_workers),
                          static_cast<int>(config_.micro_batch_rows), config_.share_prompts_in_training};
-  log::info(str("format warm-start: ", steps, " supervised steps on answers of the right shape and random content"));
-  for (int64_t step = 1; step <= steps; ++step) {
+  const int64_t done = static_cast<int64_t>(replay_.warm_start().size());  // trained again by a restart
+  if (done == 0)
+    log::info(str("format warm-start: ", steps, " supervised steps on answers of the right shape and random content"));
+  for (int64_t step = done + 1; step <= steps; ++step) {
     std::vector<std::vector<int32_t>> prompts, completions;
     for (int64_t i = 0; i < per_step; ++i) {
       const Prompt prompt = prompts_.next();  // counted: a resumed run skips these too
@@ -47,6 +53,7 @@ Status Orchestrator::format_warm_start() {
     if (build.per_rank.empty())
       return invalid_argument(str("format_warm_start_steps: no prompt and answer fits seq_len = ", config_.seq_len));
     for (TrainBatch& b : build.per_rank) b.supervised = true;
+    replay_.add_warm_start(build);
     RLRUN_RETURN_IF_ERROR(train(build, str("format warm-start step ", step), false));
     // The loss is -1 by construction (ratio 1, advantage 1); the entropy shows the format being
     // learned: from ln(vocabulary) down towards ln(the answer alphabet).

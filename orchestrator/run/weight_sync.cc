@@ -96,9 +96,9 @@ Status Orchestrator::advance_sync() {
                                           false));
       }
     } else if (sync_.waits_for(weight_sender()) && seconds_since(round->start) > config_.train_step_timeout_seconds) {
-      return timeout_error(str(weight_sender(), " did not finish the weight sync of version ", round->version, " within ",
-                               config_.train_step_timeout_seconds, " s (train_step_timeout_seconds); see its log: ",
-                               worker_by_name(weight_sender())->log_path));
+      return note_trainer_failure(*worker_by_name(weight_sender()),
+                                  str("did not finish the weight sync of version ", round->version, " within ",
+                                      config_.train_step_timeout_seconds, " s (train_step_timeout_seconds)"));
     }
     return sync_.answered() ? finish_round() : Status();
   }
@@ -108,10 +108,12 @@ Status Orchestrator::advance_sync() {
     return Status();
   }
   // A replacement catches up on the current version, unless the trainer is changing its weights
-  // (a step in flight): the step's own sync then includes it.
+  // (a step in flight): the step's own sync then includes it; or the trainer group is restarting:
+  // the restored weights' sync (run/trainer_recovery.cc) includes it.
+  if (restoring_trainers_) return Status();
   bool needs_weights = false;
   for (const WorkerSlot& w : workers_) needs_weights = needs_weights || w.state == WorkerState::kNeedsWeights;
-  const bool training = training_groups_ > 0;
+  const bool training = replay_.in_progress() != nullptr;
   if (needs_weights && sync_.started() && !training) start_round(sync_.synced_version());
   return Status();
 }

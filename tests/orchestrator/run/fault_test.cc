@@ -202,10 +202,11 @@ TEST_F(WorkerFaults, WorkerThatKeepsDyingUsesUpItsRestartsAndStopsTheRunNamingIt
   EXPECT_NE(out.find("restarting (2/2) in 0.4 s"), std::string::npos) << out;
 }
 
-// A hung trainer is not restarted: the run stops naming it (train_step_timeout_seconds, or the
-// weight sync it left the others waiting in) and writes summary.json.
-TEST_F(WorkerFaults, HungTrainerStopsTheRunNamingIt) {
-  BackgroundRun run(dir_, " --set number_of_steps=100000 --set train_step_timeout_seconds=3");
+// Without trainer restarts (trainer_recovery_test.cc has them) a hung trainer stops the run,
+// naming it (train_step_timeout_seconds, or the weight sync it left the others waiting in), and
+// summary.json is written.
+TEST_F(WorkerFaults, HungTrainerWithoutRestartsStopsTheRunNamingIt) {
+  BackgroundRun run(dir_, " --set number_of_steps=100000 --set train_step_timeout_seconds=3 --set max_trainer_restarts=0");
   ASSERT_TRUE(run.wait_steps(1)) << run.output();
   const int pid = run.pid_of("trainer-0");
   ASSERT_GT(pid, 0) << run.output();
@@ -219,7 +220,10 @@ TEST_F(WorkerFaults, HungTrainerStopsTheRunNamingIt) {
   EXPECT_TRUE(exit.find("train_step_timeout_seconds") != std::string::npos ||
               exit.find("trainer-0 did not finish") != std::string::npos)
       << exit;
+  EXPECT_NE(exit.find("max_trainer_restarts = 0"), std::string::npos) << exit;
   EXPECT_EQ(summary["worker_restarts"], 0);
+  EXPECT_EQ(summary["trainer_restarts"], 0);
+  EXPECT_EQ(summary["trainer_failures"].size(), 1u);
   EXPECT_EQ(summary["samples"]["lost"], 0);
 }
 

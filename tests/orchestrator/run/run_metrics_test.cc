@@ -50,6 +50,15 @@ TEST(RunMetrics, WorkerRestartsAreCountedPerWorkerFromZero) {
   EXPECT_NE(text.find("rlrun_worker_restarts_total{worker=\"rollout-1\"} 2"), std::string::npos) << text;
 }
 
+TEST(RunMetrics, TrainerRestartsAreCountedFromZero) {
+  prometheus::Registry registry;
+  RunMetrics metrics(registry, {"rollout-0"}, {"trainer-0", "rollout-0"});
+  EXPECT_NE(serialize_metrics(registry).find("rlrun_trainer_restarts_total 0"), std::string::npos);
+  metrics.trainer_restarts->Increment();
+  const std::string text = serialize_metrics(registry);
+  EXPECT_NE(text.find("rlrun_trainer_restarts_total 1"), std::string::npos) << text;
+}
+
 // A dashboard's "discarded by reason" panel and the staleness alert need these series before the
 // first discard and without a config at hand.
 TEST(RunMetrics, DiscardReasonsAndTheAsyncBoundExistFromTheStart) {

@@ -91,11 +91,12 @@ TEST_F(RunResume, ResumeWithoutACheckpointSaysWhatToDo) {
       << read_file(dir_ / "out2");
 }
 
+// Without trainer restarts (trainer_recovery_test.cc has them).
 TEST_F(RunResume, KilledTrainerStopsTheRunCleanlyAndTheRunResumes) {
   constexpr int kSteps = 4;
   const fs::path run = dir_ / "run";
   const std::string args = kTiny + " --set number_of_steps=" + std::to_string(kSteps) +
-                           " --set checkpoint_every=1 --run-dir " + q(run);
+                           " --set checkpoint_every=1 --set max_trainer_restarts=0 --run-dir " + q(run);
   start_run(dir_ / "bg", args);
   // Killed once step 1 is saved (the metrics line comes before the checkpoint).
   const fs::path first = run / "checkpoints" / "step-000001" / "COMPLETE";
@@ -131,11 +132,13 @@ TEST_F(RunResume, KilledTrainerStopsTheRunCleanlyAndTheRunResumes) {
 }
 
 // Two trainer ranks with the sharded optimizer: both save (the moments gathered to rank 0) and
-// both load; the surviving rank, blocked in a collective with the dead one, is torn down too.
+// both load; the surviving rank, blocked in a collective with the dead one, is torn down too
+// (without trainer restarts: trainer_recovery_test.cc has them).
 TEST_F(RunResume, TwoShardedRanksSaveStopCleanlyWhenOneDiesAndResume) {
   constexpr int kSteps = 4;
   const fs::path run = dir_ / "run";
   const std::string args = kTiny + " --set trainer_num_workers=2 --set use_distributed_optimizer=true" +
+                           " --set max_trainer_restarts=0" +
                            " --set number_of_steps=" + std::to_string(kSteps) + " --set checkpoint_every=2" +
                            " --run-dir " + q(run);
   start_run(dir_ / "bg", args);

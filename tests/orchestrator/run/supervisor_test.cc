@@ -84,5 +84,24 @@ TEST(WorkerSupervisor, AReplacementJoinsTheNextWeightGroupAndKnowsItsIncarnation
               ElementsAre("rlrun", "rollout", "--weight-group-epoch", "-1", "--incarnation", "2"));
 }
 
+TEST(TrainerRestart, EveryRankLoadsTheCheckpointFormsANewGradientGroupAndJoinsTheWeightsAtTheFirstSync) {
+  ProcessSpec original;
+  original.name = "trainer-1";
+  original.argv = {"rlrun", "trainer", "--rank", "1", "--resume-from", "/run/checkpoints/step-000002"};
+  EXPECT_THAT(trainer_restart_spec(original, "/run/checkpoints/step-000006", 1).argv,
+              ElementsAre("rlrun", "trainer", "--rank", "1", "--resume-from", "/run/checkpoints/step-000006",
+                          "--dp-group-epoch", "1", "--weight-group-epoch", "-1"));
+  const ProcessSpec again = trainer_restart_spec(original, "", 2);
+  EXPECT_THAT(again.argv, ElementsAre("rlrun", "trainer", "--rank", "1", "--dp-group-epoch", "2",
+                                      "--weight-group-epoch", "-1"))
+      << "no checkpoint yet: the start weights";
+  EXPECT_THAT(trainer_restart_spec(again, "/c", 3).argv,
+              ElementsAre("rlrun", "trainer", "--rank", "1", "--resume-from", "/c", "--dp-group-epoch", "3",
+                          "--weight-group-epoch", "-1"))
+      << "each flag replaced, never repeated";
+  EXPECT_EQ(restart_backoff(0.5, 1), 0.5);
+  EXPECT_EQ(restart_backoff(0.5, 3), 2.0);
+}
+
 }  // namespace
 }  // namespace rlrun::orchestrator

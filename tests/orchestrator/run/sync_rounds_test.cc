@@ -60,6 +60,27 @@ TEST(SyncRounds, ADeathFailsTheRoundForARetryUnderANewEpoch) {
   EXPECT_EQ(s.epoch(), 1u);
 }
 
+// A trainer restart: the sender is gone; the receivers still get the usual bound to answer, and
+// the version once wanted is dropped for the restored one.
+TEST(SyncRounds, TheSendersDeathCountsAsItsAnswerAndItsTargetCanBeForgotten) {
+  SyncRounds s;
+  s.want(7);
+  const auto t0 = Clock::now();
+  s.begin(7, kMembers, t0);
+  EXPECT_EQ(s.member_died("trainer-0", t0 + std::chrono::seconds(2)), std::optional<uint32_t>(0));
+  EXPECT_EQ(s.round()->sender_answered_at, t0 + std::chrono::seconds(2));
+  s.forget_target();
+  EXPECT_FALSE(s.target().has_value());
+  s.on_end("rollout-0", false, "peer closed the connection", t0);
+  s.on_end("rollout-1", false, "peer closed the connection", t0);
+  const SyncRounds::Outcome o = s.finish();
+  EXPECT_TRUE(o.retry);
+  s.want(3);
+  const SyncRounds::Round& restored = s.begin(3, kMembers, t0);
+  EXPECT_TRUE(restored.reformed);
+  EXPECT_EQ(restored.version, 3u) << "a weight version may go back";
+}
+
 TEST(SyncRounds, AnErrorWithEveryMemberAliveIsTheRunsError) {
   SyncRounds s;
   s.want(5);
