@@ -1,5 +1,6 @@
 #include "trainer/trainable_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/observe/log.h"
@@ -66,6 +67,40 @@ Status validate_micro_batch(const MicroBatch& mb, bool with_ref) {
       if (mb.loss_mask[t]) return invalid_argument(str("micro-batch: shared prefix ", p, " has a trained token (", t, ")"));
   }
   return Status();
+}
+
+void drop_untrained_sequences(MicroBatch& mb) {
+  const size_t seqs = mb.cu_seqlens.size() - 1, n = mb.input_ids.size();
+  if (n == 0) return;
+  std::vector<bool> keep(seqs, false);
+  for (size_t s = 0; s < seqs; ++s)
+    for (int32_t t = mb.cu_seqlens[s]; t < mb.cu_seqlens[s + 1] && !keep[s]; ++t) keep[s] = mb.loss_mask[t] != 0;
+  if (!mb.prefix_of.empty())
+    for (size_t s = 0; s < seqs; ++s)
+      if (keep[s] && mb.prefix_of[s] >= 0) keep[mb.prefix_of[s]] = true;
+  if (std::all_of(keep.begin(), keep.end(), [](bool k) { return k; })) return;
+  const bool per_seq = mb.advantages.size() == seqs && seqs != n;
+  MicroBatch out;
+  out.cu_seqlens = {0};
+  std::vector<int32_t> new_index(seqs, -1);
+  for (size_t s = 0; s < seqs; ++s) {
+    if (!keep[s]) continue;
+    for (int32_t t = mb.cu_seqlens[s]; t < mb.cu_seqlens[s + 1]; ++t) {
+      out.input_ids.push_back(mb.input_ids[t]);
+      out.position_ids.push_back(mb.position_ids[t]);
+      out.targets.push_back(mb.targets[t]);
+      out.loss_mask.push_back(mb.loss_mask[t]);
+      out.rollout_logprobs.push_back(mb.rollout_logprobs[t]);
+      if (!per_seq) out.advantages.push_back(mb.advantages[t]);
+      if (!mb.ref_logprobs.empty()) out.ref_logprobs.push_back(mb.ref_logprobs[t]);
+    }
+    new_index[s] = static_cast<int32_t>(out.cu_seqlens.size()) - 1;
+    out.cu_seqlens.push_back(static_cast<int32_t>(out.input_ids.size()));
+    if (per_seq) out.advantages.push_back(mb.advantages[s]);
+    if (!mb.prefix_of.empty()) out.prefix_of.push_back(mb.prefix_of[s] < 0 ? -1 : new_index[mb.prefix_of[s]]);
+  }
+  if (out.input_ids.empty()) out = MicroBatch{};  // nothing to train: an empty micro-batch
+  mb = std::move(out);
 }
 
 MicroBatch expand_shared_prefixes(const MicroBatch& mb) {

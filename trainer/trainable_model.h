@@ -58,6 +58,11 @@ Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<c
                                     std::span<const float> advantages, std::span<const float> rollout_logprobs,
                                     std::span<const int32_t> prefix_of = {});
 
+// Removes the sequences that train no token and that no trained sequence continues (padding,
+// samples left without a trained token): their attention is confined to themselves, so they
+// change no gradient, and computing them is waste.
+void drop_untrained_sequences(MicroBatch& mb);
+
 // The same micro-batch with every shared prefix written out before each of its continuations
 // (prefix_of empty): what a model that cannot share prefixes trains on, with the same loss.
 MicroBatch expand_shared_prefixes(const MicroBatch& mb);

@@ -139,6 +139,7 @@ Result<std::vector<MicroBatch>> micro_batches_from_train_batch(const TrainBatch&
                                                            b.advantages.span().subspan(a, len),
                                                            b.rollout_logprobs.span().subspan(a, len), prefix_of));
     maybe_per_sequence(mb);
+    drop_untrained_sequences(mb);  // padding and untrained samples cost compute and change nothing
     out.push_back(std::move(mb));
   }
   return out;

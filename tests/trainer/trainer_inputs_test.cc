@@ -29,18 +29,42 @@ TEST(TrainerInputs, MicroBatchesFromTrainBatch) {
   auto mbs = micro_batches_from_train_batch(sample_batch());
   ASSERT_TRUE(mbs.ok()) << mbs.status().message();
   ASSERT_EQ(mbs->size(), 2u);
+  // Padding segments train nothing and are not computed (drop_untrained_sequences).
   const MicroBatch& a = (*mbs)[0];
-  EXPECT_EQ(a.cu_seqlens, (std::vector<int32_t>{0, 3, 4}));
-  EXPECT_EQ(a.targets, (std::vector<int32_t>{2, 3, -1, -1}));
-  EXPECT_EQ(a.loss_mask, (std::vector<uint8_t>{1, 1, 0, 0}));
-  EXPECT_EQ(a.rollout_logprobs, (std::vector<float>{-0.1f, -0.2f, 0, 0}));
-  EXPECT_EQ(a.advantages, (std::vector<float>{0.5f, 0.0f}));  // per sequence (padding: 0)
+  EXPECT_EQ(a.cu_seqlens, (std::vector<int32_t>{0, 3}));
+  EXPECT_EQ(a.targets, (std::vector<int32_t>{2, 3, -1}));
+  EXPECT_EQ(a.loss_mask, (std::vector<uint8_t>{1, 1, 0}));
+  EXPECT_EQ(a.rollout_logprobs, (std::vector<float>{-0.1f, -0.2f, 0}));
+  EXPECT_EQ(a.advantages, (std::vector<float>{0.5f}));  // per sequence
   const MicroBatch& b = (*mbs)[1];
-  EXPECT_EQ(b.cu_seqlens, (std::vector<int32_t>{0, 2, 4}));
-  EXPECT_EQ(b.input_ids, (std::vector<int32_t>{4, 5, 0, 0}));
-  EXPECT_EQ(b.targets, (std::vector<int32_t>{5, -1, 0, -1}));
-  EXPECT_EQ(b.loss_mask, (std::vector<uint8_t>{1, 0, 0, 0}));
-  EXPECT_EQ(b.advantages, (std::vector<float>{-1.0f, 0.0f}));
+  EXPECT_EQ(b.cu_seqlens, (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(b.input_ids, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(b.targets, (std::vector<int32_t>{5, -1}));
+  EXPECT_EQ(b.loss_mask, (std::vector<uint8_t>{1, 0}));
+  EXPECT_EQ(b.advantages, (std::vector<float>{-1.0f}));
+}
+
+// A shared prompt is kept for its trained continuation; a continuation that trains nothing, and
+// a micro-batch of nothing trained, are dropped (the latter becomes empty).
+TEST(TrainerInputs, UntrainedSequencesAreDroppedButPrefixesOfTrainedOnesKept) {
+  MicroBatch mb;
+  mb.input_ids = {5, 6, 7, 8, 7, 4, 9, 9};
+  mb.position_ids = {0, 1, 2, 3, 2, 3, 0, 1};
+  mb.cu_seqlens = {0, 2, 4, 6, 8};
+  mb.prefix_of = {-1, 0, 0, -1};
+  mb.targets = {6, -1, 8, -1, 4, -1, 9, -1};
+  mb.loss_mask = {0, 0, 1, 0, 0, 0, 0, 0};
+  mb.rollout_logprobs = {0, 0, -0.5f, 0, 0, 0, 0, 0};
+  mb.advantages = {0, 1.5f, -2, 0};
+  drop_untrained_sequences(mb);
+  EXPECT_EQ(mb.input_ids, (std::vector<int32_t>{5, 6, 7, 8}));
+  EXPECT_EQ(mb.cu_seqlens, (std::vector<int32_t>{0, 2, 4}));
+  EXPECT_EQ(mb.prefix_of, (std::vector<int32_t>{-1, 0}));
+  EXPECT_EQ(mb.advantages, (std::vector<float>{0, 1.5f}));
+  EXPECT_TRUE(validate_micro_batch(mb, false).ok());
+  mb.loss_mask.assign(4, 0);
+  drop_untrained_sequences(mb);
+  EXPECT_EQ(mb.num_tokens(), 0);
 }
 
 TEST(TrainerInputs, MalformedTrainBatchesAreProtocolErrors) {
