@@ -26,6 +26,7 @@ double thread_speed(int64_t t, int64_t t0) {
 struct Seq {
   int64_t prompt = 0, target = 1, generated = 0;
   uint64_t group = 0;
+  int64_t prefill = 0;  // tokens computed at admission: the prompt, or its last one when forked from a sibling
 };
 
 // A process: a rollout worker or a trainer rank. `remaining` is work left at full speed.
@@ -145,10 +146,12 @@ void Sim::dispatch() {
     g.worker = best;
     const int64_t prompt = std::max<int64_t>(1, std::llround(c_.prompt_tokens));
     Arrival a{now_ + c_.request_overhead_seconds, best, {}};
+    const bool shared_training = s_.share_prompts_in_training && s_.group_size > 1 && prompt > 1;
+    if (shared_training) g.tokens += prompt - 1;  // packed once; each sample starts with its last token
     for (int64_t i = 0; i < s_.group_size; ++i) {
       const int64_t target = lengths_[length_dist_(rng_)];
-      a.seqs.push_back({prompt, target, 0, id});
-      g.tokens += prompt + target;
+      a.seqs.push_back({prompt, target, 0, id, i == 0 ? prompt : 1});  // the others fork the prompt's KV
+      g.tokens += (shared_training ? 1 : prompt) + target;
     }
     arrivals_.push_back(std::move(a));
     ++wk.lanes_used;
@@ -174,8 +177,9 @@ void Sim::start_engine_steps() {
     for (const Seq& q : wk.running) shape.context_tokens += q.prompt + q.generated - 1;
     while (!wk.waiting.empty() && static_cast<int64_t>(wk.running.size()) < s_.max_num_seqs) {
       const Seq& q = wk.waiting.front();
-      if (shape.prefill_tokens > 0 && shape.prefill_tokens + q.prompt > s_.max_prefill_tokens) break;
-      shape.prefill_tokens += q.prompt;
+      if (shape.prefill_tokens > 0 && shape.prefill_tokens + q.prefill > s_.max_prefill_tokens) break;
+      shape.prefill_tokens += q.prefill;
+      shape.context_tokens += q.prompt - q.prefill;
       Group& g = groups_[q.group];
       if (g.version < 0) g.version = wk.version;
       wk.running.push_back(q);

@@ -48,6 +48,9 @@ struct LoopSettings {
   int64_t max_prefill_tokens = 4096;
   int64_t cpu_threads_per_worker = 0;  // 0: the node's cores / processes on it (at least 1)
   bool individual_sample_lanes = false;
+  // The samples of a group share their prompt: one prefills it, the others fork it and compute
+  // its last token (rollout/scheduler.h); the trainer computes it once (share_prompts_in_training).
+  bool share_prompts_in_training = true;
 };
 
 // Where the processes run. Local CPU runs: one node, cores = this machine's.

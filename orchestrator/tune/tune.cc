@@ -73,6 +73,7 @@ LoopSettings settings_from(const Config& c) {
   s.max_prefill_tokens = rollout::SchedulerOptions{}.max_prefill_tokens;
   s.cpu_threads_per_worker = c.cpu_threads_per_worker;
   s.individual_sample_lanes = c.enable_individual_sample_lanes;
+  s.share_prompts_in_training = c.share_prompts_in_training;
   return s;
 }
 

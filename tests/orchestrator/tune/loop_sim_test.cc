@@ -29,6 +29,7 @@ LoopSettings settings(int64_t async, int64_t lanes = 8) {
   s.group_size = 4;
   s.max_concurrent_prompts_per_server = lanes;
   s.max_num_seqs = 64;
+  s.share_prompts_in_training = false;  // every sample trains its own copy of the prompt (kBatchTokens)
   return s;
 }
 
@@ -111,6 +112,26 @@ TEST(LoopSim, ProcessesOnTooFewCoresShareThem) {
   // Two cores: the same work overlaps, and the step takes the longer phase.
   const Cluster two_cores{.nodes = 1, .slots_per_node = 2};
   EXPECT_NEAR(simulate(c, settings(1), two_cores, {.steps = 100, .seed = 1}).seconds_per_step, 0.16, 0.01);
+}
+
+// Shared prompts: a group of 4 trains its 4-token prompt once (3 tokens, then the last one before
+// each completion): 4 x (3 + 4 x 7) = 124 tokens instead of 160. In generation (always, whatever
+// the training does) the first sample prefills the prompt and the others compute its last token
+// only: 4 + 3 x 1 prefilled tokens per group.
+TEST(LoopSim, SharedPromptsTrainFewerTokens) {
+  const LoopCosts c = simple_costs(6, 0.01, 0.001, 0.05);
+  LoopSettings s = settings(0);
+  s.share_prompts_in_training = true;
+  const Prediction p = simulate(c, s, gpus(2), {.steps = 20, .seed = 1});
+  ASSERT_TRUE(p.feasible) << p.reason;
+  EXPECT_NEAR(p.seconds_per_step, 6 * 0.01 + 124 * 0.001 + 0.05, 1e-9);
+  LoopCosts prefill = c;
+  prefill.engine_step.per_prefill_token = 0.001;
+  const Prediction shared = simulate(prefill, s, gpus(2), {.steps = 20, .seed = 1});
+  EXPECT_NEAR(shared.seconds_per_step, 6 * 0.01 + 4 * (4 + 3) * 0.001 + 124 * 0.001 + 0.05, 1e-9);
+  s.share_prompts_in_training = false;
+  const Prediction plain = simulate(prefill, s, gpus(2), {.steps = 20, .seed = 1});
+  EXPECT_NEAR(plain.seconds_per_step - shared.seconds_per_step, (160 - 124) * 0.001, 1e-9);
 }
 
 TEST(LoopSim, InfeasibleSettingsSayWhy) {
