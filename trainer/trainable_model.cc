@@ -69,6 +69,23 @@ Status validate_micro_batch(const MicroBatch& mb, bool with_ref) {
   return Status();
 }
 
+namespace {
+
+// Appends the per-token entries of sequence s of `mb` to `out` (advantages too when per token).
+void append_token_rows(MicroBatch& out, const MicroBatch& mb, size_t s, bool per_seq) {
+  for (int32_t t = mb.cu_seqlens[s]; t < mb.cu_seqlens[s + 1]; ++t) {
+    out.input_ids.push_back(mb.input_ids[t]);
+    out.position_ids.push_back(mb.position_ids[t]);
+    out.targets.push_back(mb.targets[t]);
+    out.loss_mask.push_back(mb.loss_mask[t]);
+    out.rollout_logprobs.push_back(mb.rollout_logprobs[t]);
+    if (!per_seq) out.advantages.push_back(mb.advantages[t]);
+    if (!mb.ref_logprobs.empty()) out.ref_logprobs.push_back(mb.ref_logprobs[t]);
+  }
+}
+
+}  // namespace
+
 void drop_untrained_sequences(MicroBatch& mb) {
   const size_t seqs = mb.cu_seqlens.size() - 1, n = mb.input_ids.size();
   if (n == 0) return;
@@ -85,15 +102,7 @@ void drop_untrained_sequences(MicroBatch& mb) {
   std::vector<int32_t> new_index(seqs, -1);
   for (size_t s = 0; s < seqs; ++s) {
     if (!keep[s]) continue;
-    for (int32_t t = mb.cu_seqlens[s]; t < mb.cu_seqlens[s + 1]; ++t) {
-      out.input_ids.push_back(mb.input_ids[t]);
-      out.position_ids.push_back(mb.position_ids[t]);
-      out.targets.push_back(mb.targets[t]);
-      out.loss_mask.push_back(mb.loss_mask[t]);
-      out.rollout_logprobs.push_back(mb.rollout_logprobs[t]);
-      if (!per_seq) out.advantages.push_back(mb.advantages[t]);
-      if (!mb.ref_logprobs.empty()) out.ref_logprobs.push_back(mb.ref_logprobs[t]);
-    }
+    append_token_rows(out, mb, s, per_seq);
     new_index[s] = static_cast<int32_t>(out.cu_seqlens.size()) - 1;
     out.cu_seqlens.push_back(static_cast<int32_t>(out.input_ids.size()));
     if (per_seq) out.advantages.push_back(mb.advantages[s]);
@@ -106,27 +115,16 @@ void drop_untrained_sequences(MicroBatch& mb) {
 MicroBatch expand_shared_prefixes(const MicroBatch& mb) {
   if (mb.prefix_of.empty()) return mb;
   const size_t seqs = mb.cu_seqlens.size() - 1;
-  const bool per_seq = mb.advantages.size() == seqs;
+  const bool per_seq = mb.advantages.size() == seqs && seqs != mb.input_ids.size();
   std::vector<bool> is_prefix(seqs, false);
   for (int32_t p : mb.prefix_of)
     if (p >= 0) is_prefix[p] = true;
   MicroBatch out;
   out.cu_seqlens = {0};
-  auto copy_rows = [&](size_t s) {
-    for (int32_t t = mb.cu_seqlens[s]; t < mb.cu_seqlens[s + 1]; ++t) {
-      out.input_ids.push_back(mb.input_ids[t]);
-      out.position_ids.push_back(mb.position_ids[t]);
-      out.targets.push_back(mb.targets[t]);
-      out.loss_mask.push_back(mb.loss_mask[t]);
-      out.rollout_logprobs.push_back(mb.rollout_logprobs[t]);
-      if (!per_seq) out.advantages.push_back(mb.advantages[t]);
-      if (!mb.ref_logprobs.empty()) out.ref_logprobs.push_back(mb.ref_logprobs[t]);
-    }
-  };
   for (size_t s = 0; s < seqs; ++s) {
     if (is_prefix[s]) continue;  // written out before each continuation
-    if (mb.prefix_of[s] >= 0) copy_rows(static_cast<size_t>(mb.prefix_of[s]));
-    copy_rows(s);
+    if (mb.prefix_of[s] >= 0) append_token_rows(out, mb, static_cast<size_t>(mb.prefix_of[s]), per_seq);
+    append_token_rows(out, mb, s, per_seq);
     out.cu_seqlens.push_back(static_cast<int32_t>(out.input_ids.size()));
     if (per_seq) out.advantages.push_back(mb.advantages[s]);
   }

@@ -246,6 +246,7 @@ void Orchestrator::finish_group(Group group) {
   if (group.failed) return discard_all("group_incomplete");
   std::vector<float> rewards(group_size_), advantages(group_size_);
   for (uint32_t i = 0; i < group_size_; ++i) rewards[i] = static_cast<float>(group.samples[i].reward);
+  rewarded_once_ = rewarded_once_ || std::any_of(rewards.begin(), rewards.end(), [](float r) { return r > 0.0f; });
   if (config_.discard_group_zero_advantage && trainer::group_has_zero_spread(rewards)) {
     if (!keep_zero_spread_) return discard_zero_spread(rewards[0], discard_all);
     ++outcome_.zero_spread_kept;  // past max_zero_spread_rounds: it fills the waiting step's batch
@@ -278,8 +279,9 @@ void Orchestrator::discard_zero_spread(float reward, const std::function<void(co
   }
   if (zero_spread_.discarded < bound) return;
   // A policy that never (or always) solves the task gives no group a reward spread: past the bound
-  // the step stops waiting, and the log says which case it is.
-  if (dispatcher_.scored().empty() && zero_spread_.failed == zero_spread_.discarded) {
+  // the step stops waiting, and the log says which case it is. One that has never earned anything
+  // in this run cannot learn: the run stops.
+  if (dispatcher_.scored().empty() && zero_spread_.failed == zero_spread_.discarded && !rewarded_once_) {
     no_batch_error_ = str(zero_spread_.discarded, " groups in a row earned no reward and were discarded for no reward ",
                           "spread (discard_group_zero_advantage; max_zero_spread_rounds = ", config_.max_zero_spread_rounds,
                           " batches), so no batch can form: the policy never succeeds. ",

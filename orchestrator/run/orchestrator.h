@@ -323,6 +323,9 @@ class Orchestrator {
     int64_t discarded = 0, failed = 0, solved = 0;  // failed: every sample earned 0; solved: 1
   } zero_spread_;
   bool keep_zero_spread_ = false;  // past the bound: zero-spread groups fill the step's batch
+  // Some sample of this run earned a reward: a long streak without one is then bad luck on a
+  // policy that rarely succeeds, and the step trains on what there is rather than stop the run.
+  bool rewarded_once_ = false;
   std::string no_batch_error_;     // past the bound with nothing to learn from: run_step stops the run
   int64_t prompts_skipped_in_a_row_ = 0, longest_skipped_prompt_ = 0;  // start_group: no prompt fits
   log::RateLimited zero_spread_log_{std::chrono::seconds(60)};

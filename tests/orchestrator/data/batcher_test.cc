@@ -9,6 +9,7 @@
 #include <random>
 
 #include "engine/model/model.h"
+#include "tests/engine/model/model_test_util.h"
 #include "trainer/model_adapter.h"
 #include "trainer/train_step.h"
 #include "trainer/trainer_inputs.h"
@@ -184,23 +185,15 @@ TEST(Batcher, AContinuationOfAnotherMicroBatchIsAProtocolError) {
 // decoder (two micro-batches, two ranks' worth of rows on one rank).
 TEST(Batcher, SharedPromptsTrainLikeRepeatedOnes) {
   const std::vector<Seq> seqs = grouped_sequences();
-  engine::ModelConfig c;
-  c.hidden_size = 32;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.intermediate_size = 48;
-  c.vocab_size = 64;
   auto step = [&](bool share, double* loss) {
     PackOptions options{/*seq_len=*/40, 1, 1, /*micro_batch_rows=*/1, share};
     const BatchBuild build = build_train_batches(views(seqs), options, 1);
     EXPECT_GE(build.per_rank[0].num_micro_batches, 2u);
     auto micro = trainer::micro_batches_from_train_batch(build.per_rank[0]);
     EXPECT_TRUE(micro.ok()) << micro.status().message();
-    auto backend = engine::create_backend("cpu", 1);
-    auto model = engine::Model::create(**backend, c);
-    (*model)->weights().init_random(9, 0.3f);
-    trainer::ModelAdapter adapter(**model);
+    auto backend = engine::testing::cpu_backend();
+    auto model = engine::testing::tiny_model(*backend, /*qwen2=*/true, 9, 0.3f);
+    trainer::ModelAdapter adapter(*model);
     trainer::TrainerOptions o;
     o.learning_rate = 1e-2;
     o.optimizer.adam_eps = 1.0;  // nearly linear in the gradient: comparing weights compares gradients
@@ -217,10 +210,9 @@ TEST(Batcher, SharedPromptsTrainLikeRepeatedOnes) {
   EXPECT_NEAR(loss_shared, loss_plain, 1e-5);
   ASSERT_EQ(plain.size(), shared.size());
   double moved = 0, worst = 0;
-  auto backend = engine::create_backend("cpu", 1);
-  auto fresh = engine::Model::create(**backend, c);
-  (*fresh)->weights().init_random(9, 0.3f);
-  const std::vector<float> start = engine::to_host_f32((*fresh)->weights().master_flat());
+  auto backend = engine::testing::cpu_backend();
+  auto fresh = engine::testing::tiny_model(*backend, /*qwen2=*/true, 9, 0.3f);
+  const std::vector<float> start = engine::to_host_f32(fresh->weights().master_flat());
   for (size_t i = 0; i < plain.size(); ++i) {
     moved = std::max(moved, double(std::abs(plain[i] - start[i])));
     worst = std::max(worst, double(std::abs(plain[i] - shared[i])));
