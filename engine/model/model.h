@@ -3,7 +3,8 @@
 // Training works on PACKED micro-batches: N tokens of several sequences in one row, positions
 // restarting at 0 per sequence, attention confined to each sequence (cu_seqlens), and a target
 // per token (the next token id, or < 0 for none; the caller shifts and masks). forward() returns
-// per-token log-probabilities of the targets and the entropy of each predicted distribution;
+// per-token log-probabilities of the targets and the entropy of each predicted distribution (0 for
+// tokens without a target: the output layer scores only the others);
 // backward() takes d(loss)/d(logprob) (and optionally d(loss)/d(entropy)) and ACCUMULATES the
 // parameter gradients into weights().grad_flat(). Losses live in the trainer.
 //
@@ -111,8 +112,11 @@ class Model {
 // Bytes a forward(for_backward = true) of `tokens` tokens keeps until backward (what
 // saved_activation_bytes() reports), for `rlrun plan`. Backward adds about one layer's
 // activations when checkpointing, plus gradient scratch of a few (tokens, hidden) tensors.
+// `scored`: tokens with a target (the head scores only those on f32 backends); < 0: all of them,
+// the bound a plan uses.
 int64_t estimate_saved_activation_bytes(const ModelConfig& config, int64_t tokens, DType compute_dtype,
-                                        bool checkpointing, int64_t logits_chunk_elements = int64_t{1} << 24);
+                                        bool checkpointing, int64_t logits_chunk_elements = int64_t{1} << 24,
+                                        int64_t scored = -1);
 
 // ---- conveniences for tests and tools --------------------------------------------------------
 // Mean negative log-likelihood over tokens with a target >= 0 (no gradients kept).

@@ -20,8 +20,12 @@ struct Model::TrainState {
   LayerActs recompute;                         // checkpointing: one layer's activations
   LayerGradScratch grad;                       // backward scratch shared by the layers
   Tensor rstd_f, hf;          // final norm: (N) f32, (N, H)
-  Tensor logits;              // (N, V), kept only when one chunk covers every token
-  Tensor lse, entropy;        // (N) f32 from the fused log-softmax
+  // The head runs only over the M tokens with a target (f32 backends; all N otherwise):
+  int64_t m = 0;
+  Tensor head_rows;           // (M) i32 rows of those tokens, undefined when M = N
+  Tensor head_hf, head_targets;  // (M, H), (M) i32: their final-norm outputs and targets
+  Tensor logits;              // (M, V), kept only when one chunk covers every row
+  Tensor lse, entropy;        // (M) f32 from the fused log-softmax
   int64_t saved_bytes = 0;
 };
 
@@ -126,6 +130,18 @@ Result<ForwardOutput> Model::forward(const PackedBatch& batch, bool for_backward
   st.for_backward = for_backward;
   st.checkpointing = options_.gradient_checkpointing;
   st.attention = packed_attention(b, batch);
+  std::vector<int32_t> head_rows, head_targets;  // tokens with a target: the only ones the head must score
+  for (int64_t i = 0; i < n; ++i)
+    if (batch.targets[i] >= 0) head_rows.push_back(static_cast<int32_t>(i)), head_targets.push_back(batch.targets[i]);
+  st.m = static_cast<int64_t>(head_rows.size());
+  if (st.m < n && b.compute_dtype() == DType::kF32) {
+    if (st.m > 0) {
+      st.head_rows = from_host_i32(b, {st.m}, head_rows);
+      st.head_targets = from_host_i32(b, {st.m}, head_targets);
+    }
+  } else {
+    st.m = n;
+  }
   st.ids = from_host_i32(b, {n}, batch.tokens);
   st.positions = from_host_i32(b, {n}, batch.positions);
   st.targets = from_host_i32(b, {n}, batch.targets);
@@ -156,49 +172,88 @@ Result<ForwardOutput> Model::forward(const PackedBatch& batch, bool for_backward
     state_.reset();
     return out;
   }
-  st.saved_bytes = static_cast<int64_t>(st.xs.size() * st.xs[0].nbytes() + st.hf.nbytes() + st.rstd_f.nbytes() +
-                                        st.lse.nbytes() + (st.logits.defined() ? st.logits.nbytes() : 0));
+  st.saved_bytes = static_cast<int64_t>(st.xs.size() * st.xs[0].nbytes() + st.hf.nbytes() + st.rstd_f.nbytes());
+  for (const Tensor* t : {&st.lse, &st.logits})
+    if (t->defined()) st.saved_bytes += static_cast<int64_t>(t->nbytes());
+  if (st.m < st.n && st.m > 0) st.saved_bytes += static_cast<int64_t>(st.head_hf.nbytes() + st.head_targets.nbytes());
   for (const LayerActs& a : st.acts) st.saved_bytes += bytes_of(a);
   return out;
 }
 
+namespace {
+
+Tensor column(const Tensor& t) { return t.view({t.numel(), 1}); }
+
+}  // namespace
+
+// Only the M tokens with a target need logits: their final-norm rows are gathered (head_hf), scored
+// chunk by chunk, and their log-probs and entropies scattered back into the (N) outputs (zero
+// elsewhere). With M = N the gather and scatter are skipped.
 void Model::head_forward(TrainState& st, const ForwardOutput& out, bool for_backward) {
   Backend& b = backend();
   const ModelConfig& c = config();
-  const int64_t n = st.n, v = c.vocab_size;
+  const int64_t n = st.n, m = st.m, v = c.vocab_size;
   st.rstd_f = for_backward ? b.zeros({n}, DType::kF32) : Tensor();
   st.hf = b.zeros({n, c.hidden_size}, b.compute_dtype());
   b.rmsnorm_forward(st.hf, st.rstd_f, st.xs.back(), weights_.final_norm(), static_cast<float>(c.rms_norm_eps));
-  st.lse = b.zeros({n}, DType::kF32);
-  st.entropy = out.entropy;
-  const int64_t chunk = std::clamp<int64_t>(options_.logits_chunk_elements / v, 1, n);
-  Tensor logits = b.zeros({chunk, v}, b.compute_dtype());
-  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-    const int64_t c1 = std::min(n, c0 + chunk);
-    const Tensor lg = logits.rows(0, c1 - c0);
-    b.matmul(lg, st.hf.rows(c0, c1), weights_.lm_head(), false, true);
-    b.logprob_forward(out.logprobs.rows(c0, c1), out.entropy.rows(c0, c1), st.lse.rows(c0, c1), lg,
-                      st.targets.rows(c0, c1));
+  if (m == 0) return;  // nothing to score: log-probs and entropies stay 0
+  const bool compact = m < n;
+  if (compact) {
+    st.head_hf = b.zeros({m, c.hidden_size}, b.compute_dtype());
+    b.embedding_forward(st.head_hf, st.hf, st.head_rows);
+  } else {
+    st.head_hf = st.hf;
+    st.head_targets = st.targets;
   }
-  if (for_backward && chunk == n) st.logits = logits;  // backward need not recompute them
+  st.lse = b.zeros({m}, DType::kF32);
+  st.entropy = compact ? b.zeros({m}, DType::kF32) : out.entropy;
+  const Tensor logprobs = compact ? b.zeros({m}, DType::kF32) : out.logprobs;
+  const int64_t chunk = std::clamp<int64_t>(options_.logits_chunk_elements / v, 1, m);
+  Tensor logits = b.zeros({chunk, v}, b.compute_dtype());
+  for (int64_t c0 = 0; c0 < m; c0 += chunk) {
+    const int64_t c1 = std::min(m, c0 + chunk);
+    const Tensor lg = logits.rows(0, c1 - c0);
+    b.matmul(lg, st.head_hf.rows(c0, c1), weights_.lm_head(), false, true);
+    b.logprob_forward(logprobs.rows(c0, c1), st.entropy.rows(c0, c1), st.lse.rows(c0, c1), lg,
+                      st.head_targets.rows(c0, c1));
+  }
+  if (compact) {  // into the zeroed (N) outputs
+    b.embedding_backward(column(out.logprobs), column(logprobs), st.head_rows);
+    b.embedding_backward(column(out.entropy), column(st.entropy), st.head_rows);
+  }
+  if (for_backward && chunk == m) st.logits = logits;  // backward need not recompute them
 }
 
 void Model::head_backward(TrainState& st, const Tensor& dlogprob, const Tensor& dentropy, const Tensor& dx) {
   Backend& b = backend();
   const ModelConfig& c = config();
-  const int64_t n = st.n, v = c.vocab_size;
-  const int64_t chunk = std::clamp<int64_t>(options_.logits_chunk_elements / v, 1, n);
-  Tensor logits = st.logits.defined() ? st.logits : b.zeros({chunk, v}, b.compute_dtype());
+  const int64_t n = st.n, m = st.m, v = c.vocab_size;
   Tensor dhf = b.zeros({n, c.hidden_size}, b.compute_dtype());
-  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-    const int64_t c1 = std::min(n, c0 + chunk);
-    const Tensor lg = logits.rows(0, c1 - c0);
-    const Tensor hf = st.hf.rows(c0, c1);
-    if (!st.logits.defined()) b.matmul(lg, hf, weights_.lm_head(), false, true);  // recompute
-    b.logprob_backward(lg, lg, st.targets.rows(c0, c1), st.lse.rows(c0, c1), st.entropy.rows(c0, c1),
-                       dlogprob.rows(c0, c1), dentropy.defined() ? dentropy.rows(c0, c1) : Tensor());
-    b.matmul(weights_.grad_lm_head(), lg, hf, true, false, 1.0f, 1.0f);  // dW += dlogits^T hf
-    b.matmul(dhf.rows(c0, c1), lg, weights_.lm_head(), false, false);     // dhf = dlogits W
+  if (m > 0) {
+    const bool compact = m < n;
+    Tensor dlp = dlogprob, dent = dentropy, dhead = dhf;
+    if (compact) {  // the (M) rows' gradients, gathered
+      dlp = b.zeros({m}, DType::kF32);
+      b.embedding_forward(column(dlp), column(dlogprob), st.head_rows);
+      if (dentropy.defined()) {
+        dent = b.zeros({m}, DType::kF32);
+        b.embedding_forward(column(dent), column(dentropy), st.head_rows);
+      }
+      dhead = b.zeros({m, c.hidden_size}, b.compute_dtype());
+    }
+    const int64_t chunk = std::clamp<int64_t>(options_.logits_chunk_elements / v, 1, m);
+    Tensor logits = st.logits.defined() ? st.logits : b.zeros({chunk, v}, b.compute_dtype());
+    for (int64_t c0 = 0; c0 < m; c0 += chunk) {
+      const int64_t c1 = std::min(m, c0 + chunk);
+      const Tensor lg = logits.rows(0, c1 - c0);
+      const Tensor hf = st.head_hf.rows(c0, c1);
+      if (!st.logits.defined()) b.matmul(lg, hf, weights_.lm_head(), false, true);  // recompute
+      b.logprob_backward(lg, lg, st.head_targets.rows(c0, c1), st.lse.rows(c0, c1), st.entropy.rows(c0, c1),
+                         dlp.rows(c0, c1), dent.defined() ? dent.rows(c0, c1) : Tensor());
+      b.matmul(weights_.grad_lm_head(), lg, hf, true, false, 1.0f, 1.0f);  // dW += dlogits^T hf
+      b.matmul(dhead.rows(c0, c1), lg, weights_.lm_head(), false, false);   // dhf = dlogits W
+    }
+    if (compact) b.embedding_backward(dhf, dhead, st.head_rows);  // into the zeroed (N, H)
   }
   st.logits = Tensor();
   b.rmsnorm_backward(dx, weights_.grad_final_norm(), dhf, st.xs.back(), weights_.final_norm(), st.rstd_f);
@@ -241,11 +296,13 @@ void Model::backward(const Tensor& dlogprob, const Tensor& dentropy) {
 }
 
 int64_t estimate_saved_activation_bytes(const ModelConfig& c, int64_t n, DType compute, bool checkpointing,
-                                        int64_t logits_chunk_elements) {
+                                        int64_t logits_chunk_elements, int64_t scored) {
   const int64_t dt = static_cast<int64_t>(dtype_size(compute));
+  const int64_t m = scored < 0 || compute != DType::kF32 ? n : std::min(scored, n);
   int64_t bytes = (c.num_layers + 2) * n * c.hidden_size * dt  // residual stream + final norm output
-                  + 2 * n * 4;                                 // final rstd, logsumexp
-  if (logits_chunk_elements / c.vocab_size >= n) bytes += n * c.vocab_size * dt;  // logits kept
+                  + n * 4 + m * 4;                             // final rstd, logsumexp
+  if (m > 0 && logits_chunk_elements / c.vocab_size >= m) bytes += m * c.vocab_size * dt;  // logits kept
+  if (m < n && m > 0) bytes += m * (c.hidden_size * dt + 4);  // the scored rows' final-norm outputs, targets
   if (!checkpointing) bytes += c.num_layers * layer_acts_bytes(c, n, compute);
   return bytes;
 }
