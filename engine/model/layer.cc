@@ -100,6 +100,15 @@ void sum_rows_into(Backend& b, const Tensor& dst, const Tensor& src, const Tenso
   b.embedding_backward(flat2(dst), flat2(src), index);
 }
 
+// q, k, v and the attention output (or their gradients) over n rows.
+void alloc_attention_set(Backend& b, const Dims& d, int64_t n, Tensor& q, Tensor& k, Tensor& v, Tensor& out) {
+  const DType t = b.compute_dtype();
+  q = b.zeros({n, d.hq, d.d}, t);
+  k = b.zeros({n, d.hkv, d.d}, t);
+  v = b.zeros({n, d.hkv, d.d}, t);
+  out = b.zeros({n, d.hq, d.d}, t);
+}
+
 }  // namespace
 
 void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAttention& layout, LayerActs& a) {
@@ -109,12 +118,8 @@ void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAtte
   }
   const Dims d = dims(c);
   const int64_t ne = layout.n_expanded;
-  const DType t = b.compute_dtype();
   if (!a.xq.defined()) {
-    a.xq = b.zeros({ne, d.hq, d.d}, t);
-    a.xk = b.zeros({ne, d.hkv, d.d}, t);
-    a.xv = b.zeros({ne, d.hkv, d.d}, t);
-    a.xattn = b.zeros({ne, d.hq, d.d}, t);
+    alloc_attention_set(b, d, ne, a.xq, a.xk, a.xv, a.xattn);
     a.xlse = b.zeros({ne, d.hq}, DType::kF32);
   }
   b.embedding_forward(flat2(a.xq), flat2(a.q), layout.gather);
@@ -149,13 +154,7 @@ void packed_attention_backward(Backend& b, const ModelConfig& c, const PackedAtt
   }
   const Dims d = dims(c);
   const int64_t ne = layout.n_expanded;
-  const DType t = b.compute_dtype();
-  if (!s.xdattn.defined()) {
-    s.xdattn = b.zeros({ne, d.hq, d.d}, t);
-    s.xdq = b.zeros({ne, d.hq, d.d}, t);
-    s.xdk = b.zeros({ne, d.hkv, d.d}, t);
-    s.xdv = b.zeros({ne, d.hkv, d.d}, t);
-  }
+  if (!s.xdattn.defined()) alloc_attention_set(b, d, ne, s.xdq, s.xdk, s.xdv, s.xdattn);
   // Only the picked expanded rows carry an output gradient; the others' is zero.
   sum_rows_into(b, s.xdattn, s.dattn, layout.pick);
   b.attention_backward(s.xdq, s.xdk, s.xdv, s.xdattn, a.xq, a.xk, a.xv, a.xattn, a.xlse, layout.cu_expanded,

@@ -17,6 +17,8 @@ using Json = nlohmann::ordered_json;  // keys in the order a person reads them
 // null for a missing or non-finite value (JSON has no NaN).
 Json number(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
 Json optional_number(const std::optional<double>& v) { return v ? number(*v) : Json(nullptr); }
+// A time in seconds since the run started, to the millisecond; null when it never happened (<= 0).
+Json seconds_or_null(double t) { return t > 0 ? Json(std::round(t * 1000) / 1000) : Json(nullptr); }
 
 // Mean of the first (or last) 10% of values, at least one value; null when there are none.
 Json tenth_mean(const std::vector<double>& v, bool last) {
@@ -57,21 +59,19 @@ Json processes_json(const RunOutcome& o) {
 // "worker_failures": one entry per rollout worker failure, times in Unix seconds (null: did not
 // happen): when it was detected, when its replacement started, had the weights, took a request.
 Json failures_json(const RunOutcome& o) {
-  auto at = [](double t) { return t > 0 ? Json(std::round(t * 1000) / 1000) : Json(nullptr); };  // ms
   Json out = Json::array();
   for (const RunOutcome::WorkerFailure& f : o.worker_failures) {
     out.push_back({{"worker", f.worker},
                    {"reason", f.reason},
-                   {"detected_at", at(f.detected_at)},
-                   {"replacement_started_at", at(f.replacement_started_at)},
-                   {"replacement_ready_at", at(f.replacement_ready_at)},
-                   {"replacement_first_request_at", at(f.replacement_first_request_at)}});
+                   {"detected_at", seconds_or_null(f.detected_at)},
+                   {"replacement_started_at", seconds_or_null(f.replacement_started_at)},
+                   {"replacement_ready_at", seconds_or_null(f.replacement_ready_at)},
+                   {"replacement_first_request_at", seconds_or_null(f.replacement_first_request_at)}});
   }
   return out;
 }
 
 Json trainer_failures_json(const RunOutcome& o) {
-  auto at = [](double t) { return t > 0 ? Json(std::round(t * 1000) / 1000) : Json(nullptr); };  // ms
   Json out = Json::array();
   for (const RunOutcome::TrainerFailure& f : o.trainer_failures) {
     out.push_back({{"worker", f.worker},
@@ -80,10 +80,10 @@ Json trainer_failures_json(const RunOutcome& o) {
                    {"checkpoint", f.checkpoint.empty() ? Json(nullptr) : Json(f.checkpoint)},
                    {"restored_step", f.restored_step},
                    {"steps_redone", f.steps_redone},
-                   {"detected_at", at(f.detected_at)},
-                   {"restart_started_at", at(f.restart_started_at)},
-                   {"restart_ready_at", at(f.restart_ready_at)},
-                   {"first_step_at", at(f.first_step_at)}});
+                   {"detected_at", seconds_or_null(f.detected_at)},
+                   {"restart_started_at", seconds_or_null(f.restart_started_at)},
+                   {"restart_ready_at", seconds_or_null(f.restart_ready_at)},
+                   {"first_step_at", seconds_or_null(f.first_step_at)}});
   }
   return out;
 }
