@@ -72,6 +72,7 @@ struct GenerationRequest {
   uint64_t seed = 0;
   uint64_t min_weight_version = 0;     // not admitted before this weight version is loaded
   bool stream = false;                 // report each token as sampled (take_streamed)
+  uint64_t tag = 0;                    // the front end's own mark (the episode gateway: the session)
 };
 
 // One token of a streaming request, as sampled. The sample's SampleOutput still carries every

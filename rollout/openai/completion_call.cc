@@ -128,6 +128,7 @@ class Call {
       r.max_tokens = spec_.max_tokens;
       r.stop_token_ids = spec_.model->stop_ids;
       r.seed = seed;
+      r.tag = spec_.tag;
       r.stream = spec_.params.stream || !spec_.params.stop.empty();  // stop strings are matched as tokens come
       if (Status s = generator_.submit(std::move(r), sink_); !s.ok()) {
         for (size_t k = 0; k < c; ++k) generator_.cancel(spec_.first_request_id + k);

@@ -21,6 +21,7 @@ struct CallSpec {
   int64_t max_tokens = 0;                     // per choice; 0: up to max_model_len
   ResponseHead head;
   uint64_t first_request_id = 0;              // choice c is GenerationRequest first_request_id + c
+  uint64_t tag = 0;                           // GenerationRequest::tag of every choice
   std::chrono::steady_clock::time_point deadline;
 };
 

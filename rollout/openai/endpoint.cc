@@ -28,7 +28,7 @@ void send_error(HttpResponder& out, const ApiError& error) {
 OpenAiEndpoint::OpenAiEndpoint(ServedModel model, Generator& generator, const EndpointOptions& options)
     : model_(std::move(model)), generator_(generator), options_(options), created_(unix_seconds()) {}
 
-void OpenAiEndpoint::handle(const HttpRequest& request, HttpResponder& out) {
+void OpenAiEndpoint::handle(const HttpRequest& request, HttpResponder& out, const SessionCall* session) {
   const auto wrong_method = [&](const char* allowed) {
     send_error(out, ApiError{405, str("method ", request.method, " is not allowed on ", request.path, "; use ", allowed),
                              "invalid_request_error", "", "method_not_allowed"});
@@ -39,7 +39,7 @@ void OpenAiEndpoint::handle(const HttpRequest& request, HttpResponder& out) {
     if (request.body_too_large)
       return send_error(out, ApiError{413, str("the request body is larger than ", options_.max_body_bytes, " bytes"),
                                       "invalid_request_error", "", "request_too_large"});
-    return handle_completion(path == "/v1/completions" ? ApiKind::kCompletion : ApiKind::kChat, request, out);
+    return handle_completion(path == "/v1/completions" ? ApiKind::kCompletion : ApiKind::kChat, request, out, session);
   }
   if (path == "/v1/models" || path == "/health" || path.starts_with("/v1/models/")) {
     if (request.method != "GET") return wrong_method("GET");
@@ -63,15 +63,28 @@ void OpenAiEndpoint::handle(const HttpRequest& request, HttpResponder& out) {
                            "invalid_request_error", "", "not_found"});
 }
 
-void OpenAiEndpoint::handle_completion(ApiKind kind, const HttpRequest& request, HttpResponder& out) {
+void OpenAiEndpoint::handle_completion(ApiKind kind, const HttpRequest& request, HttpResponder& out,
+                                       const SessionCall* session) {
   CallSpec spec;
   if (std::optional<ApiError> e = parse_completion_request(kind, request.body, options_.limits, &spec.params))
     return send_error(out, *e);
+  if (session != nullptr) {
+    if (spec.params.n != 1) return send_error(out, bad_request("a session's call has one choice: n must be 1", "n"));
+    if (kind == ApiKind::kCompletion && spec.params.prompts.size() != 1)
+      return send_error(out, bad_request("a session's call has one prompt, not a batch", "prompt"));
+    spec.params.temperature = session->temperature;
+    spec.params.top_p = session->top_p;
+    spec.params.seed = session->seed;
+    if (session->max_tokens > 0)
+      spec.params.max_tokens = std::min(spec.params.max_tokens.value_or(session->max_tokens), session->max_tokens);
+    spec.tag = session->tag;
+  }
   if (spec.params.model != model_.id)
     return send_error(out, ApiError{404, str("The model `", spec.params.model, "` does not exist; this server serves `",
                                              model_.id, "` (GET /v1/models)"),
                                     "invalid_request_error", "model", "model_not_found"});
-  if (std::optional<ApiError> e = prepare(spec.params, &spec.prompts, &spec.max_tokens)) return send_error(out, *e);
+  if (std::optional<ApiError> e = prepare(spec.params, session, &spec.prompts, &spec.max_tokens))
+    return send_error(out, *e);
   const size_t choices = spec.prompts.size() * static_cast<size_t>(spec.params.n);
   spec.model = &model_;
   spec.first_request_id = next_id_.fetch_add(choices);
@@ -83,8 +96,8 @@ void OpenAiEndpoint::handle_completion(ApiKind kind, const HttpRequest& request,
   run_completion_call(spec, generator_, out);
 }
 
-std::optional<ApiError> OpenAiEndpoint::prepare(const CompletionParams& params, std::vector<std::vector<int32_t>>* prompts,
-                                                int64_t* max_tokens) const {
+std::optional<ApiError> OpenAiEndpoint::prepare(const CompletionParams& params, const SessionCall* session,
+                                                std::vector<std::vector<int32_t>>* prompts, int64_t* max_tokens) const {
   const char* param = params.kind == ApiKind::kChat ? "messages" : "prompt";
   if (params.kind == ApiKind::kChat) {
     if (!model_.render_chat)
@@ -100,6 +113,8 @@ std::optional<ApiError> OpenAiEndpoint::prepare(const CompletionParams& params, 
         return bad_request(str("prompt token id ", id, " is outside the vocabulary [0, ", model_.vocab_size, ")"), "prompt");
     }
   }
+  if (session != nullptr && session->exact_prompt)
+    for (std::vector<int32_t>& ids : *prompts) ids = session->exact_prompt(std::move(ids));
   const int64_t limit = model_.max_model_len;
   int64_t longest = 0;
   for (const std::vector<int32_t>& ids : *prompts) {

@@ -53,6 +53,18 @@ struct ServedModel {
   int32_t vocab_size = 0;         // prompt ids must be below it
 };
 
+// A call made inside a session (the run's episode gateway, orchestrator/env/gateway.h): one prompt,
+// one choice, sampled as the session says whatever the request asks, its prompt ids made exact.
+struct SessionCall {
+  uint64_t tag = 0;                   // GenerationRequest::tag of the call
+  float temperature = 1.0f, top_p = 1.0f;  // replace the request's (0: greedy)
+  int64_t max_tokens = 0;             // the most a completion may have; 0: up to max_model_len
+  uint64_t seed = 0;                  // replaces the request's
+  // The prompt's ids as the model is to read them (the session's recorded tokens where the
+  // prompt's text repeats them); called once per call, on the HTTP thread.
+  std::function<std::vector<int32_t>(std::vector<int32_t>)> exact_prompt;
+};
+
 struct EndpointOptions {
   ParseLimits limits;
   size_t max_body_bytes = size_t{8} << 20;
@@ -64,16 +76,18 @@ class OpenAiEndpoint : public HttpHandler {
  public:
   OpenAiEndpoint(ServedModel model, Generator& generator, const EndpointOptions& options);
 
-  void handle(const HttpRequest& request, HttpResponder& out) override;
+  void handle(const HttpRequest& request, HttpResponder& out) override { handle(request, out, nullptr); }
+  // As handle(); with `session`, completions are made as SessionCall says (n and batches refused).
+  void handle(const HttpRequest& request, HttpResponder& out, const SessionCall* session);
   size_t max_body_bytes() const override { return options_.max_body_bytes; }
   const ServedModel& model() const { return model_; }
 
  private:
-  void handle_completion(ApiKind kind, const HttpRequest& request, HttpResponder& out);
+  void handle_completion(ApiKind kind, const HttpRequest& request, HttpResponder& out, const SessionCall* session);
   // The prompts' token ids (chat template applied) and the max_tokens of each choice, checked
   // against the vocabulary and max_model_len.
-  std::optional<ApiError> prepare(const CompletionParams& params, std::vector<std::vector<int32_t>>* prompts,
-                                  int64_t* max_tokens) const;
+  std::optional<ApiError> prepare(const CompletionParams& params, const SessionCall* session,
+                                  std::vector<std::vector<int32_t>>* prompts, int64_t* max_tokens) const;
 
   const ServedModel model_;
   Generator& generator_;
