@@ -161,6 +161,12 @@ void check_reward(Rules& r) {
   needs(RewardTerm::kFormat, "task.format_regex", t.format_regex, "\"####\\\\s*-?[0-9]\"");
   if (!t.reward_url.empty() && t.reward_url.rfind("http://", 0) != 0 && t.reward_url.rfind("https://", 0) != 0)
     r.fail({"task.reward_url"}, str("`task.reward_url` \"", t.reward_url, "\" is not an http:// or https:// URL"));
+  const std::string& env = t.environment_url;
+  if (!env.empty() && env.rfind("http://", 0) != 0 && env.rfind("https://", 0) != 0)
+    r.fail({"task.environment_url"}, str("`task.environment_url` \"", env, "\" is not an http:// or https:// URL"));
+  if (env.empty() && !t.environment_field.empty())
+    r.fail({"task.environment_field", "task.environment_url"},
+           "`task.environment_field` chooses which rows an environment runs, but `task.environment_url` is empty");
 }
 
 void check_task(Rules& r) {

@@ -52,6 +52,15 @@ std::vector<Unit> make_units(std::span<const TrainSequence> seqs, const PackOpti
   return units;
 }
 
+bool trained(const TrainSequence& s, size_t t) { return s.mask.empty() || (t < s.mask.size() && s.mask[t] != 0); }
+
+int64_t trained_tokens(const TrainSequence& s) {
+  if (s.mask.empty()) return static_cast<int64_t>(s.completion.size());
+  int64_t n = 0;
+  for (size_t t = 0; t < s.completion.size(); ++t) n += trained(s, t) ? 1 : 0;
+  return n;
+}
+
 // The flat arrays of one rank, filled row by row.
 struct RankArrays {
   std::vector<int32_t> ids, positions, cu{0}, prefix_of;
@@ -79,7 +88,7 @@ struct RankArrays {
   // The completion of s from position `pos` on.
   void completion(const TrainSequence& s, int32_t pos) {
     for (size_t t = 0; t < s.completion.size(); ++t)
-      token(s.completion[t], pos++, true, s.advantage, t < s.logprobs.size() ? s.logprobs[t] : 0.0f);
+      token(s.completion[t], pos++, trained(s, t), s.advantage, t < s.logprobs.size() ? s.logprobs[t] : 0.0f);
   }
 
   void add(std::span<const TrainSequence> seqs, const Unit& u) {
@@ -139,7 +148,7 @@ BatchBuild build_train_batches(std::span<const TrainSequence> sequences, const P
         for (int u : row.sequences) {
           a.add(sequences, units[u]);
           any_shared = any_shared || units[u].shared;
-          for (int i : units[u].sequences) out.loss_tokens += static_cast<int64_t>(sequences[i].completion.size());
+          for (int i : units[u].sequences) out.loss_tokens += trained_tokens(sequences[i]);
           if (units[u].shared)
             out.shared_prompt_tokens += static_cast<int64_t>(units[u].sequences.size() - 1) *
                                         static_cast<int64_t>(sequences[units[u].sequences[0]].prompt.size() - 1);

@@ -7,7 +7,7 @@
 //   input_ids      prompt then completion tokens; padding 0
 //   position_ids   0, 1, ... restarting per sequence (and per padding segment)
 //   cu_seqlens     sequence boundaries; a row's padding tail, and each padding row, is a segment
-//   loss_mask      1 on completion tokens only
+//   loss_mask      1 on completion tokens only (those TrainSequence::mask keeps)
 //   advantages     the sequence's advantage on all its tokens (0 on padding)
 //   rollout_logprobs  the rollout log-prob of each completion token (0 elsewhere)
 //   prefix_of      with share_prompts: the segment each segment continues, or -1
@@ -35,13 +35,16 @@ struct TrainSequence {
   std::span<const int32_t> completion;
   std::span<const float> logprobs;  // one per completion token
   float advantage = 0;
+  // One per completion token, 1 = trained; empty: all are. An episode's completion holds the
+  // environment's tokens (tool outputs, user turns) between the policy's turns, with 0 here.
+  std::span<const uint8_t> mask;
 };
 
 struct BatchBuild {
   std::vector<TrainBatch> per_rank;   // per_rank[r] goes to trainer rank r
   std::vector<int> dropped_too_long;  // indices of sequences longer than seq_len (not packed)
   int64_t tokens = 0;                 // real tokens packed (prompt + completion; a shared prompt once)
-  int64_t loss_tokens = 0;            // completion tokens packed
+  int64_t loss_tokens = 0;            // trained (loss-mask) tokens packed
   int64_t shared_prompt_tokens = 0;   // prompt tokens not packed again thanks to share_prompts
 };
 

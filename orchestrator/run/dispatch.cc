@@ -45,6 +45,14 @@ bool Orchestrator::start_group() {
       no_batch_error_ = str("cannot draw the next training prompt: ", e.what());
       return false;
     }
+    if (is_episode(prompt.problem)) {  // an environment runs it: no length to check here
+      const uint64_t id = dispatcher_.admit_episodes(std::move(prompt.problem), static_cast<uint64_t>(trainer_step_));
+      for (uint32_t i = 0; i < group_size_; ++i) ledger_.dispatched(sample_id(id, i));
+      dispatch_count_.add(group_size_);
+      prompts_skipped_in_a_row_ = 0;
+      for (uint32_t i = 0; i < group_size_; ++i) start_episode(Episode{id, i, std::nullopt, 0, 0, 0});
+      return true;
+    }
     const int64_t n = static_cast<int64_t>(prompt.ids.size());
     if (n == 0 || n > config_.max_prompt_tokens || n + config_.max_tokens > config_.max_model_len) {
       longest_skipped_prompt_ = std::max(longest_skipped_prompt_, n);
@@ -98,6 +106,11 @@ void Orchestrator::cancel_off_policy() {
 }
 
 void Orchestrator::on_result(const GenerateResult& result) {
+  if (gateway_ != nullptr && gateway_->on_result(result)) {  // an episode's call
+    outcome_.tokens_generated += static_cast<int64_t>(result.token_ids.size());
+    metrics_.tokens_generated->Increment(static_cast<double>(result.token_ids.size()));
+    return;
+  }
   const Dispatcher::Routed routed = dispatcher_.route(result);
   if (routed.kind == Dispatcher::Routed::Kind::kIgnored) return;
   const bool ok = result.finish_reason == FinishReason::kStop || result.finish_reason == FinishReason::kLength;
@@ -155,7 +168,7 @@ void Orchestrator::complete_group(Group group) {
   // What the round trip added: messages, encryption, the orchestrator's own handling.
   const double overhead = group.failed ? 0.0 : std::max(0.0, seconds_since(group.admitted_at) - worker_seconds);
   profile_.on_group(static_cast<int64_t>(group.prompt_ids.size()), lengths, overhead);
-  if (group.failed || http_reward_ == nullptr) return finish_group(std::move(group));
+  if (group.failed || group.episodes || http_reward_ == nullptr) return finish_group(std::move(group));
   // OpenRLHF's query is the text the model read and wrote: the prompt as the chat template gives it.
   Result<std::string> rendered = format_.text(group.problem);  // it rendered once already, for the ids
   const std::string prompt = rendered.ok() ? std::move(*rendered) : group.problem.prompt;
@@ -312,6 +325,10 @@ Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
       rollouts.push_back(static_cast<int>(i));
   size_t sent = 0;
   for (size_t p = 0; p < problems.size(); ++p) {
+    if (is_episode(problems[p])) {  // in its own session, sampled at eval_temperature
+      start_episode(Episode{0, 0, p, 0, 0, 0});
+      continue;
+    }
     Result<std::vector<int32_t>> ids = format_.ids(problems[p]);
     const size_t n = ids.ok() ? ids->size() : 0;
     if (n == 0 || static_cast<int64_t>(n) + config_.max_tokens > config_.max_model_len) {
@@ -336,7 +353,9 @@ Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
   double correct = 0;
   for (const auto& [p, reward] : eval_rewards_) correct += reward > 0.5 ? 1 : 0;
   const double accuracy = correct / static_cast<double>(problems.size());
-  log::info(str("eval ", when, ": accuracy ", accuracy, " on ", problems.size(), " held-out problems (greedy)"));
+  log::info(str("eval ", when, ": accuracy ", accuracy, " on ", problems.size(), " held-out problems (",
+                config_.task.eval_temperature == 0 ? std::string("greedy") : str("temperature ", config_.task.eval_temperature),
+                ")"));
   metrics_.eval_accuracy->Set(accuracy);
   last_eval_accuracy_ = accuracy;
   std::vector<nlohmann::ordered_json> shown;

@@ -57,6 +57,29 @@ uint64_t Dispatcher::admit(Problem problem, std::vector<int32_t> prompt_ids, uin
   return id;
 }
 
+uint64_t Dispatcher::admit_episodes(Problem problem, uint64_t version) {
+  Group g;
+  g.id = next_group_++;
+  g.problem = std::move(problem);
+  g.dispatch_version = version;
+  g.samples.resize(options_.group_size);
+  g.admitted_at = Clock::now();
+  g.episodes = true;
+  const uint64_t id = g.id;
+  in_flight_.emplace(id, std::move(g));
+  return id;
+}
+
+Dispatcher::Group* Dispatcher::episode_returned(uint64_t group, uint32_t index) {
+  auto g = in_flight_.find(group);
+  if (g == in_flight_.end() || !g->second.episodes || index >= g->second.samples.size() ||
+      g->second.samples[index].returned)
+    return nullptr;
+  g->second.samples[index].returned = true;
+  ++g->second.returned;
+  return &g->second;
+}
+
 bool Dispatcher::send_pending() {
   if (pending_.empty()) return false;
   const int w = free_worker();
@@ -71,7 +94,8 @@ Status Dispatcher::send_eval(uint64_t problem, std::vector<int32_t> prompt_ids, 
   GenerateRequest req;
   req.request_id = next_request_++;
   req.prompt_ids = prompt_ids;
-  req.temperature = 0.0f;  // greedy
+  req.temperature = options_.eval_temperature;  // 0: greedy
+  req.seed = options_.seed * 0x9e3779b97f4a7c15ull + problem;  // the same draw for a problem at every evaluation
   req.max_tokens = options_.max_tokens;
   req.stop_token_ids = options_.stop_ids;
   req.min_weight_version = min_version;

@@ -32,6 +32,7 @@
 
 #include "common/protocol/protocol.h"
 #include "common/status.h"
+#include "orchestrator/env/episode_record.h"
 #include "orchestrator/run/worker_slot.h"
 #include "orchestrator/tasks/tasks.h"
 
@@ -44,6 +45,7 @@ struct DispatchOptions {
   float temperature = 1.0f, top_p = 1.0f;
   uint32_t max_tokens = 1;
   uint64_t seed = 0;              // a request's seed is derived from it and the request id
+  float eval_temperature = 0.0f;  // held-out evaluation: 0 = greedy; else seeded by seed and problem
   std::vector<int32_t> stop_ids;
 };
 
@@ -59,6 +61,9 @@ class Dispatcher {
     float advantage = 0;
     bool returned = false;
     double worker_seconds = 0;  // request received -> sample done, as the worker timed it
+    // An episode's sample (orchestrator/env/): its training sequences, each with its own prompt
+    // and the environment's tokens masked; `completion` then holds all their completions.
+    std::vector<EpisodeSegment> segments;
   };
   struct Group {
     uint64_t id = 0;
@@ -70,6 +75,7 @@ class Dispatcher {
     bool failed = false;  // a sample was cancelled or failed: no advantages for the group
     int rewards_waiting = 0;  // samples the reward server has not scored yet
     std::chrono::steady_clock::time_point admitted_at{};  // when its request was sent
+    bool episodes = false;  // its samples are episodes an environment runs (no requests here)
   };
   // Sends `request` to workers[worker]; an error is logged and the request counts as in flight
   // (it times out on that worker).
@@ -88,6 +94,12 @@ class Dispatcher {
   // Admits a group for `prompt_ids` at weight version `version` and returns its id. Without
   // individual lanes its request goes to free_worker(), which the caller checked is >= 0.
   uint64_t admit(Problem problem, std::vector<int32_t> prompt_ids, uint64_t version);
+  // Admits a group whose samples are episodes (orchestrator/env/): no request is sent; each
+  // sample comes back through episode_returned().
+  uint64_t admit_episodes(Problem problem, uint64_t version);
+  // Marks sample `index` of episode group `group` returned; nullptr when the group is not in flight
+  // or the sample came back already.
+  Group* episode_returned(uint64_t group, uint32_t index);
   bool send_pending();   // one queued sample to a free lane; false when none is queued or free
   void send_requeued();  // a dead worker's work, while lanes are free
   // One greedy request for evaluation problem `problem`, answered by weights >= min_version.

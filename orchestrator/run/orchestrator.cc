@@ -56,6 +56,7 @@ DispatchOptions dispatch_options(const Config& config, std::vector<int32_t> stop
   o.top_p = static_cast<float>(config.top_p);
   o.max_tokens = static_cast<uint32_t>(config.max_tokens);
   o.seed = static_cast<uint64_t>(config.seed);
+  o.eval_temperature = static_cast<float>(config.task.eval_temperature);
   o.stop_ids = std::move(stop_ids);
   return o;
 }
@@ -202,10 +203,12 @@ Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
   rendezvous_.expire(server_);
   RLRUN_RETURN_IF_ERROR(supervise());  // with a trainer failure noted (not during an evaluation)
   RLRUN_RETURN_IF_ERROR(poll_rewards());
+  RLRUN_RETURN_IF_ERROR(poll_episodes());
   RLRUN_RETURN_IF_ERROR(advance_sync());
   dispatcher_.send_requeued();  // already admitted work first, also while dispatch is held
   if (allow_dispatch) {
     cancel_off_policy();
+    cancel_off_policy_episodes();
     dispatch();
   }
   const double dt = seconds_since(last_tick_);
@@ -251,6 +254,7 @@ Status Orchestrator::run() {
       !s.ok())
     log::warn(str(s.message(), "; if this orchestrator is killed, a resumed run cannot count the samples it dispatched "
                   "after its last checkpoint"));
+  RLRUN_RETURN_IF_ERROR(start_environment());
   RLRUN_RETURN_IF_ERROR(wait_for_registration());
   // A resumed run continues from warm-started weights; a fresh one learns the answer format first.
   // From here a trainer rank that dies or hangs restarts the trainer group (run/trainer_recovery.cc).
@@ -388,6 +392,7 @@ void Orchestrator::evaluate_at_stop(const std::string& why) {
 
 RunOutcome Orchestrator::finish() {
   log::end_status();  // a run stopped early leaves no progress line redrawn under its last lines
+  abandon_episodes();  // their samples are in flight at exit
   // Whatever was generated and will not be trained now is accounted for, by reason.
   for (const Group& g : dispatcher_.take_scored()) {
     for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(g.id, i), "unused_at_exit");

@@ -53,6 +53,8 @@
 #include "orchestrator/data/prompt_source.h"
 #include "orchestrator/data/sample_ledger.h"
 #include "orchestrator/data/staleness_gate.h"
+#include "orchestrator/env/episode_client.h"
+#include "orchestrator/env/gateway.h"
 #include "orchestrator/launch/launcher.h"
 #include "orchestrator/reward/http_reward.h"
 #include "orchestrator/reward/reward_function.h"
@@ -125,6 +127,19 @@ struct RunOutcome {
   // The http term's reward server: its URL and what its client counted (no http term: nullopt).
   std::string reward_url;
   std::optional<HttpRewardClient::Stats> reward_server;
+  // Episodes run by task.environment_url (run/episodes.cc); reported when url is set.
+  struct Episodes {
+    std::string url, gateway;
+    int64_t started = 0;      // episodes (training and evaluation), each counted once
+    int64_t attempts = 0;     // requests to the environment, retries included
+    int64_t completed = 0, retried = 0, failed = 0, cancelled = 0, in_flight_at_exit = 0;
+    int64_t calls = 0, turns = 0, sequences = 0;
+    int64_t exact_turns = 0;          // turns whose prompt continued the recorded tokens
+    int64_t retokenized_differ = 0;   // of those, turns where encoding the text again gave other ids
+    int64_t policy_tokens = 0, environment_tokens = 0;  // trained (mask 1) and masked (mask 0)
+    std::vector<std::string> failures;  // the first kMaxListed, with their reasons
+    static constexpr size_t kMaxListed = 32;
+  } episodes;
   // The loop simulator's advice at the end (run/tuning.cc): null when the run measured too little.
   nlohmann::ordered_json tuning;
   std::string exit = "ok";
@@ -275,6 +290,24 @@ class Orchestrator {
   // max_zero_spread_rounds to the step waiting for a batch.
   void discard_zero_spread(float reward, const std::function<void(const std::string&)>& discard_all);
   Result<std::optional<double>> evaluate(const char* when);
+
+  // Episodes (run/episodes.cc): rows an environment server runs through the run's gateway.
+  struct Episode {
+    uint64_t group = 0;
+    uint32_t index = 0;                    // training: sample `index` of `group`
+    std::optional<uint64_t> eval_problem;  // evaluation: the held-out problem
+    int attempt = 0;
+    uint64_t session = 0, version = 0;
+  };
+  Status start_environment();
+  bool is_episode(const Problem& problem) const;
+  void start_episode(Episode episode);
+  Status poll_episodes();  // in tick
+  void route_calls();      // in tick: gateway calls to rollout workers, their cancels
+  void episode_done(const Episode& episode, const EpisodeReply& reply, EpisodeGateway::Closed closed);
+  void episode_lost(const Episode& episode, const std::string& reason, bool cancelled);
+  void cancel_off_policy_episodes();
+  void abandon_episodes();  // at the end: what still runs is in flight at exit
   // The held-out accuracy summary.json promises, when the run stops before its last step (`why`:
   // an interrupt, no batch): the rollout workers still serve. Fills accuracy_after and its note.
   void evaluate_at_stop(const std::string& why);
@@ -364,6 +397,13 @@ class Orchestrator {
   // or stopped); "" otherwise.
   std::string train_error_lost_group_;
   SyncRounds sync_;  // weight-sync rounds: target version, epoch, the round in flight (run/weight_sync.cc)
+
+  std::unique_ptr<EpisodeGateway> gateway_;  // with task.environment_url
+  std::unique_ptr<EpisodeClient> environment_;
+  std::map<uint64_t, Episode> episodes_;  // running, by attempt key
+  uint64_t next_episode_key_ = 1;
+  size_t next_call_worker_ = 0;
+  log::RateLimited episode_failure_log_{std::chrono::seconds(30)};
 
   std::map<uint64_t, double> eval_rewards_;  // eval problem index -> reward
   // samples.jsonl: a few completions of every evaluation and of every log_samples_every-th step.

@@ -115,6 +115,26 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
                         {"round_trip_median_seconds", number(r.round_trip_median_seconds)},
                         {"round_trip_max_seconds", number(r.round_trip_max_seconds)}};
   }
+  Json episodes = nullptr;
+  if (const RunOutcome::Episodes& e = o.episodes; !e.url.empty()) {
+    episodes = {{"environment_url", e.url},
+                {"gateway", e.gateway},
+                {"started", e.started},
+                {"completed", e.completed},
+                {"failed", e.failed},
+                {"cancelled", e.cancelled},
+                {"in_flight_at_exit", e.in_flight_at_exit},
+                {"attempts", e.attempts},
+                {"retried", e.retried},
+                {"calls", e.calls},
+                {"turns", e.turns},
+                {"training_sequences", e.sequences},
+                {"exact_turns", e.exact_turns},
+                {"retokenized_differ", e.retokenized_differ},
+                {"policy_tokens_trained", e.policy_tokens},
+                {"environment_tokens_masked", e.environment_tokens},
+                {"failures", Json(e.failures)}};
+  }
   const Json summary = {
       {"steps_completed", o.steps_completed},
       {"wall_seconds", number(wall_seconds)},
@@ -130,6 +150,7 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
       {"reward_mean", {{"first", tenth_mean(o.step_reward_means, false)}, {"last", tenth_mean(o.step_reward_means, true)}}},
       {"eval", eval},
       {"reward", reward},
+      {"episodes", episodes},
       {"trainer_idle_fraction", per_loop_second(o.trainer_idle_seconds)},
       {"rollout_idle_fraction", loop > 0 ? number(o.rollout_idle_fraction) : Json(nullptr)},
       {"tokens_per_second",

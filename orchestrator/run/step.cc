@@ -3,6 +3,7 @@
 // the step leaves in the ledger, metrics.jsonl, Prometheus and the checkpoints.
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "common/check.h"
 #include "common/clock.h"
@@ -34,38 +35,57 @@ bool Orchestrator::take_batch(std::vector<Group>& out) {
 BatchBuild Orchestrator::pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards,
                                     std::vector<uint64_t>& sample_ids) {
   std::vector<TrainSequence> sequences;
-  std::vector<uint64_t> ids;
+  std::vector<uint64_t> ids;  // per sequence (an episode may give several)
   double reward_sum = 0, reward_sq = 0, adv_abs = 0;
   for (const Group& g : batch) {
     for (uint32_t i = 0; i < group_size_; ++i) {
       const Sample& s = g.samples[i];
-      sequences.push_back(TrainSequence{g.prompt_ids, s.completion, s.logprobs, s.advantage});
-      ids.push_back(sample_id(g.id, i));
+      if (s.segments.empty()) {
+        sequences.push_back(TrainSequence{g.prompt_ids, s.completion, s.logprobs, s.advantage, {}});
+        ids.push_back(sample_id(g.id, i));
+      }
+      for (const EpisodeSegment& seg : s.segments) {
+        sequences.push_back(TrainSequence{seg.prompt, seg.completion, seg.logprobs, s.advantage, seg.mask});
+        ids.push_back(sample_id(g.id, i));
+      }
       reward_sum += s.reward;
       reward_sq += s.reward * s.reward;
       adv_abs += std::fabs(s.advantage);
       metrics_.sample_staleness->Observe(static_cast<double>(StalenessGate::staleness(s.version, trainer_step_)));
     }
   }
-  const double n = static_cast<double>(sequences.size());
+  const double n = static_cast<double>(std::max<size_t>(1, batch.size() * group_size_));
   rewards.mean = reward_sum / n;
   rewards.std = std::sqrt(std::max(0.0, reward_sq / n - rewards.mean * rewards.mean));
   rewards.advantage_abs_mean = adv_abs / n;
   PackOptions pack{config_.seq_len, config_.pad_to_multiple_of, static_cast<int>(config_.trainer_num_workers),
                    static_cast<int>(config_.micro_batch_rows), config_.share_prompts_in_training};
   BatchBuild build = build_train_batches(sequences, pack, step);
-  std::vector<bool> dropped(ids.size(), false);
-  for (int i : build.dropped_too_long) {
-    dropped[i] = true;
-    ledger_.discarded(ids[i], "too_long");
+  // A sample is dropped when every sequence of it is (an episode keeps what fits).
+  std::map<uint64_t, int> packed;
+  for (uint64_t id : ids) ++packed[id];
+  for (int i : build.dropped_too_long) --packed[ids[i]];
+  for (const auto& [id, left] : packed) {
+    if (left > 0) continue;
+    ledger_.discarded(id, "too_long");
     metrics_.count_discard("too_long");
+  }
+  if (gateway_ != nullptr) {
+    std::vector<bool> out(sequences.size(), false);
+    for (int i : build.dropped_too_long) out[i] = true;
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      if (out[i] || sequences[i].mask.empty()) continue;
+      const int64_t trained = std::count(sequences[i].mask.begin(), sequences[i].mask.end(), uint8_t{1});
+      outcome_.episodes.policy_tokens += trained;
+      outcome_.episodes.environment_tokens += static_cast<int64_t>(sequences[i].mask.size()) - trained;
+    }
   }
   if (!build.dropped_too_long.empty())
     too_long_log_.write(log::Level::kWarn, str("step ", step, ": ", build.dropped_too_long.size(), " sample(s) longer than seq_len = ",
                   config_.seq_len, " dropped (counted as discarded: too_long)"));
   sample_ids.clear();
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (!dropped[i]) sample_ids.push_back(ids[i]);
+  for (const auto& [id, left] : packed)
+    if (left > 0) sample_ids.push_back(id);
   return build;
 }
 

@@ -58,6 +58,7 @@ Status Orchestrator::fail_worker(int index, const std::string& why, bool exited)
     w.awaiting_exit = killed.ok();  // not found: it exited meanwhile, and poll_exits will say so
     if (!killed.ok()) log::debug(str("kill ", w.name, ": ", killed.message()));
   }
+  if (gateway_ != nullptr) gateway_->requeue_worker(index);  // its episode calls: sent again
   if (const int64_t samples = dispatcher_.requeue_worker(index); samples > 0)
     log::info(str(samples, " sample(s) of ", w.name, " go back to the queue"));
   // A member of a round in flight: the round cannot succeed; unblock the others' join now.

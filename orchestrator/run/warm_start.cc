@@ -47,7 +47,7 @@ Status Orchestrator::format_warm_start() {
     std::vector<TrainSequence> sequences;
     for (size_t i = 0; i < completions.size(); ++i) {
       logprobs[i].assign(completions[i].size(), 0.0f);  // unused: the trainer's own are the reference
-      sequences.push_back(TrainSequence{prompts[i], completions[i], logprobs[i], 1.0f});
+      sequences.push_back(TrainSequence{prompts[i], completions[i], logprobs[i], 1.0f, {}});
     }
     BatchBuild build = build_train_batches(sequences, pack, 0);
     if (build.per_rank.empty())

@@ -129,6 +129,27 @@ std::vector<TrainSequence> views(const std::vector<Seq>& seqs) {
   return in;
 }
 
+TEST(Batcher, AnEpisodesEnvironmentTokensAreInTheSequenceButNotTrained) {
+  // prompt 1 2 | policy 10 11 | environment 7 8 | policy 12; and a plain sequence beside it
+  const std::vector<int32_t> prompt = {1, 2}, completion = {10, 11, 7, 8, 12}, plain_prompt = {3}, plain = {20};
+  const std::vector<float> logprobs = {-0.5f, -0.5f, 0.0f, 0.0f, -0.25f}, plain_logprobs = {-1.0f};
+  const std::vector<uint8_t> mask = {1, 1, 0, 0, 1};
+  const std::vector<TrainSequence> in = {{prompt, completion, logprobs, 2.0f, mask},
+                                         {plain_prompt, plain, plain_logprobs, -1.0f, {}}};
+  for (bool share : {false, true}) {
+    PackOptions options{/*seq_len=*/16, /*pad_to_multiple_of=*/1, /*num_ranks=*/1, /*micro_batch_rows=*/1, share};
+    const BatchBuild b = build_train_batches(in, options, 1);
+    ASSERT_EQ(b.per_rank.size(), 1u);
+    EXPECT_EQ(b.loss_tokens, 3 + 1);  // the environment's two tokens are not counted
+    const TrainBatch& t = b.per_rank[0];
+    std::map<int32_t, uint8_t> trained;  // token -> its loss mask (every token id is distinct)
+    for (size_t i = 0; i < t.input_ids.size(); ++i)
+      if (t.input_ids[i] != 0) trained[t.input_ids[i]] = t.loss_mask[i];
+    EXPECT_EQ(trained, (std::map<int32_t, uint8_t>{{1, 0}, {2, 0}, {10, 1}, {11, 1}, {7, 0}, {8, 0}, {12, 1}, {3, 0}, {20, 1}}));
+    EXPECT_EQ(t.loss_token_count, 4u);
+  }
+}
+
 TEST(Batcher, SharedPromptsAreWrittenOnceBeforeTheirSamples) {
   const std::vector<Seq> seqs = grouped_sequences();
   const std::vector<TrainSequence> in = views(seqs);

@@ -17,8 +17,10 @@ inline void expect_every_sample_accounted_for(const nlohmann::json& summary) {
   EXPECT_EQ(s["anomalies"], 0) << summary.dump(2);
   int64_t discarded = 0;
   for (const auto& [reason, n] : s["discarded"].items()) discarded += n.get<int64_t>();
-  EXPECT_EQ(s["trained"].get<int64_t>() + discarded - s["discarded"].value("generation_error", 0),
-            s["generated"].get<int64_t>())
+  // discarded without being generated: a failed generation, an episode that failed or made no call
+  const int64_t never_generated = s["discarded"].value("generation_error", 0) + s["discarded"].value("episode_failed", 0) +
+                                  s["discarded"].value("episode_no_turns", 0);
+  EXPECT_EQ(s["trained"].get<int64_t>() + discarded - never_generated, s["generated"].get<int64_t>())
       << summary.dump(2);
   EXPECT_EQ(s["trained"].get<int64_t>() + discarded + s["cancelled"].get<int64_t>() +
                 s["in_flight_at_exit"].get<int64_t>(),
