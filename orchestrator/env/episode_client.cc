@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/check.h"
+#include "common/json_nesting.h"
 #include "common/observe/log.h"
 
 namespace rlrun::orchestrator {
@@ -55,23 +56,7 @@ std::string snippet(std::string_view body, size_t limit = 160) {
 }  // namespace
 
 Result<EpisodeReply> parse_episode_reply(std::string_view body) {
-  // Nesting is bounded before the recursive parser sees it.
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  if (deepest > 16) return invalid_argument("the reply nests deeper than 16 levels");
+  if (!json_nesting_within(body, 16)) return invalid_argument("the reply nests deeper than 16 levels");
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return invalid_argument(str("the reply is not JSON: ", snippet(body)));
   if (!j.is_object()) return invalid_argument(str("the reply is not a JSON object: ", snippet(body)));

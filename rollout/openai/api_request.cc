@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/json_nesting.h"
 #include "common/observe/log.h"
 
 namespace rlrun::rollout::openai {
@@ -13,27 +14,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 using MaybeError = std::optional<ApiError>;
-
-// Deeper nesting than `max_depth` is refused before parsing, so no later walk of the value (or the
-// parser's own destructor) recurses without bound on a small HTTP thread stack.
-bool nesting_within(std::string_view body, int max_depth) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : body) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
 
 MaybeError get_integer(const Json& v, const std::string& name, int64_t lo, int64_t hi, int64_t* out) {
   const auto range = [&] { return bad_request(str("`", name, "` must be an integer from ", lo, " to ", hi), name); };
@@ -242,7 +222,7 @@ ApiError bad_request(std::string message, std::string param, std::string code) {
 
 std::optional<ApiError> parse_completion_request(ApiKind kind, std::string_view body, const ParseLimits& limits,
                                                  CompletionParams* out) {
-  if (!nesting_within(body, limits.max_json_depth))
+  if (!json_nesting_within(body, limits.max_json_depth))
     return bad_request(str("the JSON body nests deeper than ", limits.max_json_depth, " levels"));
   const Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad_request("We could not parse the JSON body of your request: it is not valid JSON");
