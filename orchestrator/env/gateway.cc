@@ -157,6 +157,11 @@ std::map<int, std::vector<uint64_t>> EpisodeGateway::take_cancels() {
   return out;
 }
 
+int64_t EpisodeGateway::calls_on(int worker) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::count_if(calls_.begin(), calls_.end(), [&](const auto& c) { return c.second.worker == worker; });
+}
+
 void EpisodeGateway::requeue_worker(int worker) {
   std::vector<std::pair<std::shared_ptr<GenerationSink>, SampleOutput>> ended;
   {

@@ -92,6 +92,7 @@ class EpisodeGateway : public rollout::Generator, public rollout::openai::HttpHa
   void sent(uint64_t request_id, int worker);
   // Calls to cancel, by worker (the client gave up, its session ended).
   std::map<int, std::vector<uint64_t>> take_cancels();
+  int64_t calls_on(int worker) const;  // sent to it, not answered yet
   // A dead worker's calls go back to take_calls().
   void requeue_worker(int worker);
   // True when `result` answers a call (it is then delivered, and recorded in its session).

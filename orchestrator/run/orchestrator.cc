@@ -219,7 +219,8 @@ Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
       metrics_.trainer_idle_seconds->Increment(dt);
     }
     for (WorkerSlot& w : workers_) {
-      if (w.role != Role::kRollout || dispatcher_.lanes_used(static_cast<int>(&w - workers_.data())) > 0) continue;
+      const int i = static_cast<int>(&w - workers_.data());
+      if (w.role != Role::kRollout || dispatcher_.lanes_used(i) > 0 || (gateway_ && gateway_->calls_on(i) > 0)) continue;
       w.idle_seconds += dt;
       metrics_.rollout_idle_seconds[w.name]->Increment(dt);
     }
