@@ -27,11 +27,13 @@ namespace rlrun::testing {
 
 class RewardServerProcess {
  public:
-  // `script` relative to the source tree; `args` after it (--port 0 is added).
-  static std::unique_ptr<RewardServerProcess> start(const std::string& script, std::vector<std::string> args) {
+  // `script` relative to the source tree; `args` after it (--port 0 is added); `python`: the
+  // interpreter (one with `openai` for examples/calculator_env.py).
+  static std::unique_ptr<RewardServerProcess> start(const std::string& script, std::vector<std::string> args,
+                                                    const std::string& python = "python3") {
     std::unique_ptr<RewardServerProcess> p(new RewardServerProcess());
     orchestrator::SpawnSpec spec;
-    spec.argv = {"python3", std::string(RLRUN_SOURCE_DIR) + "/" + script, "--port", "0"};
+    spec.argv = {python, std::string(RLRUN_SOURCE_DIR) + "/" + script, "--port", "0"};
     spec.argv.insert(spec.argv.end(), args.begin(), args.end());
     spec.search_path = true;
     spec.output = orchestrator::ChildOutput::kAppendToLog;
