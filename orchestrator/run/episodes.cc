@@ -130,6 +130,7 @@ Status Orchestrator::poll_episodes() {
     EpisodeGateway::Closed closed = gateway_->close(e.session);
     counts.calls += closed.calls;
     if (end.ok) {
+      metrics_.episodes->Add({{"outcome", "completed"}}).Increment();
       episode_done(e, end.reply, std::move(closed));
       continue;
     }
@@ -138,10 +139,12 @@ Status Orchestrator::poll_episodes() {
     episode_failure_log_.write(log::Level::kWarn, str(what, " attempt ", e.attempt, " failed: ", end.error));
     if (e.attempt < config_.task.environment_max_attempts) {
       ++counts.retried;
+      metrics_.episodes->Add({{"outcome", "retried"}}).Increment();
       start_episode(e);
       continue;
     }
     ++counts.failed;
+    metrics_.episodes->Add({{"outcome", "failed"}}).Increment();
     if (counts.failures.size() < RunOutcome::Episodes::kMaxListed)
       counts.failures.push_back(str(what, ": ", end.error, " (", e.attempt, " attempts)"));
     episode_lost(e, "episode_failed", false);
@@ -153,6 +156,7 @@ Status Orchestrator::poll_episodes() {
                              ". Fix the server (summary.json lists the failures) and --resume"));
   }
   route_calls();
+  metrics_.episodes_running->Set(static_cast<double>(episodes_.size()));
   return Status();
 }
 
@@ -224,6 +228,7 @@ void Orchestrator::cancel_off_policy_episodes() {
     it = episodes_.erase(it);
     outcome_.episodes.calls += gateway_->close(e.session).calls;
     ++outcome_.episodes.cancelled;
+    metrics_.episodes->Add({{"outcome", "cancelled"}}).Increment();
     episode_lost(e, "off_policy", true);
   }
 }

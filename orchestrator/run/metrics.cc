@@ -38,6 +38,9 @@ RunMetrics::RunMetrics(prometheus::Registry& r, const std::vector<std::string>& 
   reward_round_trip_seconds = &gauge_family(r, "reward_round_trip_seconds", "median round trip of the reward "
                                                                             "server's recent successful requests").Add({});
   reward_waiting_samples = &gauge_family(r, "reward_waiting_samples", "samples waiting for the reward server").Add({});
+  episodes = &counter_family(r, "episodes_total", "episodes of the environment server (task.environment_url), by "
+                                                 "outcome: completed, retried (an attempt failed), failed, cancelled");
+  episodes_running = &gauge_family(r, "episodes_running", "episode attempts the environment server is running").Add({});
   tune_seconds_per_step = &gauge_family(r, "tune_predicted_seconds_per_step", "seconds per RL step the loop simulator "
                                                                           "predicts for the run's settings and the recommended ones");
   tune_idle_fraction = &gauge_family(r, "tune_predicted_idle_fraction", "trainer and rollout idle fractions the loop "

@@ -77,6 +77,10 @@ struct RunMetrics {
   prometheus::Gauge* reward_round_trip_seconds;               // median of the recent successful requests
   prometheus::Gauge* reward_waiting_samples;                  // submitted, not yet scored
 
+  // Episodes of task.environment_url (run/episodes.cc).
+  prometheus::Family<prometheus::Counter>* episodes;  // {outcome="completed"|"retried"|"failed"|"cancelled"}
+  prometheus::Gauge* episodes_running;                // attempts the environment is running now
+
   // `rlrun tune`'s simulation of this run (run/tuning.cc), refreshed every kAdviseEvery steps.
   prometheus::Family<prometheus::Gauge>* tune_seconds_per_step;  // {settings="current"|"recommended"}
   prometheus::Family<prometheus::Gauge>* tune_idle_fraction;     // {settings, side="trainer"|"rollout"}
