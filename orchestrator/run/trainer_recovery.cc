@@ -5,7 +5,8 @@
 // collectives and are restarted with it), or a train step, weight send or checkpoint save is not
 // answered within train_step_timeout_seconds (the first rank that did not answer is named).
 // Every rank restarts, since a gradient group with one new member cannot go on: the survivors are
-// killed, and after trainer_restart_backoff_seconds * 2^(restarts - 1) every rank starts again
+// killed, and after trainer_restart_backoff_seconds * 2^(restarts - 1) (at most
+// restart_backoff_max_seconds) every rank starts again
 // (run/supervisor.h: trainer_restart_spec) loading the newest checkpoint this run saved or resumed
 // from, or, before the first one, the start weights (model.checkpoint or the initialisation),
 // then the format warm-start's batches again: the same version 0. After max_trainer_restarts
@@ -107,7 +108,7 @@ Status Orchestrator::restart_trainer_group(RunOutcome::TrainerFailure& record) {
   const int restart = static_cast<int>(outcome_.trainer_restarts);
   record.checkpoint = newest_checkpoint_ ? newest_checkpoint_->dir : "";
   record.restored_step = newest_checkpoint_ ? newest_checkpoint_->state.steps_completed : 0;
-  const double backoff = restart_backoff(config_.trainer_restart_backoff_seconds, restart);
+  const double backoff = restart_backoff(config_.trainer_restart_backoff_seconds, restart, config_.restart_backoff_max_seconds);
   log::warn(str("restarting the trainer group (", restart, "/", config_.max_trainer_restarts, ") in ", backoff,
                 " s from ",
                 record.checkpoint.empty()
