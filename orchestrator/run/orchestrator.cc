@@ -74,6 +74,7 @@ Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher
                   [this](int worker, const GenerateRequest& request) { return send_request(worker, request); }),
       supervisor_(SupervisionPolicy{config.heartbeat_timeout_seconds, 300, config.worker_restart_backoff_seconds,
                                     config.restart_backoff_max_seconds, static_cast<int>(config.max_worker_restarts)}),
+      replay_(config.trainer_replay_max_steps),
       prompts_(task, format, config.enable_prompt_prefetch ? config.prompt_prefetch_buffer_size : 0) {
   last_tick_ = Clock::now();
   weight_bytes_ = model_config_from(config.model).num_parameters() * static_cast<int64_t>(sizeof(float));

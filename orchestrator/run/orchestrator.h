@@ -107,6 +107,7 @@ struct RunOutcome {
     std::string checkpoint;      // the folder the group restarted from; "" = the start weights
     int64_t restored_step = 0;   // that checkpoint's step (the step counter goes back to it)
     int64_t steps_redone = 0;    // steps trained again from their kept batches
+    int64_t steps_lost = 0;      // steps after the checkpoint whose batches were not kept (trainer_replay_max_steps)
     double detected_at = 0;
     double restart_started_at = 0;  // the new ranks were started (after the back-off)
     double restart_ready_at = 0;    // every rank and every rollout worker holds the restored weights
