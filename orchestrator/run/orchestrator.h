@@ -373,6 +373,9 @@ class Orchestrator {
   std::optional<double> last_eval_accuracy_;     // for the progress line
   // `step`: evaluations, the steps completed; training samples, the step they train.
   void log_samples(const char* kind, int64_t step, const std::vector<nlohmann::ordered_json>& samples) const;
+  // Appends `lines` to the run-folder file `path` (metrics.jsonl, samples.jsonl), first renaming
+  // it <path>.1 when it passed log_files_max_mb; a failure is logged, never the run's error.
+  void append_run_file(const std::string& path, const std::string& lines) const;
 
   // ---- run/tuning.cc: what the loop costs (profile.json) and what the simulator advises
   static constexpr int64_t kProfileEvery = 10;  // steps between profile.json writes
