@@ -523,7 +523,7 @@ def main():
     print(f"  learning curve           held-out accuracy {fmt(curve['accuracy_before_rl'])} before RL, "
           f"{fmt(curve['accuracy_at_first_fault'])} at the first fault, {fmt(curve['accuracy_at_end'])} at the end; "
           f"reward (20 steps) {fmt(curve['reward_before_first_fault'])} -> {fmt(curve['reward_at_end'])}: "
-          f"{'continued' if continued else 'did NOT continue'}")
+          f"{'n/a (no faults)' if not soak.faults else 'continued' if continued else 'did NOT continue'}")
     result = {"seed": a.seed, "steps_completed": summary["steps_completed"], "faults": soak.faults,
               "recovered": recovered, "lost": lost, "anomalies": anomalies, "curve": curve,
               "continued": continued, "exit": summary["exit"], "unexplained_failures": unexplained}
