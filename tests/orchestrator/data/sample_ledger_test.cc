@@ -69,8 +69,11 @@ TEST(SampleLedger, HoldsOnlyLiveSamples) {
       continue;
     }
     ASSERT_TRUE(l.generated(id));
-    if (id % 4 == 0) ASSERT_TRUE(l.trained(id));
-    if (id % 4 == 1) ASSERT_TRUE(l.discarded(id, "stale"));
+    if (id % 4 == 0) {
+      ASSERT_TRUE(l.trained(id));
+    } else if (id % 4 == 1) {
+      ASSERT_TRUE(l.discarded(id, "stale"));
+    }
   }
   ASSERT_TRUE(l.dispatched(kSamples));  // one in flight
   EXPECT_EQ(l.held(), kSamples / 4 + 1) << "the generated ones (id % 4 == 2) and the one in flight";
