@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -42,6 +43,15 @@ std::string describe_file_error(int err) {
   std::string text = std::strerror(err);
   if (what_to_do != nullptr) text += str(" (", what_to_do, ")");
   return text;
+}
+
+Result<bool> rotate_if_larger(const std::string& path, int64_t max_bytes) {
+  struct stat info {};
+  if (max_bytes <= 0 || ::stat(path.c_str(), &info) != 0 || info.st_size < max_bytes) return false;
+  const std::string older = path + ".1";
+  if (::rename(path.c_str(), older.c_str()) != 0)
+    return io_error(str("cannot rename ", path, " to ", older, ": ", describe_file_error(errno)));
+  return true;
 }
 
 }  // namespace rlrun

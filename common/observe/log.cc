@@ -1,11 +1,14 @@
 #include "common/observe/log.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <string>
 #include <ctime>
 #include <mutex>
 
@@ -30,6 +33,9 @@ char level_letter(Level level) {
 // status line never interleave.
 std::mutex g_out_mu;
 int g_file = -1;
+std::string g_file_path;
+int64_t g_file_bytes = 0;    // in the file now open
+int64_t g_rotate_bytes = 0;  // 0: never rotate
 std::string g_status;  // shown at the bottom of a terminal; empty: none
 std::chrono::steady_clock::time_point g_last_plain_status{};
 const bool g_tty = ::isatty(STDERR_FILENO) == 1;
@@ -56,6 +62,27 @@ std::string prefix(Level level) {
   return std::string("[rlrun ") + stamp + " " + level_letter(level) + " " + name + "] ";
 }
 
+// Under g_out_mu. Past g_rotate_bytes the file becomes <path>.1 and a new one starts; a failed
+// rename stops the rotation (the file goes on growing) rather than the log.
+void write_file_locked(std::string_view line) {
+  if (g_file < 0) return;
+  if (g_rotate_bytes > 0 && g_file_bytes >= g_rotate_bytes) {
+    const std::string older = g_file_path + ".1";
+    const int fd = ::rename(g_file_path.c_str(), older.c_str()) == 0
+                       ? ::open(g_file_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644)
+                       : -1;
+    if (fd >= 0) {
+      ::close(g_file);
+      g_file = fd;
+      g_file_bytes = 0;
+    } else {
+      g_rotate_bytes = 0;
+    }
+  }
+  write_all(g_file, line);
+  g_file_bytes += static_cast<int64_t>(line.size());
+}
+
 }  // namespace
 
 void set_process_name(std::string name) {
@@ -78,21 +105,25 @@ void write(Level level, std::string_view message) {
   } else {
     write_all(STDERR_FILENO, line);
   }
-  if (g_file >= 0) write_all(g_file, line);
+  write_file_locked(line);
 }
 
-bool set_file(const std::string& path) {
+bool set_file(const std::string& path, int64_t rotate_bytes) {
   const int fd = path.empty() ? -1 : ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  struct stat info {};
   std::lock_guard<std::mutex> lock(g_out_mu);
   if (g_file >= 0) ::close(g_file);
   g_file = fd;
+  g_file_path = path;
+  g_file_bytes = fd >= 0 && ::fstat(fd, &info) == 0 ? static_cast<int64_t>(info.st_size) : 0;  // a resumed run appends
+  g_rotate_bytes = rotate_bytes;
   return path.empty() || fd >= 0;
 }
 
 void status(std::string_view text, bool force, std::chrono::steady_clock::duration plain_interval) {
   const std::string line = prefix(Level::kInfo) + std::string(text) + "\n";
   std::lock_guard<std::mutex> lock(g_out_mu);
-  if (g_file >= 0) write_all(g_file, line);
+  write_file_locked(line);
   if (g_tty) {
     g_status = std::string(text);
     write_all(STDERR_FILENO, "\r\033[K" + g_status);

@@ -18,7 +18,9 @@ void write(Level level, std::string_view message);
 
 // Every line from now on is also appended to `path` (the run's logs/orchestrator.log), as are
 // status lines; an empty path stops it. Errors are returned, and the log goes on without the file.
-bool set_file(const std::string& path);
+// Past `rotate_bytes` (0: never; log_files_max_mb) the file is renamed <path>.1, replacing an
+// older one, and a new one begun: a long run keeps at most about twice that on disk.
+bool set_file(const std::string& path, int64_t rotate_bytes = 0);
 
 // A progress line ("step 12/50  ETA 4m ..."). On a terminal it is one line at the bottom of the
 // screen, redrawn in place, which other lines scroll above; elsewhere (a pipe, a file) it is an

@@ -118,6 +118,12 @@ std::string timeline_path(const std::string& dir, const std::string& process) {
   return dir.empty() ? name : (dir.back() == '/' ? dir + name : dir + "/" + name);
 }
 
+std::string rotated_timeline_path(const std::string& path) {
+  const std::string ext = ".json";
+  const bool json = path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+  return json ? path.substr(0, path.size() - ext.size()) + ".1.json" : path + ".1";
+}
+
 Timeline::~Timeline() { close(); }
 
 Status Timeline::open(const std::string& path, const std::string& process_name, int pid,
@@ -131,6 +137,8 @@ Status Timeline::open(const std::string& path, const std::string& process_name, 
   std::lock_guard<std::mutex> lock(mutex_);
   file_ = f;
   path_ = path;
+  process_name_ = process_name;
+  bytes_written_ = 2;
   pid_ = pid > 0 ? pid : static_cast<int>(::getpid());
   flush_interval_ = flush_interval;
   origin_ = std::chrono::steady_clock::now();
@@ -155,7 +163,7 @@ Status Timeline::open(const std::string& path, const std::string& process_name, 
 void Timeline::close() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!file_) return;
+    if (!file_ && !flusher_.joinable()) return;  // a failed rotation leaves no file, but the flusher
     enabled_.store(false, std::memory_order_release);
     stop_ = true;
   }
@@ -163,6 +171,7 @@ void Timeline::close() {
   if (flusher_.joinable()) flusher_.join();
   std::lock_guard<std::mutex> lock(mutex_);
   flush_locked();
+  if (!file_) return;
   std::fputs("\n]\n", file_);
   std::fclose(file_);
   file_ = nullptr;
@@ -173,8 +182,15 @@ void Timeline::flush() {
   flush_locked();
 }
 
+void Timeline::set_rotate_bytes(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  rotate_bytes_ = bytes;
+}
+
 void Timeline::flush_locked() {
   if (!file_ || buffer_.empty()) return;
+  if (rotate_bytes_ > 0 && bytes_written_ >= rotate_bytes_) rotate_locked();
+  bytes_written_ += static_cast<int64_t>(buffer_.size());
   const bool ok = std::fwrite(buffer_.data(), 1, buffer_.size(), file_) == buffer_.size() &&
                   std::fflush(file_) == 0;  // to the kernel: survives a crash of this process
   if (!ok && !write_failed_) {
@@ -183,6 +199,30 @@ void Timeline::flush_locked() {
                   "; the timeline will miss events (disk full?)"));
   }
   buffer_.clear();
+}
+
+// The file is complete (closing `]`) before the rename: a reader of the .1 file sees valid JSON.
+// The buffer (events after the limit) goes to the new file, behind the names.
+void Timeline::rotate_locked() {
+  std::fputs("\n]\n", file_);
+  std::fclose(file_);
+  const std::string rotated = rotated_timeline_path(path_);
+  if (std::rename(path_.c_str(), rotated.c_str()) != 0)
+    log::warn(str("timeline: cannot rename `", path_, "` to `", rotated, "`: ", std::strerror(errno),
+                  "; starting it again"));
+  file_ = std::fopen(path_.c_str(), "w");
+  if (!file_) {
+    enabled_.store(false, std::memory_order_release);
+    log::warn(str("timeline: cannot create `", path_, "` again after rotating it: ", std::strerror(errno),
+                  "; no more timeline events from this process"));
+    buffer_.clear();
+    return;
+  }
+  std::string head = "[\n" + metadata("process_name", 0, process_name_);
+  for (const auto& [tid, name] : thread_names_) head += ",\n" + metadata("thread_name", tid, name);
+  if (!buffer_.empty() && buffer_.compare(0, 2, ",\n") != 0) head += ",\n";
+  buffer_.insert(0, head);
+  bytes_written_ = 0;
 }
 
 void Timeline::flusher_loop() {

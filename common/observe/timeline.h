@@ -14,6 +14,9 @@
 // synchronised clocks line up. A process killed mid-run leaves a file without the closing `]`
 // (and possibly a torn last line): Perfetto accepts that, and merge_timelines skips the torn event.
 // Events still in the buffer (at most one flush interval, default 500 ms) are lost in a crash.
+// A long run's file is bounded by set_rotate_bytes (timeline_max_mb): past it the file is closed,
+// renamed `timeline-<process>.1.json` (replacing the older one) and a new one begun with the
+// process and thread names, so a process never keeps more than about twice the limit on disk.
 //
 // Cost (bench/observability_bench): with no timeline open a ScopedSpan is one atomic load, ~5 ns.
 // With one open, ~1 us: the event is formatted on the calling thread and appended to a buffer
@@ -55,6 +58,8 @@ class Timeline {
   bool enabled() const { return enabled_.load(std::memory_order_acquire); }
   // Writes what is buffered now (e.g. before an expected exit).
   void flush();
+  // Past `bytes` written to the file (0: never), the next flush rotates it (see the top).
+  void set_rotate_bytes(int64_t bytes);
 
   // Microseconds on the timeline's clock (see above); meaningful only while open.
   int64_t now_us() const;
@@ -73,6 +78,7 @@ class Timeline {
  private:
   void append(std::string&& line);
   void flush_locked();
+  void rotate_locked();
   void flusher_loop();
   std::string metadata(std::string_view what, int tid, std::string_view value) const;
 
@@ -85,6 +91,9 @@ class Timeline {
   std::condition_variable wake_;
   std::FILE* file_ = nullptr;
   std::string path_;
+  std::string process_name_;
+  int64_t bytes_written_ = 0;  // to the file now open
+  int64_t rotate_bytes_ = 0;   // 0: never rotate
   std::string buffer_;
   std::vector<std::pair<int, std::string>> thread_names_;  // tid -> name, re-emitted by open()
   bool first_event_ = true;
@@ -101,6 +110,9 @@ Timeline& global_timeline();
 // "<dir>/timeline-<process>.json", the one naming rule writers and the merging orchestrator share.
 // Characters of `process` outside [A-Za-z0-9._-] become '_'.
 std::string timeline_path(const std::string& dir, const std::string& process);
+
+// "<dir>/timeline-<process>.1.json" for "<dir>/timeline-<process>.json": where a rotated file goes.
+std::string rotated_timeline_path(const std::string& path);
 
 // Builds an args object from `"key":value` pairs: JsonArgs().add("step", 3).add("rank", 0).str()
 class JsonArgs {

@@ -256,7 +256,7 @@ int cmd_run(const Args& args) {
   const Status written = write_file_atomic((fs::path(*dir) / "config.yaml").string(), *effective);
   if (!written.ok()) return std::fprintf(stderr, "rlrun: %s\n", written.message().c_str()), kExitFailed;
   // Every line of this process (and every step's progress line) also goes to logs/orchestrator.log.
-  if (!log::set_file((fs::path(*dir) / "logs" / "orchestrator.log").string()))
+  if (!log::set_file((fs::path(*dir) / "logs" / "orchestrator.log").string(), config.log_files_max_mb << 20))
     log::warn(str("cannot write ", *dir, "/logs/orchestrator.log; the log goes to stderr only"));
   log::info(str("run folder ", *dir));
   if (resume) {
@@ -281,6 +281,7 @@ int cmd_run(const Args& args) {
   sigaction(SIGTERM, &sa, nullptr);
   const std::string own_timeline = timeline_path(*dir, "orchestrator");
   if (Status s = global_timeline().open(own_timeline, "orchestrator"); !s.ok()) log::warn(s.message());
+  global_timeline().set_rotate_bytes(config.timeline_max_mb << 20);
 
   RunOutcome outcome;
   const Status status = run(config, *dir, resume, outcome);
@@ -295,12 +296,14 @@ int cmd_run(const Args& args) {
   const std::string summary = (fs::path(*dir) / "summary.json").string();
   if (Status s = write_summary(summary, outcome, wall); !s.ok()) log::error(s.message());
   global_timeline().close();
-  std::vector<std::string> timelines{own_timeline};
-  for (int r = 0; r < config.trainer_num_workers + config.inference_num_workers; ++r) {
-    const std::string name =
-        r < config.trainer_num_workers ? worker_name(Role::kTrainer, r)
-                                        : worker_name(Role::kRollout, r - config.trainer_num_workers);
+  std::vector<std::string> timelines;
+  for (int r = -1; r < config.trainer_num_workers + config.inference_num_workers; ++r) {
+    const std::string name = r < 0                             ? std::string("orchestrator")
+                             : r < config.trainer_num_workers ? worker_name(Role::kTrainer, r)
+                                                               : worker_name(Role::kRollout, r - config.trainer_num_workers);
     const std::string path = timeline_path(*dir, name);
+    // timeline_max_mb: the older part of a long process's timeline, if it was rotated
+    if (fs::exists(rotated_timeline_path(path))) timelines.push_back(rotated_timeline_path(path));
     if (fs::exists(path)) timelines.push_back(path);  // absent when the run stopped before it started
   }
   if (Status s = merge_timelines(timelines, (fs::path(*dir) / "timeline.json").string()); !s.ok()) log::warn(s.message());

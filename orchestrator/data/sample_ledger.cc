@@ -17,15 +17,22 @@ bool SampleLedger::move(uint64_t id, SampleState from_a, SampleState from_b, Sam
     ++anomalies_;
     return false;
   }
-  it->second = to;
+  if (to == SampleState::kFinished) {
+    states_.erase(it);
+  } else {
+    it->second = to;
+  }
   return true;
 }
 
 bool SampleLedger::dispatched(uint64_t id) {
-  if (!states_.emplace(id, SampleState::kInFlight).second) {
+  const bool seen = highest_dispatched_ && id <= *highest_dispatched_;  // held, or finished
+  if (seen || !states_.emplace(id, SampleState::kInFlight).second) {
     ++anomalies_;
     return false;
   }
+  highest_dispatched_ = id;
+  ++dispatched_;
   return true;
 }
 
@@ -36,39 +43,41 @@ bool SampleLedger::generated(uint64_t id) {
 }
 
 bool SampleLedger::trained(uint64_t id) {
-  return move(id, SampleState::kGenerated, SampleState::kGenerated, SampleState::kTrained);
+  if (!move(id, SampleState::kGenerated, SampleState::kGenerated, SampleState::kFinished)) return false;
+  ++trained_;
+  return true;
 }
 
 bool SampleLedger::discarded(uint64_t id, const std::string& reason) {
-  if (!move(id, SampleState::kInFlight, SampleState::kGenerated, SampleState::kDiscarded)) return false;
+  if (!move(id, SampleState::kInFlight, SampleState::kGenerated, SampleState::kFinished)) return false;
   ++discarded_[reason];
   return true;
 }
 
 bool SampleLedger::cancelled(uint64_t id) {
-  return move(id, SampleState::kInFlight, SampleState::kInFlight, SampleState::kCancelled);
+  if (!move(id, SampleState::kInFlight, SampleState::kInFlight, SampleState::kFinished)) return false;
+  ++cancelled_;
+  return true;
 }
 
 SampleState SampleLedger::state(uint64_t id) const {
   auto it = states_.find(id);
-  RLRUN_CHECK(it != states_.end(), "sample id was never dispatched");
-  return it->second;
+  if (it != states_.end()) return it->second;
+  RLRUN_CHECK(highest_dispatched_ && id <= *highest_dispatched_, "sample id was never dispatched");
+  return SampleState::kFinished;
 }
 
 SampleLedger::Summary SampleLedger::summary() const {
   Summary s;
-  s.dispatched = static_cast<int64_t>(states_.size());
+  s.dispatched = dispatched_;
   s.generated = generated_;
+  s.trained = trained_;
   s.discarded = discarded_;
+  s.cancelled = cancelled_;
   s.anomalies = anomalies_;
   for (const auto& [id, state] : states_) {
-    switch (state) {
-      case SampleState::kInFlight: ++s.in_flight; break;
-      case SampleState::kGenerated: ++s.lost; break;
-      case SampleState::kTrained: ++s.trained; break;
-      case SampleState::kCancelled: ++s.cancelled; break;
-      case SampleState::kDiscarded: break;  // counted by reason
-    }
+    if (state == SampleState::kInFlight) ++s.in_flight;
+    if (state == SampleState::kGenerated) ++s.lost;
   }
   return s;
 }

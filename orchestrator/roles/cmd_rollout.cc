@@ -113,6 +113,7 @@ int cmd_rollout(const Args& args) {
   if (parsed->has("--timeline")) {
     const Status s = global_timeline().open(parsed->value("--timeline"), worker_name(Role::kRollout, *index));
     if (!s.ok()) log::warn(str("rollout ", *index, ": no timeline: ", s.message()));
+    global_timeline().set_rotate_bytes(config->timeline_max_mb << 20);
   }
   const int code = serve(*config, options, static_cast<int>(*epoch));
   global_timeline().close();

@@ -300,6 +300,7 @@ int run_trainer_process(const Config& config, const TrainerProcessOptions& optio
   if (!options.timeline_path.empty()) {
     const Status s = global_timeline().open(options.timeline_path, name);
     if (!s.ok()) log::warn(str(name, ": no timeline: ", s.message()));
+    global_timeline().set_rotate_bytes(config.timeline_max_mb << 20);
   }
   TrainerRank rank;
   Status s = build_rank(config, options, rank);

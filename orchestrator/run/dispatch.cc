@@ -371,14 +371,14 @@ Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
 void Orchestrator::log_samples(const char* kind, int64_t step, const std::vector<nlohmann::ordered_json>& samples) const {
   if (samples.empty()) return;
   const std::string path = (std::filesystem::path(metrics_jsonl_).parent_path() / "samples.jsonl").string();
-  std::ofstream out(path, std::ios::app);
+  std::string lines;
   for (const nlohmann::ordered_json& sample : samples) {
     nlohmann::ordered_json line = {{"step", step}, {"kind", kind}};
     line.update(sample);
     // completions are untrusted bytes: invalid UTF-8 is replaced, never a throw
-    out << line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
+    lines += line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + '\n';
   }
-  if (!out) log::warn(str("could not append to ", path));
+  append_run_file(path, lines);
 }
 
 }  // namespace rlrun::orchestrator

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/file_io.h"
 #include "common/observe/log.h"
 #include "common/observe/memory.h"
 #include "common/observe/timeline.h"
@@ -74,7 +75,8 @@ Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher
       dispatcher_(dispatch_options(config, stop_ids_), workers_,
                   [this](int worker, const GenerateRequest& request) { return send_request(worker, request); }),
       supervisor_(SupervisionPolicy{config.heartbeat_timeout_seconds, 300, config.worker_restart_backoff_seconds,
-                                    static_cast<int>(config.max_worker_restarts)}),
+                                    config.restart_backoff_max_seconds, static_cast<int>(config.max_worker_restarts)}),
+      replay_(config.trainer_replay_max_steps),
       prompts_(task, format, config.enable_prompt_prefetch ? config.prompt_prefetch_buffer_size : 0) {
   last_tick_ = Clock::now();
   weight_bytes_ = model_config_from(config.model).num_parameters() * static_cast<int64_t>(sizeof(float));
@@ -328,9 +330,16 @@ void Orchestrator::write_step_line(const std::map<std::string, double>& trainer_
   if (!server_logs.empty()) line["reward_server_logs"] = server_logs;
   if (http_reward_ != nullptr) line["reward_waiting"] = http_reward_->waiting();
   line["trainer"] = trainer_metrics;
-  std::ofstream out(metrics_jsonl_, std::ios::app);
-  out << line.dump() << '\n';
-  if (!out) log::warn(str("could not append to ", metrics_jsonl_));
+  append_run_file(metrics_jsonl_, line.dump() + '\n');
+}
+
+void Orchestrator::append_run_file(const std::string& path, const std::string& lines) const {
+  const Result<bool> rotated = rotate_if_larger(path, config_.log_files_max_mb << 20);
+  if (!rotated.ok()) log::warn(str(rotated.status().message(), " (log_files_max_mb)"));
+  else if (*rotated) log::info(str(path, " passed log_files_max_mb = ", config_.log_files_max_mb, " MiB: renamed ", path, ".1"));
+  std::ofstream out(path, std::ios::app);
+  out << lines;
+  if (!out) log::warn(str("could not append to ", path));
 }
 
 double Orchestrator::loop_seconds() const {

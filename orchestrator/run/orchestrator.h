@@ -109,6 +109,7 @@ struct RunOutcome {
     std::string checkpoint;      // the folder the group restarted from; "" = the start weights
     int64_t restored_step = 0;   // that checkpoint's step (the step counter goes back to it)
     int64_t steps_redone = 0;    // steps trained again from their kept batches
+    int64_t steps_lost = 0;      // steps after the checkpoint whose batches were not kept (trainer_replay_max_steps)
     double detected_at = 0;
     double restart_started_at = 0;  // the new ranks were started (after the back-off)
     double restart_ready_at = 0;    // every rank and every rollout worker holds the restored weights
@@ -412,6 +413,9 @@ class Orchestrator {
   std::optional<double> last_eval_accuracy_;     // for the progress line
   // `step`: evaluations, the steps completed; training samples, the step they train.
   void log_samples(const char* kind, int64_t step, const std::vector<nlohmann::ordered_json>& samples) const;
+  // Appends `lines` to the run-folder file `path` (metrics.jsonl, samples.jsonl), first renaming
+  // it <path>.1 when it passed log_files_max_mb; a failure is logged, never the run's error.
+  void append_run_file(const std::string& path, const std::string& lines) const;
 
   // ---- run/tuning.cc: what the loop costs (profile.json) and what the simulator advises
   static constexpr int64_t kProfileEvery = 10;  // steps between profile.json writes

@@ -80,6 +80,7 @@ Json trainer_failures_json(const RunOutcome& o) {
                    {"checkpoint", f.checkpoint.empty() ? Json(nullptr) : Json(f.checkpoint)},
                    {"restored_step", f.restored_step},
                    {"steps_redone", f.steps_redone},
+                   {"steps_lost", f.steps_lost},
                    {"detected_at", seconds_or_null(f.detected_at)},
                    {"restart_started_at", seconds_or_null(f.restart_started_at)},
                    {"restart_ready_at", seconds_or_null(f.restart_ready_at)},

@@ -16,14 +16,30 @@ const StepRecord& StepReplay::completed() {
   in_progress_->counted = true;
   kept_.push_back(std::move(*in_progress_));
   in_progress_.reset();
-  return kept_.back();  // std::deque::push_back keeps references to elements valid
+  if (static_cast<int64_t>(kept_.size()) > max_kept_) {
+    dropped_through_ = kept_.front().step;
+    kept_.pop_front();  // max_kept_ >= 1: never the back
+  }
+  return kept_.back();  // std::deque::push_back and pop_front keep references to other elements valid
 }
 
 void StepReplay::checkpointed(int64_t step) {
   while (!kept_.empty() && kept_.front().step <= step) kept_.pop_front();
+  if (step >= dropped_through_) dropped_through_ = 0;
+}
+
+std::vector<uint64_t> StepReplay::forget_all() {
+  std::vector<uint64_t> untrained = samples_untrained();
+  kept_.clear();
+  in_progress_.reset();
+  redo_.clear();
+  dropped_through_ = 0;
+  return untrained;
 }
 
 int64_t StepReplay::rewind(int64_t from_step) {
+  RLRUN_CHECK(from_step >= dropped_through_, str("rewind to step ", from_step, ": the batches through step ",
+                                                 dropped_through_, " were dropped (trainer_replay_max_steps)"));
   std::deque<StepRecord> redo;
   for (StepRecord& r : kept_)
     if (r.step > from_step) redo.push_back(std::move(r));

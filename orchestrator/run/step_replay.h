@@ -11,14 +11,19 @@
 //    that was in training, then the steps still to redo, in step order, become the steps to redo.
 //    take_redo() hands them out one by one; a redone step that completes is kept again (a later
 //    failure before the next checkpoint redoes it once more).
+//  - At most max_kept completed steps are kept (trainer_replay_max_steps): past that the oldest is
+//    dropped before a checkpoint holds it, and a restart from a step before it cannot train the
+//    steps after that step again (dropped_through(); the caller then forget_all()s and the run
+//    trains new batches from the restored step on, saying that the steps since are lost).
 //  - The warm-start's supervised batches (format_warm_start_steps) are kept for the whole run: a
 //    restart with no checkpoint yet trains them again to rebuild the start weights (version 0).
-// Memory: the packed batches of the steps since the newest checkpoint (every step of the run with
-// checkpoint_every 0), plus the warm-start's.
+// Memory: the packed batches of the steps since the newest checkpoint, at most max_kept of them,
+// plus the warm-start's.
 // Threads: the orchestrator's loop.
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <deque>
 #include <optional>
 #include <string>
@@ -42,6 +47,8 @@ struct StepRecord {
 
 class StepReplay {
  public:
+  explicit StepReplay(int64_t max_kept = INT64_MAX) : max_kept_(max_kept < 1 ? 1 : max_kept) {}
+
   // The step now in training; replaces an earlier one that never completed (RLRUN_CHECK: none).
   void begin(StepRecord record);
   const StepRecord* in_progress() const { return in_progress_ ? &*in_progress_ : nullptr; }
@@ -54,6 +61,11 @@ class StepReplay {
   int64_t rewind(int64_t from_step);
   std::optional<StepRecord> take_redo();
   bool redoing() const { return !redo_.empty(); }
+  // The newest step dropped (max_kept) that no checkpoint holds yet; 0: none. rewind(s) needs s >= it.
+  int64_t dropped_through() const { return dropped_through_; }
+  // For a restart that cannot redo (from before dropped_through()): forgets every step and returns
+  // the samples of those never counted trained (the ledger counts them discarded).
+  std::vector<uint64_t> forget_all();
 
   // Groups in batches taken for training whose samples are not counted trained yet (the
   // staleness gate counts them outstanding).
@@ -70,6 +82,8 @@ class StepReplay {
   size_t kept() const { return kept_.size(); }
 
  private:
+  int64_t max_kept_;
+  int64_t dropped_through_ = 0;
   std::deque<StepRecord> kept_;  // completed since the newest checkpoint, oldest first
   std::optional<StepRecord> in_progress_;
   std::deque<StepRecord> redo_;  // to train again, oldest first

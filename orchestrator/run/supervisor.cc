@@ -1,6 +1,7 @@
 // run/supervisor.cc - verdicts on rollout workers, restart back-off, the replacement's command.
 #include "orchestrator/run/supervisor.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/observe/log.h"
@@ -35,7 +36,7 @@ std::optional<double> WorkerSupervisor::on_failure(WorkerSlot& w, Clock::time_po
   w.registered = false;
   if (w.restarts >= policy_.max_restarts) return std::nullopt;
   ++w.restarts;
-  const double backoff = restart_backoff(policy_.restart_backoff_seconds, w.restarts);
+  const double backoff = restart_backoff(policy_.restart_backoff_seconds, w.restarts, policy_.restart_backoff_max_seconds);
   w.restart_at = now + std::chrono::milliseconds(static_cast<int64_t>(backoff * 1000));
   return backoff;
 }
@@ -54,7 +55,11 @@ ProcessSpec WorkerSupervisor::start_replacement(WorkerSlot& w, Clock::time_point
   return spec;
 }
 
-double restart_backoff(double base_seconds, int restart) { return base_seconds * std::pow(2.0, restart - 1); }
+double restart_backoff(double base_seconds, int restart, double max_seconds) {
+  // 2^(restart - 1) overflows to inf past ~1000 restarts: cap the exponent before the product.
+  const double doubled = base_seconds * std::pow(2.0, std::min(restart - 1, 60));
+  return std::min(doubled, std::max(base_seconds, max_seconds));
+}
 
 ProcessSpec trainer_restart_spec(const ProcessSpec& original, const std::string& checkpoint, int restart) {
   ProcessSpec spec = original;

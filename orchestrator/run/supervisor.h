@@ -7,7 +7,8 @@
 //    is in a weight sync (blocked in a collective: bounded there) or the orchestrator has not read
 //    every message that arrived (a heartbeat may be among them).
 //  - A replacement fails when it has not registered within registration_timeout.
-//  - A failed worker is restarted after worker_restart_backoff_seconds * 2^(restarts so far), once
+//  - A failed worker is restarted after worker_restart_backoff_seconds * 2^(restarts so far) (at
+//    most restart_backoff_max_seconds), once
 //    its process is gone; after max_worker_restarts restarts its next failure is the run's error.
 //  - A replacement starts with the original's command, joins the weight group its first
 //    WeightSyncBegin names (--weight-group-epoch -1), and knows its incarnation.
@@ -29,6 +30,7 @@ struct SupervisionPolicy {
   double heartbeat_timeout_seconds = 30;
   double registration_timeout_seconds = 300;  // a replacement builds its model before registering
   double restart_backoff_seconds = 1;
+  double restart_backoff_max_seconds = 300;  // the doubling stops here
   int max_restarts = 3;
 };
 
@@ -57,8 +59,10 @@ class WorkerSupervisor {
   SupervisionPolicy policy_;
 };
 
-// Seconds to wait before restart number `restart` (1-based): base_seconds * 2^(restart - 1).
-double restart_backoff(double base_seconds, int restart);
+// Seconds to wait before restart number `restart` (1-based): base_seconds * 2^(restart - 1), at
+// most max_seconds (restart_backoff_max_seconds; never below base_seconds): without the cap a
+// long run's 20th restart would wait 12 days.
+double restart_backoff(double base_seconds, int restart, double max_seconds);
 
 // The command of a trainer rank for the trainer group's restart number `restart` (1-based): the
 // original's, loading `checkpoint` (--resume-from; "" = none: the start weights), forming the

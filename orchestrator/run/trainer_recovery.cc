@@ -5,7 +5,8 @@
 // collectives and are restarted with it), or a train step, weight send or checkpoint save is not
 // answered within train_step_timeout_seconds (the first rank that did not answer is named).
 // Every rank restarts, since a gradient group with one new member cannot go on: the survivors are
-// killed, and after trainer_restart_backoff_seconds * 2^(restarts - 1) every rank starts again
+// killed, and after trainer_restart_backoff_seconds * 2^(restarts - 1) (at most
+// restart_backoff_max_seconds) every rank starts again
 // (run/supervisor.h: trainer_restart_spec) loading the newest checkpoint this run saved or resumed
 // from, or, before the first one, the start weights (model.checkpoint or the initialisation),
 // then the format warm-start's batches again: the same version 0. After max_trainer_restarts
@@ -22,6 +23,11 @@
 // steps carried the trainer past max_async_rollout from their weights. None is lost.
 // metrics.jsonl shows it: the step numbers go back, the lines of redone steps carry
 // "redone": true, and every line after a restart "trainer_restarts": N.
+// The kept batches are bounded (trainer_replay_max_steps): when those after the checkpoint were
+// not all kept (checkpoint_every 0 or larger than the bound) the steps since it cannot be trained
+// again; the group restarts from the checkpoint (or the start weights) all the same, the log and
+// summary.json (steps_lost) say how many steps were lost, and new batches follow. Their samples
+// were counted trained once; those of the step in training are counted discarded.
 #include "common/clock.h"
 #include "common/observe/log.h"
 #include "common/observe/timeline.h"
@@ -107,7 +113,7 @@ Status Orchestrator::restart_trainer_group(RunOutcome::TrainerFailure& record) {
   const int restart = static_cast<int>(outcome_.trainer_restarts);
   record.checkpoint = newest_checkpoint_ ? newest_checkpoint_->dir : "";
   record.restored_step = newest_checkpoint_ ? newest_checkpoint_->state.steps_completed : 0;
-  const double backoff = restart_backoff(config_.trainer_restart_backoff_seconds, restart);
+  const double backoff = restart_backoff(config_.trainer_restart_backoff_seconds, restart, config_.restart_backoff_max_seconds);
   log::warn(str("restarting the trainer group (", restart, "/", config_.max_trainer_restarts, ") in ", backoff,
                 " s from ",
                 record.checkpoint.empty()
@@ -175,14 +181,26 @@ Status Orchestrator::restart_trainer_group(RunOutcome::TrainerFailure& record) {
   }
 
   // The step counter and what the summary counts per step go back to the checkpoint's.
-  const int64_t from = record.restored_step;
+  const int64_t from = record.restored_step, reached = outcome_.steps_completed;
   outcome_.steps_completed = trainer_step_ = from;
   outcome_.tokens_trained = newest_checkpoint_ ? newest_checkpoint_->state.tokens_trained : 0;
   outcome_.step_reward_means =
       newest_checkpoint_ ? newest_checkpoint_->state.step_reward_means : std::vector<double>{};
   last_step_state_ = newest_checkpoint_ ? std::optional<ResumeState>(newest_checkpoint_->state) : std::nullopt;
   metrics_.trainer_step->Set(static_cast<double>(from));
-  record.steps_redone = replay_.rewind(from);
+  if (replay_.dropped_through() > from) {
+    // The batches since the checkpoint were not all kept: those steps cannot be trained again.
+    record.steps_lost = reached - from;
+    log::warn(str("the batches of steps ", from + 1, " to ", replay_.dropped_through(),
+                  " were not kept (trainer_replay_max_steps = ", config_.trainer_replay_max_steps, ", ",
+                  record.checkpoint.empty() ? "no checkpoint yet" : str("newest checkpoint of step ", from),
+                  "): the trainer group goes on from ", record.checkpoint.empty() ? "the start weights" : "that checkpoint",
+                  " with new batches from step ", from + 1, "; the ", record.steps_lost,
+                  " step(s) trained since are lost (set checkpoint_every to keep them)"));
+    for (uint64_t id : replay_.forget_all()) ledger_.discarded(id, "step_not_completed");
+  } else {
+    record.steps_redone = replay_.rewind(from);
+  }
 
   RLRUN_RETURN_IF_ERROR(weight_sync(static_cast<uint64_t>(from)));
   restoring_trainers_ = false;

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <filesystem>
+#include <fstream>
 
 #include "tests/common/config_test_util.h"
 
@@ -37,6 +39,25 @@ TEST(DescribeFileError, SaysWhatToDoWhereTheUserCan) {
   EXPECT_THAT(describe_file_error(EROFS), HasSubstr("(the file system is mounted read-only)"));
   EXPECT_THAT(describe_file_error(EFBIG), HasSubstr("ulimit -f"));
   EXPECT_EQ(describe_file_error(EINVAL), "Invalid argument") << "nothing to add";
+}
+
+// metrics.jsonl and samples.jsonl stay bounded: past the limit the file becomes <path>.1
+// (replacing the older one); under it, or with no limit, nothing moves.
+TEST(RotateIfLarger, RenamesAFilePastTheLimitReplacingTheOlderOne) {
+  TempDir dir;
+  const std::string path = dir.path() + "/metrics.jsonl";
+  auto write = [](const std::string& p, const std::string& text) { std::ofstream(p) << text; };
+  EXPECT_FALSE(*rotate_if_larger(path, 10)) << "no file yet";
+  write(path, "123456789");
+  EXPECT_FALSE(*rotate_if_larger(path, 10));
+  EXPECT_FALSE(*rotate_if_larger(path, 0)) << "0: never";
+  write(path, "1234567890");
+  EXPECT_TRUE(*rotate_if_larger(path, 10));
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_EQ(*read_file(path + ".1", "rotated"), "1234567890");
+  write(path, "abcdefghijk");
+  EXPECT_TRUE(*rotate_if_larger(path, 10));
+  EXPECT_EQ(*read_file(path + ".1", "rotated"), "abcdefghijk") << "the older one is replaced";
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <fstream>
 #include <iterator>
 #include <thread>
@@ -57,6 +59,41 @@ TEST(Status, OffATerminalAtASaneRateAndEveryLineInTheFile) {
   for (const char* line : {"step 1/3\n", "step 2/3\n", "a line between\n", "step 3/3\n"}) EXPECT_THAT(file, HasSubstr(line));
   EXPECT_FALSE(log::set_file("/nonexistent-dir/x.log"));  // said, and the log goes on
   log::info("still logging");
+}
+
+// A long run's logs/orchestrator.log stays bounded: past the limit it becomes <path>.1 (replacing
+// the older one) and a new file begins; no line is lost across a rotation. A resumed run's file
+// counts the bytes it already holds.
+TEST(SetFile, RotatesPastItsLimitKeepingOneOlderFile) {
+  const std::string path = ::testing::TempDir() + "/log_rotate_test.log";
+  std::remove(path.c_str());
+  std::remove((path + ".1").c_str());
+  auto read = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  ASSERT_TRUE(log::set_file(path, 1000));
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 100; ++i) log::info("line " + std::to_string(i) + " of the rotation test");  // ~60 bytes
+  (void)::testing::internal::GetCapturedStderr();
+  const std::string older = read(path + ".1"), newer = read(path);
+  EXPECT_LE(older.size(), 1100u);
+  EXPECT_LE(newer.size(), 1100u);
+  EXPECT_THAT(newer, HasSubstr("line 99 of"));
+  const size_t first_new = newer.find("line ");
+  ASSERT_NE(first_new, std::string::npos);
+  const int n = std::atoi(newer.c_str() + first_new + 5);
+  EXPECT_THAT(older, HasSubstr("line " + std::to_string(n - 1) + " of")) << "no line lost at the rotation";
+  EXPECT_THAT(older, Not(HasSubstr("line 0 of"))) << "the oldest part is gone";
+
+  ASSERT_TRUE(log::set_file(path, static_cast<int64_t>(newer.size()) + 50));  // reopened: counts what is there
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 3; ++i) log::info("again " + std::to_string(i) + " after reopening the file");
+  (void)::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(log::set_file(""));
+  EXPECT_THAT(read(path + ".1"), HasSubstr("line 99 of")) << "the reopened file was rotated in its turn";
+  std::remove(path.c_str());
+  std::remove((path + ".1").c_str());
 }
 
 }  // namespace

@@ -166,6 +166,39 @@ TEST_F(TimelineTest, CrashedProcessLeavesReadableEvents) {
   EXPECT_EQ(of_phase(parse(path("timeline.json")), "X").size(), 5u);
 }
 
+// A long run's timeline is bounded: past the limit the file becomes timeline-<p>.1.json (a
+// complete JSON array) and a new one starts with the process and thread names; no event is lost
+// across a rotation, the older rotated file is replaced, and the two together stay under ~2x.
+TEST_F(TimelineTest, RotatesPastItsLimitKeepingOneOlderFile) {
+  const std::string file = path("timeline-trainer-0.json");
+  EXPECT_EQ(rotated_timeline_path(file), path("timeline-trainer-0.1.json"));
+  Timeline t;
+  ASSERT_TRUE(t.open(file, "trainer-0", 0, std::chrono::milliseconds(100000)).ok());
+  t.set_rotate_bytes(4096);
+  t.set_thread_name("main");
+  constexpr int kSpans = 400;  // ~120 bytes each: ~12 rotations of 4 KiB
+  for (int i = 0; i < kSpans; ++i) {
+    t.complete("step", "trainer", t.now_us(), 1, JsonArgs().add("i", i).str());
+    if (i % 10 == 9) t.flush();
+  }
+  t.close();
+  const json older = parse(rotated_timeline_path(file)), newer = parse(file);
+  EXPECT_LE(read(file).size() + read(rotated_timeline_path(file)).size(), 2 * 4096u + 2048u);
+  for (const json* events : {&older, &newer}) {
+    ASSERT_FALSE(of_phase(*events, "M").empty());
+    EXPECT_EQ(events->at(0).at("args").at("name"), "trainer-0") << "each file names its process";
+    EXPECT_EQ(of_phase(*events, "M").at(1).at("args").at("name"), "main") << "and its threads";
+  }
+  // The two files hold the last events, in order, without a gap.
+  std::vector<int> seen;
+  for (const json* events : {&older, &newer})
+    for (const json& e : of_phase(*events, "X")) seen.push_back(e.at("args").at("i"));
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.back(), kSpans - 1);
+  for (size_t k = 1; k < seen.size(); ++k) EXPECT_EQ(seen[k], seen[k - 1] + 1);
+  EXPECT_LT(seen.size(), static_cast<size_t>(kSpans)) << "older events were rotated away";
+}
+
 TEST_F(TimelineTest, MergesProcessesIntoOneFile) {
   Timeline a, b;
   ASSERT_TRUE(a.open(path("timeline-orchestrator.json"), "orchestrator", 100).ok());

@@ -88,5 +88,35 @@ TEST(StepReplay, SamplesOfBatchesNeverTrainedAreUntrained) {
   EXPECT_THAT(replay.samples_untrained(), ElementsAre(20, 21)) << "step 1's are counted trained";
 }
 
+// checkpoint_every 0 kept every batch of the run in the orchestrator's memory. At most max_kept
+// are kept: the oldest go, a restart from before them cannot redo (dropped_through), and
+// forget_all hands back only the samples never counted trained. A checkpoint past the dropped
+// steps makes redo possible again.
+TEST(StepReplay, KeepsAtMostMaxKeptSteps) {
+  StepReplay replay(3);
+  for (int64_t n = 1; n <= 10; ++n) complete(replay, step(n));
+  EXPECT_EQ(replay.kept(), 3u);
+  EXPECT_EQ(replay.dropped_through(), 7);
+  replay.begin(step(11));  // in training when the trainer failed
+  const std::vector<uint64_t> untrained = replay.forget_all();
+  EXPECT_THAT(untrained, ElementsAre(110, 111)) << "only step 11's samples were never counted";
+  EXPECT_EQ(replay.kept(), 0u);
+  EXPECT_EQ(replay.in_progress(), nullptr);
+  EXPECT_FALSE(replay.redoing());
+  EXPECT_EQ(replay.dropped_through(), 0);
+
+  for (int64_t n = 1; n <= 5; ++n) complete(replay, step(n));
+  EXPECT_EQ(replay.dropped_through(), 2);
+  replay.checkpointed(4);
+  EXPECT_EQ(replay.dropped_through(), 0) << "the checkpoint holds the dropped steps";
+  EXPECT_EQ(replay.rewind(4), 1);
+}
+
+TEST(StepReplay, RewindBeforeDroppedStepsIsABug) {
+  StepReplay replay(2);
+  for (int64_t n = 1; n <= 4; ++n) complete(replay, step(n));
+  EXPECT_DEATH(replay.rewind(0), "dropped");
+}
+
 }  // namespace
 }  // namespace rlrun::orchestrator

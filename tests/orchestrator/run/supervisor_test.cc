@@ -15,7 +15,7 @@ using Act = WorkerSupervisor::Verdict::Act;
 using Clock = WorkerSupervisor::Clock;
 using std::chrono::seconds;
 
-WorkerSupervisor supervisor() { return WorkerSupervisor(SupervisionPolicy{10, 300, 2, 2}); }
+WorkerSupervisor supervisor() { return WorkerSupervisor(SupervisionPolicy{10, 300, 2, 300, 2}); }
 
 WorkerSlot rollout(Clock::time_point last_heard) {
   WorkerSlot w;
@@ -99,8 +99,28 @@ TEST(TrainerRestart, EveryRankLoadsTheCheckpointFormsANewGradientGroupAndJoinsTh
               ElementsAre("rlrun", "trainer", "--rank", "1", "--resume-from", "/c", "--dp-group-epoch", "3",
                           "--weight-group-epoch", "-1"))
       << "each flag replaced, never repeated";
-  EXPECT_EQ(restart_backoff(0.5, 1), 0.5);
-  EXPECT_EQ(restart_backoff(0.5, 3), 2.0);
+  EXPECT_EQ(restart_backoff(0.5, 1, 300), 0.5);
+  EXPECT_EQ(restart_backoff(0.5, 3, 300), 2.0);
+}
+
+// A soak's trainer group restarted a dozen times: the back-off doubled to minutes, then hours (the
+// 20th restart of a 2 s back-off would wait 12 days; the 1000th overflowed to inf). It stops at
+// restart_backoff_max_seconds, and a cap below the base never shortens the base.
+TEST(RestartBackoff, StopsDoublingAtTheCap) {
+  EXPECT_EQ(restart_backoff(2, 8, 300), 256.0);
+  EXPECT_EQ(restart_backoff(2, 9, 300), 300.0);
+  EXPECT_EQ(restart_backoff(2, 20, 300), 300.0);
+  EXPECT_EQ(restart_backoff(2, 1000, 300), 300.0);
+  EXPECT_EQ(restart_backoff(2, 5, 1), 2.0);
+}
+
+TEST(WorkerSupervisor, RestartBackoffIsCapped) {
+  WorkerSupervisor supervisor(SupervisionPolicy{10, 300, 2, 5, 1000});
+  WorkerSlot w;
+  w.restarts = 30;
+  const auto now = WorkerSupervisor::Clock::now();
+  EXPECT_EQ(supervisor.on_failure(w, now), 5.0);
+  EXPECT_EQ(w.restart_at, now + std::chrono::milliseconds(5000));
 }
 
 }  // namespace

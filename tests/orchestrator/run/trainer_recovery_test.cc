@@ -171,6 +171,43 @@ TEST_F(TrainerRecovery, KilledBeforeAnyCheckpointRestartsFromTheStartWeights) {
   EXPECT_TRUE(read_file(dir_ / "run" / "model" / "model.safetensors") == reference_weights());
 }
 
+// checkpoint_every 0 with the kept batches bounded (trainer_replay_max_steps 2): a restart after
+// step 5 cannot train steps 1-5 again, so the group goes on from the start weights with new
+// batches from step 1, and says the steps were lost. Their samples stay counted trained once; the
+// step in training's are discarded; nothing is lost from the ledger.
+TEST_F(TrainerRecovery, KilledPastTheKeptBatchesRestartsFromTheStartWeightsAndSaysStepsWereLost) {
+  start_and_signal(kRun + " --set trainer_replay_max_steps=2", 5, "trainer-0", SIGKILL);
+  ASSERT_EQ(wait_exit(dir_ / "bg"), 0) << out();
+  const json s = summary();
+  EXPECT_EQ(s["exit"], "ok") << s.dump(2);
+  EXPECT_EQ(s["steps_completed"], kSteps);
+  ASSERT_EQ(s["trainer_failures"].size(), 1u) << s.dump(2);
+  const json& f = s["trainer_failures"][0];
+  EXPECT_TRUE(f["checkpoint"].is_null()) << f.dump();
+  EXPECT_EQ(f["steps_redone"], 0) << f.dump();
+  const int64_t lost_steps = f["steps_lost"];
+  EXPECT_EQ(lost_steps, f["step"].get<int64_t>()) << f.dump();
+  EXPECT_GE(lost_steps, 5) << f.dump();
+  EXPECT_NE(out().find("were not kept (trainer_replay_max_steps = 2, no checkpoint yet)"), std::string::npos) << out();
+  EXPECT_NE(out().find(str("the ", lost_steps, " step(s) trained since are lost")), std::string::npos) << out();
+  EXPECT_EQ(s["samples"]["trained"], (kSteps + lost_steps) * kSamplesPerStep) << s.dump(2);
+  testing::expect_every_sample_accounted_for(s);
+  // The step numbers start again at 1, in lines not marked redone.
+  int64_t previous = 0;
+  bool restarted = false;
+  for (const json& line : metrics_lines(dir_ / "run")) {
+    EXPECT_FALSE(line.value("redone", false)) << line.dump();
+    if (line["step"].get<int64_t>() != previous + 1) {
+      EXPECT_FALSE(restarted) << "one restart";
+      EXPECT_EQ(line["step"], 1) << line.dump();
+      restarted = true;
+    }
+    previous = line["step"];
+  }
+  EXPECT_TRUE(restarted);
+  EXPECT_EQ(previous, kSteps);
+}
+
 TEST_F(TrainerRecovery, HungTrainerIsKilledAfterTheStepTimeoutAndRestarted) {
   const int pid = start_and_signal(kRun + " --set checkpoint_every=3 --set train_step_timeout_seconds=2", 4,
                                    "trainer-0", SIGSTOP);
