@@ -49,7 +49,10 @@ EpisodeGateway::EpisodeGateway(GatewayOptions options, oai::ServedModel model)
   endpoint_ = std::make_unique<oai::OpenAiEndpoint>(std::move(model), *this, endpoint);
 }
 
-EpisodeGateway::~EpisodeGateway() { server_.reset(); }  // no HTTP thread runs past here
+EpisodeGateway::~EpisodeGateway() {
+  shut_down();     // calls still waiting end now, not at their timeout
+  server_.reset();  // no HTTP thread runs past here
+}
 
 Result<std::unique_ptr<EpisodeGateway>> EpisodeGateway::start(GatewayOptions options, oai::ServedModel model) {
   std::unique_ptr<EpisodeGateway> g(new EpisodeGateway(std::move(options), std::move(model)));
