@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/check.h"
+#include "common/http_body.h"
 #include "common/json_nesting.h"
 #include "common/observe/log.h"
 
@@ -23,9 +24,8 @@ struct Attempt {
   uint64_t key = 0;
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
-  std::string body, reply;
-  size_t max_reply_bytes = 0;
-  bool too_big = false;
+  std::string body;  // libcurl sends it in place
+  CappedBody reply;
   char error[CURL_ERROR_SIZE] = {};
   Clock::time_point sent;
 
@@ -35,35 +35,17 @@ struct Attempt {
   }
 };
 
-size_t on_reply_bytes(char* data, size_t size, size_t count, void* user) {
-  auto* a = static_cast<Attempt*>(user);
-  const size_t bytes = size * count;
-  if (a->reply.size() + bytes > a->max_reply_bytes) {
-    a->too_big = true;
-    return 0;
-  }
-  a->reply.append(data, bytes);
-  return bytes;
-}
-
-std::string snippet(std::string_view body, size_t limit = 160) {
-  std::string s;
-  for (char c : body.substr(0, limit)) s += (c >= ' ' && c <= '~') ? c : '?';
-  if (body.size() > limit) s += str("... (", body.size(), " bytes)");
-  return s.empty() ? "(empty)" : s;
-}
-
 }  // namespace
 
 Result<EpisodeReply> parse_episode_reply(std::string_view body) {
   if (!json_nesting_within(body, 16)) return invalid_argument("the reply nests deeper than 16 levels");
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return invalid_argument(str("the reply is not JSON: ", snippet(body)));
-  if (!j.is_object()) return invalid_argument(str("the reply is not a JSON object: ", snippet(body)));
+  if (j.is_discarded()) return invalid_argument(str("the reply is not JSON: ", printable_snippet(body)));
+  if (!j.is_object()) return invalid_argument(str("the reply is not a JSON object: ", printable_snippet(body)));
   EpisodeReply r;
   const auto reward = j.find("reward");
   if (reward == j.end() || !reward->is_number())
-    return invalid_argument(str("the reply has no numeric \"reward\": ", snippet(body)));
+    return invalid_argument(str("the reply has no numeric \"reward\": ", printable_snippet(body)));
   r.reward = reward->get<double>();
   if (!std::isfinite(r.reward)) return invalid_argument("the reply's \"reward\" is not finite");
   if (const auto c = j.find("correct"); c != j.end() && !c->is_null()) {
@@ -76,7 +58,7 @@ Result<EpisodeReply> parse_episode_reply(std::string_view body) {
     if (m->size() > 64) return invalid_argument("the reply's \"metrics\" has more than 64 entries");
     for (const auto& [name, value] : m->items()) {
       if (!value.is_number() || !std::isfinite(value.get<double>()))
-        return invalid_argument(str("the reply's metrics[\"", snippet(name, 40), "\"] is not a finite number"));
+        return invalid_argument(str("the reply's metrics[\"", printable_snippet(name, 40), "\"] is not a finite number"));
       if (name.empty() || name.size() > 64) return invalid_argument("a metric name is empty or longer than 64 bytes");
       r.metrics[name] = value.get<double>();
     }
@@ -120,7 +102,7 @@ void EpisodeClient::start(uint64_t key, std::string body) {
   auto a = std::make_unique<Attempt>();
   a->key = key;
   a->body = std::move(body);
-  a->max_reply_bytes = static_cast<size_t>(options_.max_response_bytes);
+  a->reply.max_bytes = static_cast<size_t>(options_.max_response_bytes);
   a->easy = curl_easy_init();
   RLRUN_CHECK(a->easy != nullptr, "libcurl: curl_easy_init failed");
   a->headers = curl_slist_append(a->headers, "Content-Type: application/json");
@@ -137,8 +119,8 @@ void EpisodeClient::start(uint64_t key, std::string body) {
   curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(a->body.size()));
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, a->headers);
   curl_easy_setopt(e, CURLOPT_USERAGENT, "rlrun");
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_reply_bytes);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, a.get());
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, append_capped);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, &a->reply);
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, a->error);
   curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, std::min(timeout_ms, 10000L));
@@ -169,13 +151,13 @@ std::vector<EpisodeEnd> EpisodeClient::poll() {
     long status = 0;
     curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
     if (code != CURLE_OK) {
-      end.error = a->too_big ? str("the reply is larger than ", options_.max_response_bytes, " bytes")
+      end.error = a->reply.too_big ? str("the reply is larger than ", options_.max_response_bytes, " bytes")
                   : code == CURLE_OPERATION_TIMEDOUT
                       ? str("no answer within task.environment_timeout_seconds = ", options_.timeout_seconds, " s")
                       : str(curl_easy_strerror(code), a->error[0] != 0 ? str(": ", a->error) : std::string());
     } else if (status != 200) {
-      end.error = str("HTTP ", status, ": ", snippet(a->reply));
-    } else if (Result<EpisodeReply> r = parse_episode_reply(a->reply); !r.ok()) {
+      end.error = str("HTTP ", status, ": ", printable_snippet(a->reply.bytes));
+    } else if (Result<EpisodeReply> r = parse_episode_reply(a->reply.bytes); !r.ok()) {
       end.error = std::string(r.status().message());
     } else {
       end.ok = true;

@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "common/check.h"
+#include "common/http_body.h"
 #include "common/observe/log.h"
 
 namespace rlrun::orchestrator {
@@ -34,9 +35,7 @@ struct Request {
   curl_slist* headers = nullptr;
   std::vector<Queued> items;
   std::string body;  // libcurl sends it in place
-  std::string reply;
-  size_t max_reply_bytes = 0;
-  bool too_big = false;
+  CappedBody reply;
   char error[CURL_ERROR_SIZE] = {};
   Clock::time_point sent;
 
@@ -45,25 +44,6 @@ struct Request {
     curl_slist_free_all(headers);
   }
 };
-
-size_t on_reply_bytes(char* data, size_t size, size_t count, void* user) {
-  auto* r = static_cast<Request*>(user);
-  const size_t bytes = size * count;
-  if (r->reply.size() + bytes > r->max_reply_bytes) {
-    r->too_big = true;
-    return 0;  // libcurl ends the transfer with CURLE_WRITE_ERROR
-  }
-  r->reply.append(data, bytes);
-  return bytes;
-}
-
-// The first `limit` bytes of an untrusted body, printable ASCII only, for a message.
-std::string snippet(std::string_view body, size_t limit = 200) {
-  std::string s;
-  for (char c : body.substr(0, limit)) s += (c >= ' ' && c <= '~') ? c : '?';
-  if (body.size() > limit) s += str("... (", body.size(), " bytes)");
-  return s.empty() ? "(empty)" : s;
-}
 
 std::string request_body(const std::vector<Queued>& items) {
   json query = json::array(), prompts = json::array(), labels = json::array(), metadata = json::array();
@@ -168,7 +148,7 @@ Status HttpRewardClient::submit(RewardItem item) {
   json metadata = json::parse(item.metadata_json, nullptr, /*allow_exceptions=*/false);
   if (!metadata.is_object())
     return invalid_argument(
-        str("reward item ", item.key, ": metadata is not a JSON object: ", snippet(item.metadata_json, 60)));
+        str("reward item ", item.key, ": metadata is not a JSON object: ", printable_snippet(item.metadata_json, 60)));
   s.waiting.insert(item.key);
   s.queue.push_back({std::move(item), std::move(metadata), false});
   return {};
@@ -210,7 +190,7 @@ void HttpRewardClient::Impl::start(std::vector<Queued> items) {
   auto r = std::make_unique<Request>();
   r->items = std::move(items);
   r->body = request_body(r->items);
-  r->max_reply_bytes = static_cast<size_t>(options.max_response_bytes);
+  r->reply.max_bytes = static_cast<size_t>(options.max_response_bytes);
   r->easy = curl_easy_init();
   RLRUN_CHECK(r->easy != nullptr, "libcurl: curl_easy_init failed");
   r->headers = curl_slist_append(r->headers, "Content-Type: application/json");
@@ -227,8 +207,8 @@ void HttpRewardClient::Impl::start(std::vector<Queued> items) {
   curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r->body.size()));
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
   curl_easy_setopt(e, CURLOPT_USERAGENT, "rlrun");
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_reply_bytes);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, r.get());
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, append_capped);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, &r->reply);
   curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(options.max_response_bytes));
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->error);
   curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
@@ -259,16 +239,16 @@ void HttpRewardClient::Impl::collect_finished(std::vector<RewardReply>* out) {
 
 void HttpRewardClient::Impl::finish(Request& r, CURLcode code, std::vector<RewardReply>* out) {
   const double seconds = std::chrono::duration<double>(Clock::now() - r.sent).count();
-  if (r.too_big || code == CURLE_FILESIZE_EXCEEDED)
+  if (r.reply.too_big || code == CURLE_FILESIZE_EXCEEDED)
     return fail(r, str("the reply is larger than ", options.max_response_bytes, " bytes"));
   if (code != CURLE_OK) return fail(r, str(curl_easy_strerror(code), r.error[0] ? str(": ", r.error) : ""));
   long status = 0;
   curl_easy_getinfo(r.easy, CURLINFO_RESPONSE_CODE, &status);
-  if (status != 200) return fail(r, str("HTTP ", status, ": ", snippet(r.reply)));
+  if (status != 200) return fail(r, str("HTTP ", status, ": ", printable_snippet(r.reply.bytes)));
   std::vector<uint64_t> keys;
   for (const Queued& q : r.items) keys.push_back(q.item.key);
-  Result<std::vector<RewardReply>> replies = parse_reward_reply(r.reply, keys);
-  if (!replies.ok()) return fail(r, str(replies.status().message(), "; the reply: ", snippet(r.reply)));
+  Result<std::vector<RewardReply>> replies = parse_reward_reply(r.reply.bytes, keys);
+  if (!replies.ok()) return fail(r, str(replies.status().message(), "; the reply: ", printable_snippet(r.reply.bytes)));
   for (RewardReply& reply : *replies) {
     RLRUN_CHECK(waiting.erase(reply.key) == 1, str("reward item ", reply.key, " answered twice"));
     out->push_back(std::move(reply));

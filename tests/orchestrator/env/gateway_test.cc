@@ -59,8 +59,8 @@ class GatewayTest : public ::testing::Test {
   void SetUp() override {
     const std::string gguf = (testing::smollm2_dir().parent_path() / "smollm2-135m-instruct.Q4_1.gguf").string();
     if (!std::filesystem::exists(gguf)) {
-      if (std::getenv("RLRUN_SKIP_MODEL_TESTS") != nullptr) GTEST_SKIP() << gguf << " is missing";
-      FAIL() << gguf << " is missing: scripts/fetch-test-models.sh makes it";
+      if (testing::skip_model_tests()) GTEST_SKIP() << gguf << " missing (RLRUN_SKIP_MODEL_TESTS=1)";
+      FAIL() << gguf << " is missing: run scripts/setup.sh --test, or set RLRUN_SKIP_MODEL_TESTS=1";
     }
     const std::string tokenizer_path = engine::checkpoint_tokenizer_path(gguf);
     Result<engine::Tokenizer> tokenizer = engine::load_tokenizer_file(tokenizer_path);
