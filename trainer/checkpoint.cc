@@ -25,6 +25,7 @@ constexpr int kFormat = 2;
 constexpr const char* kComplete = "COMPLETE";
 constexpr const char* kState = "trainer_state.json";
 constexpr const char* kFiles[3] = {"params.f32", "adam_m.f32", "adam_v.f32"};
+constexpr const char* kReference = "reference.f32";
 
 
 // Element ranges of the flat buffer in order, each with the rank that holds its moments.
@@ -70,6 +71,21 @@ Status write_state(TrainableModel& model, Optimizer& optimizer, engine::Communic
     }
   }
   return Status();
+}
+
+// Rank 0: the KL reference's weights, widened to f32, in chunks. Every rank holds the same copy.
+Result<FileDigest> write_reference(const std::string& tmp, TrainableModel& reference) {
+  FileWriter file;
+  RLRUN_RETURN_IF_ERROR(file.open(tmp + "/" + kReference));
+  const engine::Tensor& weights = reference.weights_flat();
+  reference.backend().synchronize();
+  for (int64_t b = 0; b < reference.flat_size(); b += kCheckpointChunkElements) {
+    const int64_t e = std::min(reference.flat_size(), b + kCheckpointChunkElements);
+    const std::vector<float> chunk = engine::to_host_f32(weights.rows(b, e));
+    RLRUN_RETURN_IF_ERROR(file.write(chunk.data(), chunk.size() * sizeof(float)));
+  }
+  RLRUN_RETURN_IF_ERROR(file.finish());
+  return FileDigest{kReference, file.bytes(), file.checksum()};
 }
 
 Result<json> parse_extras(const CheckpointExtras& extras) {
@@ -200,10 +216,19 @@ Result<std::string> save_checkpoint(const std::string& root, int64_t step, const
                   {"flat_elements", model.flat_size()},
                   {"layout_digest", engine::layout_digest({model.param_specs(), model.flat_size(), "f32"})},
                   {"loader_state", *loader},
-                  {"rng_state", extras.rng_state}};
+                  {"rng_state", extras.rng_state},
+                  {"reference", options.reference != nullptr}};
     std::vector<FileDigest> data;
     for (int i = 0; i < 3; ++i) data.push_back({kFiles[i], files[i].bytes(), files[i].checksum()});
-    status = finish_on_root(root, tmp, final_dir, std::move(state), std::move(data), options);
+    if (options.reference != nullptr) {
+      Result<FileDigest> reference = write_reference(tmp, *options.reference);
+      if (reference.ok()) {
+        data.push_back(std::move(reference).value());
+      } else {
+        status = reference.status();
+      }
+    }
+    if (status.ok()) status = finish_on_root(root, tmp, final_dir, std::move(state), std::move(data), options);
     if (status.ok()) prune(root, options.keep_last);
   }
   if (Status agreed = agree_with_root(comm, status); !agreed.ok()) return failed(agreed);

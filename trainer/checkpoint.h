@@ -12,6 +12,8 @@
 //   adam_m.f32, adam_v.f32  the AdamW moments (P each), GATHERED from the shards: a checkpoint
 //                       does not depend on trainer_num_workers or use_distributed_optimizer, and
 //                       only trainer rank 0 touches the file system (no shared FS needed)
+//   reference.f32       the KL reference's weights (P, f32; kl_coef > 0 only: train_step.h
+//                       set_reference), written by rank 0 from its own copy
 //   model/              HF export (config.json + model.safetensors) when an exporter is given
 //   COMPLETE            the manifest, written last: every file above with its size and XXH3-64
 //                       checksum (trainer/checkpoint_files.h)
@@ -56,6 +58,7 @@ struct CheckpointInfo {
   int64_t optimizer_step = 0;
   double learning_rate = 0.0;
   CheckpointExtras extras;
+  bool reference_loaded = false;  // the `reference` given to load_checkpoint now holds the saved one
 };
 
 // Writes the HF export of the current weights into `dir` (called on rank 0 only).
@@ -65,6 +68,7 @@ struct CheckpointOptions {
   int64_t keep_last = 2;  // checkpoint_keep_last: complete checkpoints kept, 0 = all
   ModelExporter export_model;  // may be empty
   double learning_rate = 0.0;  // informational
+  TrainableModel* reference = nullptr;  // saved as reference.f32 when given (the same on every rank)
 };
 
 // "<root>/step-000123"
@@ -89,8 +93,10 @@ Status verify_checkpoint(const std::string& dir);
 Result<CheckpointInfo> read_checkpoint_info(const std::string& dir);
 
 // Collective. Loads weights (the compute weights, the model's master or the optimizer's shard of
-// it) and optimizer state (grads are zeroed) from `dir`, whatever ranks and mode saved it.
+// it) and optimizer state (grads are zeroed) from `dir`, whatever ranks and mode saved it. With a
+// `reference` (the same layout as `model`) and a checkpoint that saved one, also the KL
+// reference's weights (CheckpointInfo::reference_loaded).
 Result<CheckpointInfo> load_checkpoint(const std::string& dir, TrainableModel& model, Optimizer& optimizer,
-                                       engine::Communicator* comm);
+                                       engine::Communicator* comm, TrainableModel* reference = nullptr);
 
 }  // namespace rlrun::trainer

@@ -16,6 +16,7 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kFiles[3] = {"params.f32", "adam_m.f32", "adam_v.f32"};
+constexpr const char* kReference = "reference.f32";
 constexpr const char* kState = "trainer_state.json";
 constexpr int kFormat = 2;
 constexpr int64_t kMaxStateBytes = int64_t{64} << 20;
@@ -69,6 +70,7 @@ Result<json> open_on_root(const std::string& dir, TrainableModel& model, FileRea
     (void)m.at("step").get<int64_t>();
     if (m.at("optimizer_step").get<int64_t>() < 0) return invalid_argument(str(path, ": negative optimizer_step"));
     (void)m.at("rng_state").get<std::string>();
+    if (m.contains("reference")) (void)m.at("reference").get<bool>();
   } catch (const json::exception& e) {
     return invalid_argument(str(path, ": missing or mistyped field (", e.what(), ")"));
   }
@@ -115,6 +117,41 @@ Status stream_state(TrainableModel& model, Optimizer& optimizer, engine::Communi
   return Status();
 }
 
+// Collective: the KL reference's weights from reference.f32 (rank 0 reads, checks size and
+// checksum against the manifest, broadcasts chunks; every rank keeps them).
+Status load_reference(const std::string& dir, TrainableModel& reference, engine::Communicator* comm) {
+  const bool is_root = comm_rank(comm) == 0;
+  const int64_t flat = reference.flat_size();
+  FileReader reader;
+  uint64_t sum = 0;
+  Status status;
+  if (is_root) {
+    const auto opened = [&]() -> Status {
+      RLRUN_ASSIGN_OR_RETURN(const std::vector<FileDigest> files, read_manifest(dir));
+      RLRUN_ASSIGN_OR_RETURN(const FileDigest digest, listed(dir, files, kReference));
+      RLRUN_RETURN_IF_ERROR(reader.open(dir + "/" + kReference));
+      const int64_t want = flat * static_cast<int64_t>(sizeof(float));
+      if (reader.size() != want || digest.bytes != want)
+        return invalid_argument(str(dir, "/", kReference, " is ", reader.size(), " bytes, expected ", want));
+      sum = digest.xxh3;
+      return Status();
+    };
+    status = opened();
+  }
+  RLRUN_RETURN_IF_ERROR(agree_with_root(comm, status));
+  std::vector<float> buf;
+  for (int64_t b = 0; b < flat; b += kCheckpointChunkElements) {
+    const int64_t e = std::min(flat, b + kCheckpointChunkElements);
+    buf.assign(static_cast<size_t>(e - b), 0.0f);
+    if (is_root && status.ok()) status = reader.read(buf.data(), buf.size() * sizeof(float));
+    if (comm_size(comm) > 1) RLRUN_RETURN_IF_ERROR(comm->broadcast(buf.data(), buf.size(), CommDType::kF32, 0));
+    engine::copy_from_host_f32(reference.weights_flat().rows(b, e), buf);
+  }
+  if (is_root && status.ok() && reader.checksum() != sum)
+    status = invalid_argument(str(dir, "/", kReference, ": checksum mismatch (the file is corrupt)"));
+  return agree_with_root(comm, status);
+}
+
 }  // namespace
 
 Status verify_checkpoint(const std::string& dir) {
@@ -141,7 +178,7 @@ Result<CheckpointInfo> read_checkpoint_info(const std::string& dir) {
 }
 
 Result<CheckpointInfo> load_checkpoint(const std::string& dir, TrainableModel& model, Optimizer& optimizer,
-                                       engine::Communicator* comm) {
+                                       engine::Communicator* comm, TrainableModel* reference) {
   const bool is_root = comm_rank(comm) == 0;
   FileReader readers[3];
   uint64_t sums[3] = {0, 0, 0};
@@ -179,6 +216,10 @@ Result<CheckpointInfo> load_checkpoint(const std::string& dir, TrainableModel& m
   info.learning_rate = manifest.value("learning_rate", 0.0);
   info.extras.loader_state = manifest["loader_state"].dump();
   info.extras.rng_state = manifest["rng_state"].get<std::string>();
+  if (reference != nullptr && manifest.value("reference", false)) {
+    RLRUN_RETURN_IF_ERROR(load_reference(dir, *reference, comm).with_context("loading checkpoint " + dir));
+    info.reference_loaded = true;
+  }
   optimizer.set_step_count(info.optimizer_step);
   if (model.has_grads()) model.zero_grads();
   return info;

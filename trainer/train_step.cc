@@ -142,6 +142,35 @@ Result<std::vector<std::vector<float>>> Trainer::recompute_logprobs(std::span<co
   return out;
 }
 
+void Trainer::set_reference(TrainableModel* reference) {
+  RLRUN_CHECK(reference == nullptr || (reference->flat_size() == model_.flat_size() &&
+                                       reference->weights_flat().dtype() == model_.weights_flat().dtype()),
+              "trainer: the KL reference must have the policy's parameter layout and compute dtype");
+  reference_ = reference;
+  reference_captured_ = false;
+}
+
+Result<std::vector<MicroBatch>> Trainer::score_with_reference(std::span<const MicroBatch> micro_batches) {
+  if (!reference_captured_) {
+    model_.backend().synchronize();
+    reference_->backend().copy(reference_->weights_flat(), model_.weights_flat());
+    reference_->backend().synchronize();
+    reference_captured_ = true;
+    if (rank() == 0) {
+      log::info(str("trainer: KL reference (kl_coef ", options_.loss.kl_coef, ") = the policy after ",
+                    optimizer_->step_count(), " optimizer steps, before its first RL update"));
+    }
+  }
+  std::vector<MicroBatch> out(micro_batches.begin(), micro_batches.end());
+  for (MicroBatch& mb : out) {
+    mb.ref_logprobs.clear();
+    if (mb.num_tokens() == 0) continue;
+    RLRUN_ASSIGN_OR_RETURN(ModelForward fwd, reference_->forward(mb, /*for_backward=*/false));
+    mb.ref_logprobs = engine::to_host_f32(fwd.logprobs);
+  }
+  return out;
+}
+
 Result<PolicyLossResult> Trainer::run_micro_batch(const MicroBatch& mb, std::span<const float> clip_ref,
                                                   double normaliser, TrainObjective objective) {
   const bool supervised = objective == TrainObjective::kSupervised;
@@ -228,7 +257,7 @@ Status Trainer::check_batch_everywhere(std::span<const MicroBatch> micro_batches
                                 options_.number_of_minibatches, " minibatches"));
   }
   for (size_t i = 0; i < micro_batches.size() && mine.ok(); ++i) {
-    const bool needs_ref = options_.loss.kl_coef > 0 && objective == TrainObjective::kPolicy;
+    const bool needs_ref = options_.loss.kl_coef > 0 && objective == TrainObjective::kPolicy && reference_ == nullptr;
     mine = validate_micro_batch(micro_batches[i], needs_ref).with_context(str("micro-batch ", i));
   }
   // Every rank learns whether all ranks can run the same collectives, before the first one.
@@ -253,9 +282,18 @@ Result<StepReport> Trainer::train(std::span<const MicroBatch> micro_batches, Tra
     for (const MicroBatch& mb : micro_batches) expanded.push_back(expand_shared_prefixes(mb));
     micro_batches = expanded;
   }
+  std::vector<MicroBatch> scored;  // with the KL reference's log-probs
+  double reference_seconds = 0.0;
+  if (objective == TrainObjective::kPolicy && options_.loss.kl_coef > 0 && reference_ != nullptr) {
+    const auto start = std::chrono::steady_clock::now();
+    RLRUN_ASSIGN_OR_RETURN(scored, score_with_reference(micro_batches));
+    micro_batches = scored;
+    reference_seconds = seconds_since(start);
+  }
   const int64_t count = static_cast<int64_t>(micro_batches.size());
   if (!model_.has_grads()) model_.restore_grads();
   StepReport report;
+  report.seconds_reference = reference_seconds;
   std::vector<std::vector<float>> clip_ref;
   if (objective == TrainObjective::kPolicy && options_.loss.ppo_clip_ref == ClipReference::kBatch &&
       options_.number_of_minibatches > 1) {
@@ -280,11 +318,18 @@ Result<std::string> Trainer::save_checkpoint(const std::string& root, int64_t st
   options.keep_last = keep_last;
   options.export_model = std::move(exporter);
   options.learning_rate = learning_rate();
+  if (reference_captured_) options.reference = reference_;
   return trainer::save_checkpoint(root, step, extras, model_, *optimizer_, trainer_comm_, options);
 }
 
 Result<CheckpointInfo> Trainer::load_checkpoint(const std::string& dir) {
-  return trainer::load_checkpoint(dir, model_, *optimizer_, trainer_comm_);
+  RLRUN_ASSIGN_OR_RETURN(CheckpointInfo info, trainer::load_checkpoint(dir, model_, *optimizer_, trainer_comm_, reference_));
+  reference_captured_ = info.reference_loaded;
+  if (reference_ != nullptr && !info.reference_loaded && rank() == 0) {
+    log::warn(str("trainer: ", dir, " holds no KL reference (saved with kl_coef: 0); the reference will be the "
+                  "weights of this checkpoint"));
+  }
+  return info;
 }
 
 Result<WeightSendReport> Trainer::send_weights(uint64_t version) {

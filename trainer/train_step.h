@@ -73,6 +73,7 @@ struct StepReport {
   int64_t tokens = 0;           // tokens this rank ran through the model (padding included)
   int64_t trained_tokens = 0;   // loss-mask tokens over all ranks and minibatches
   double seconds_recompute = 0.0;  // ppo_clip_ref_logprobs: batch
+  double seconds_reference = 0.0;  // kl_coef > 0: the KL reference's log-probs
   double seconds_forward_backward = 0.0;
   double seconds_optimizer = 0.0;
   PhaseMemory memory_forward_backward;
@@ -116,7 +117,19 @@ class Trainer {
   // layout metadata again.
   void set_weight_comm(engine::Communicator* comm);
 
-  // Collective: checkpoint.h. keep_last = checkpoint_keep_last; exporter writes the HF model.
+  // kl_coef > 0: the KL reference, a model of the same config and dtype whose weights this
+  // Trainer owns from now on (it never trains). At the first kPolicy step its weights become a
+  // copy of the policy's (the initial policy: after any format warm-start, before the first RL
+  // update), unless a checkpoint load gave it its own; from then on it scores every micro-batch
+  // (no gradient) and micro-batches need no ref_logprobs. Without one, kl_coef > 0 needs each
+  // micro-batch's ref_logprobs. `reference` must outlive the Trainer.
+  void set_reference(TrainableModel* reference);
+  // Whether the reference holds the initial policy yet.
+  bool reference_captured() const { return reference_captured_; }
+
+  // Collective: checkpoint.h. keep_last = checkpoint_keep_last; exporter writes the HF model. A
+  // captured KL reference is saved with it and loaded back (a checkpoint without one leaves the
+  // reference to be captured at the next policy step, from the loaded weights, and says so).
   Result<std::string> save_checkpoint(const std::string& root, int64_t step, const CheckpointExtras& extras,
                                       int64_t keep_last = 2, ModelExporter exporter = {});
   Result<CheckpointInfo> load_checkpoint(const std::string& dir);
@@ -132,6 +145,8 @@ class Trainer {
   // Validates this rank's micro-batches and agrees with every rank that all of them can train.
   Status check_batch_everywhere(std::span<const MicroBatch> micro_batches, TrainObjective objective);
   Result<std::vector<std::vector<float>>> recompute_logprobs(std::span<const MicroBatch> micro_batches);
+  // The micro-batches with the KL reference's log-probs in ref_logprobs (captured first if need be).
+  Result<std::vector<MicroBatch>> score_with_reference(std::span<const MicroBatch> micro_batches);
   Result<MinibatchReport> run_minibatch(std::span<const MicroBatch> micro_batches,
                                         const std::vector<std::vector<float>>* clip_ref, size_t first,
                                         TrainObjective objective, StepReport& report);
@@ -146,6 +161,8 @@ class Trainer {
   PeakMemoryTracker* memory_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<WeightSender> sender_;
+  TrainableModel* reference_ = nullptr;
+  bool reference_captured_ = false;
 };
 
 }  // namespace rlrun::trainer

@@ -92,6 +92,7 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   t.distributed_optimizer = c.use_distributed_optimizer;
   t.tokens_per_micro_batch = c.seq_len * c.micro_batch_rows;
   t.gradient_checkpointing = c.gradient_checkpointing;
+  t.kl_reference = c.kl_coef > 0;
   // Rank 0 sends its f32 master straight from the device or through a HOST staging buffer. When
   // the distributed optimizer keeps only the master of its shard, rank 0 widens the bf16 weights:
   // in host buffers with weight_broadcast_cpu_staging, else in one f32 device bucket

@@ -69,6 +69,7 @@ TrainerBudget plan_model_state(double params, const TrainerPlanInputs& in) {
   b.master_weights = params * p.master_bytes / shard;
   b.optimizer_moments = params * p.optimizer_bytes / shard;
   b.gradient_shard = sharded && in.gradient_shard_buffer ? params * p.grad_bytes / shard : 0.0;
+  b.reference_weights = in.kl_reference ? params * p.weight_bytes : 0.0;
   return b;
 }
 

@@ -59,11 +59,13 @@ struct TrainerPlanInputs {
   bool gradient_checkpointing = false;
   int64_t weight_send_bucket_bytes = 0;   // device bytes of the send buffer (rank 0 only)
   int64_t logits_chunk_elements = int64_t{1} << 24;  // engine::ModelOptions::logits_chunk_elements
+  bool kl_reference = false;  // kl_coef > 0: a frozen copy of the weights (compute dtype) per rank
 };
 
 struct TrainerBudget {
   double weights = 0, gradients = 0, master_weights = 0, optimizer_moments = 0;
   double gradient_shard = 0;  // the distributed optimizer's reduce-scatter output
+  double reference_weights = 0;  // kl_coef > 0: the KL reference (trainer/train_step.h set_reference)
   // Activations kept from forward to backward (logits excluded: they are in logits_workspace)
   // plus the backward scratch, for the configured gradient_checkpointing ...
   double activations = 0;
@@ -73,8 +75,11 @@ struct TrainerBudget {
   double backward_scratch = 0;       // the scratch part of `activations`
   double logits_workspace = 0;       // logits chunk (tokens x vocab) + per-token f32 outputs
   double weight_send_buffer = 0;
-  // weights + gradients + master + moments + gradient shard: the part that does not depend on the batch
-  double model_state() const { return weights + gradients + master_weights + optimizer_moments + gradient_shard; }
+  // weights + gradients + master + moments + gradient shard + KL reference: the part that does not
+  // depend on the batch
+  double model_state() const {
+    return weights + gradients + master_weights + optimizer_moments + gradient_shard + reference_weights;
+  }
   // Peaks by phase: the activations are gone before the optimizer step and the weight send.
   double forward_backward_peak() const { return model_state() + activations + logits_workspace; }
   double weight_send_peak() const { return model_state() + weight_send_buffer; }
@@ -84,7 +89,7 @@ struct TrainerBudget {
 };
 
 TrainerBudget plan_trainer(const TrainerPlanInputs& in);
-// The model-state lines alone (weights, gradients, master, moments, gradient shard) of `params`
+// The model-state lines alone (weights, gradients, master, moments, gradient shard, reference) of `params`
 // parameters; plan_trainer() fills them with this. Activations and workspaces stay 0.
 TrainerBudget plan_model_state(double params, const TrainerPlanInputs& in);
 

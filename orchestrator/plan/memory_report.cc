@@ -47,6 +47,7 @@ void render_trainer(std::ostringstream& o, const RunPlan& p) {
   line(o, "fp32 master weights", t.master_weights,
        in.precision.master_bytes == 0 ? "the weights are fp32" : str(in.precision.master_bytes, " B/param", shard));
   if (sharded) line(o, "gradient shard (reduce-scatter)", t.gradient_shard, str(in.precision.grad_bytes, " B/param", shard));
+  if (in.kl_reference) line(o, "KL reference weights (kl_coef)", t.reference_weights, str(in.precision.weight_bytes, " B/param"));
   const double params = static_cast<double>(in.model.num_parameters());
   char per_param[48];
   std::snprintf(per_param, sizeof per_param, "%.4g B/param", params > 0 ? t.model_state() / params : 0.0);
@@ -153,6 +154,7 @@ json plan_to_json(const RunPlan& p, const std::vector<MemoryLever>& levers, cons
                   {"gradients", exact(t.gradients)},
                   {"master_weights", exact(t.master_weights)},
                   {"gradient_shard", exact(t.gradient_shard)},
+                  {"reference_weights", exact(t.reference_weights)},
                   {"optimizer_moments", exact(t.optimizer_moments)},
                   {"activations", exact(t.activations)},
                   {"activations_checkpointing", exact(t.activations_checkpointing)},

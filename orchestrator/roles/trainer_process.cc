@@ -36,6 +36,8 @@ struct TrainerRank {
   std::unique_ptr<engine::Backend> backend;
   std::unique_ptr<engine::Model> model;
   std::unique_ptr<trainer::ModelAdapter> adapter;
+  std::unique_ptr<engine::Model> reference;  // kl_coef > 0: the KL reference (the trainer fills it)
+  std::unique_ptr<trainer::ModelAdapter> reference_adapter;
   std::unique_ptr<engine::Communicator> dp;       // null with one rank
   std::unique_ptr<engine::Communicator> weights;  // rank 0 only; null while not in a group
   int64_t weights_epoch = -1;                     // the epoch of `weights`
@@ -87,6 +89,13 @@ Status build_rank(const Config& config, const TrainerProcessOptions& options, Tr
                          }));
   RLRUN_ASSIGN_OR_RETURN(r.trainer, trainer::Trainer::create(trainer_options, *r.adapter, r.dp.get(),
                                                              r.weights.get(), &r.memory));
+  if (config.kl_coef > 0) {  // a frozen copy of the compute weights, scored without gradients
+    RLRUN_ASSIGN_OR_RETURN(r.reference, engine::Model::create(*r.backend, model_config_from(config.model), model_options));
+    r.reference->weights().release_grads();
+    r.reference->weights().release_master();
+    r.reference_adapter = std::make_unique<trainer::ModelAdapter>(*r.reference);
+    r.trainer->set_reference(r.reference_adapter.get());
+  }
   return Status();
 }
 

@@ -62,7 +62,8 @@ void LoopProfile::on_train_step(const std::map<std::string, double>& rank0, doub
   ++train_.steps;
   train_.cpu_seconds += metric(rank0, "cpu_seconds");
   train_.wall_seconds += train_seconds;
-  train_.compute_seconds += metric(rank0, "seconds_forward_backward") + metric(rank0, "seconds_recompute");
+  train_.compute_seconds += metric(rank0, "seconds_forward_backward") + metric(rank0, "seconds_recompute") +
+                            metric(rank0, "seconds_reference");
   train_.optimizer_seconds += metric(rank0, "seconds_optimizer");
   train_.tokens += metric(rank0, "tokens");
   train_.optimizer_steps += metric(rank0, "optimizer_steps");

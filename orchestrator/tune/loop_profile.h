@@ -41,7 +41,8 @@ class LoopProfile {
   void on_group(int64_t prompt_tokens, const std::vector<int64_t>& completion_tokens, double request_overhead_seconds);
   void on_group_discarded() { ++groups_discarded_; }
   // An RL step: rank 0's TrainResult metrics ("cpu_seconds", "tokens", "optimizer_steps",
-  // "seconds_forward_backward", "seconds_recompute", "seconds_optimizer"), the orchestrator's train
+  // "seconds_forward_backward", "seconds_recompute", "seconds_reference", "seconds_optimizer"), the
+  // orchestrator's train
   // and weight-sync wall times.
   void on_train_step(const std::map<std::string, double>& rank0, double train_seconds, double sync_seconds);
   // The loop so far: its wall seconds and the orchestrator's CPU seconds within it.

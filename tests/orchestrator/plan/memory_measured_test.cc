@@ -77,6 +77,26 @@ TEST(MemoryMeasured, TrainerStepOfTheQuickstartModelMatchesThePlan) {
   }
 }
 
+// kl_coef > 0: the trainer process's KL reference, a model with its gradients released.
+TEST(MemoryMeasured, KlReferenceWeightsMatchThePlan) {
+  Config c = quickstart();
+  DeviceMemory device{1e12, "test"};
+  Result<RunPlan> without = plan_run(c, &device);
+  c.kl_coef = 0.1;
+  Result<RunPlan> with = plan_run(c, &device);
+  ASSERT_TRUE(without.ok() && with.ok());
+  EXPECT_EQ(without->trainer.reference_weights, 0.0);
+  auto backend = engine::create_backend("cpu", 1);
+  ASSERT_TRUE(backend.ok());
+  auto reference = engine::Model::create(**backend, model_config_from(c.model));
+  ASSERT_TRUE(reference.ok());
+  (*reference)->weights().release_grads();
+  (*reference)->weights().release_master();
+  expect_within_20_percent("KL reference weights", with->trainer.reference_weights,
+                           static_cast<double>((*backend)->bytes_in_use()));
+  EXPECT_EQ(with->trainer.model_state() - without->trainer.model_state(), with->trainer.reference_weights);
+}
+
 TEST(MemoryMeasured, RolloutWeightsAndKvPoolMatchThePlan) {
   for (int64_t kv_mb : {int64_t{0}, int64_t{3}}) {
     Config c = quickstart();

@@ -74,6 +74,37 @@ TEST_F(RunResume, InterruptedRunResumesWithTheSamePromptsAsAnUninterruptedOne) {
   EXPECT_TRUE(fs::exists(cut / "checkpoints" / "step-000005" / "COMPLETE"));
 }
 
+// kl_coef > 0: the trainer keeps the policy before its first RL update as the KL reference, and a
+// checkpoint keeps it: after a resume the KL is measured against that policy, not the checkpoint.
+// (The entropy bonus moves the policy even when a random model earns no reward.)
+TEST_F(RunResume, KlReferenceIsTheInitialPolicyAcrossAResume) {
+  constexpr int kSteps = 4;
+  const std::string common = kTiny + " --set number_of_steps=" + std::to_string(kSteps) +
+                             " --set checkpoint_every=2 --set kl_coef=0.1 --set entropy_coef=0.01";
+  const fs::path whole = dir_ / "whole";
+  ASSERT_EQ(run_rlrun(common + " --run-dir " + q(whole), dir_ / "whole.out"), 0) << read_file(dir_ / "whole.out");
+  EXPECT_TRUE(fs::exists(whole / "checkpoints" / "step-000002" / "reference.f32"));
+  const std::vector<json> reference = metrics_lines(whole);
+  ASSERT_EQ(reference.size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(reference[0]["trainer"]["ref_kl"], 0.0) << "step 1 trains the reference itself";
+  for (int i = 1; i < kSteps; ++i) EXPECT_GT(reference[i]["trainer"]["ref_kl"].get<double>(), 0.0) << i;
+
+  const fs::path cut = dir_ / "cut";
+  ASSERT_EQ(run_rlrun(kTiny + " --set number_of_steps=2 --set checkpoint_every=2 --set kl_coef=0.1 --set entropy_coef=0.01"
+                      " --run-dir " + q(cut),
+                      dir_ / "cut.out"), 0) << read_file(dir_ / "cut.out");
+  ASSERT_EQ(run_rlrun(common + " --resume --run-dir " + q(cut), dir_ / "resume.out"), 0)
+      << read_file(dir_ / "resume.out");
+  const std::vector<json> lines = metrics_lines(cut);
+  ASSERT_EQ(lines.size(), static_cast<size_t>(kSteps)) << read_file(cut / "metrics.jsonl");
+  for (int i = 2; i < kSteps; ++i) {
+    SCOPED_TRACE("step " + std::to_string(i + 1));
+    ASSERT_EQ(lines[i]["prompt_hash"], reference[i]["prompt_hash"]);
+    const double got = lines[i]["trainer"]["ref_kl"], want = reference[i]["trainer"]["ref_kl"];
+    EXPECT_NEAR(got, want, 1e-6 * want) << "a reference taken from the checkpoint would give another KL";
+  }
+}
+
 TEST_F(RunResume, ResumeWithoutACheckpointSaysWhatToDo) {
   const fs::path run = dir_ / "run";
   fs::create_directories(run);

@@ -1,0 +1,167 @@
+// The KL reference (kl_coef > 0) on the REAL decoder: the trainer's own frozen copy of the policy
+// before its first RL update trains exactly like micro-batches that carry the reference log-probs
+// themselves; it never moves; a checkpoint keeps it, so a resumed run trains bit for bit like an
+// uninterrupted one.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <unistd.h>
+
+#include "engine/model/model.h"
+#include "trainer/checkpoint.h"
+#include "trainer/model_adapter.h"
+#include "trainer/train_step.h"
+#include "trainer_test_util.h"
+
+namespace rlrun::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::cpu_backend;
+using testing::pack;
+
+engine::ModelConfig tiny_config() {
+  engine::ModelConfig c;
+  c.hidden_size = 32;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.intermediate_size = 48;
+  c.vocab_size = 64;
+  return c;
+}
+
+TrainerOptions options() {
+  TrainerOptions o;
+  o.learning_rate = 2e-2;
+  o.optimizer.grad_clip = 1.0;
+  o.loss.kl_coef = 0.5;
+  return o;
+}
+
+std::vector<MicroBatch> batch_of(int step) {
+  const auto seqs = testing::random_sequences(4, 64, 300 + step);
+  return {pack(seqs, {0, 1}), pack(seqs, {2, 3})};
+}
+
+// A policy and its KL reference (same config, grads released as the trainer process does).
+struct PolicyWithReference {
+  std::unique_ptr<engine::Backend> backend = cpu_backend();
+  std::unique_ptr<engine::Model> model, reference;
+  std::unique_ptr<ModelAdapter> adapter, reference_adapter;
+  std::unique_ptr<Trainer> trainer;
+
+  explicit PolicyWithReference(bool with_reference = true) {
+    model = std::move(engine::Model::create(*backend, tiny_config())).value();
+    model->weights().init_random(5, 0.2f);
+    adapter = std::make_unique<ModelAdapter>(*model);
+    trainer = std::move(Trainer::create(options(), *adapter, nullptr)).value();
+    if (!with_reference) return;
+    reference = std::move(engine::Model::create(*backend, tiny_config())).value();
+    reference->weights().release_grads();
+    reference_adapter = std::make_unique<ModelAdapter>(*reference);
+    trainer->set_reference(reference_adapter.get());
+  }
+  std::vector<float> params() { return engine::to_host_f32(adapter->params_flat()); }
+  std::vector<float> reference_weights() { return engine::to_host_f32(reference_adapter->weights_flat()); }
+  StepReport train(int step, TrainObjective objective = TrainObjective::kPolicy) {
+    Result<StepReport> r = trainer->train(batch_of(step), objective);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? *r : StepReport{};
+  }
+};
+
+double ref_kl(const StepReport& r) { return r.minibatches.at(0).loss.stats.ref_kl_sum; }
+
+TEST(KlReference, IsThePolicyBeforeItsFirstRlUpdateAndNeverMoves) {
+  PolicyWithReference p;
+  p.train(0, TrainObjective::kSupervised);  // a format warm-start step: not yet the reference
+  EXPECT_FALSE(p.trainer->reference_captured());
+  const std::vector<float> initial = p.params();
+  const StepReport first = p.train(1);
+  EXPECT_TRUE(p.trainer->reference_captured());
+  EXPECT_EQ(ref_kl(first), 0.0) << "the reference scores with the policy's own weights at the first step";
+  EXPECT_GT(first.seconds_reference, 0.0);
+  EXPECT_EQ(p.reference_weights(), initial);
+  EXPECT_NE(p.params(), initial) << "it trained";
+  const StepReport later = p.train(2);
+  EXPECT_GT(ref_kl(later), 0.0);
+  EXPECT_GT(later.minibatches.at(0).loss.kl_loss, 0.0);
+  EXPECT_EQ(p.reference_weights(), initial) << "the reference never trains";
+}
+
+TEST(KlReference, TrainsLikeMicroBatchesCarryingTheReferenceLogprobs) {
+  PolicyWithReference with;
+  PolicyWithReference without(/*with_reference=*/false);
+  for (int s = 0; s < 3; ++s) {
+    with.train(s);
+    std::vector<MicroBatch> mbs = batch_of(s);
+    for (MicroBatch& mb : mbs) {  // scored by a fresh copy of the initial policy
+      PolicyWithReference initial(/*with_reference=*/false);
+      mb.ref_logprobs = engine::to_host_f32(initial.adapter->forward(mb, false)->logprobs);
+    }
+    ASSERT_TRUE(without.trainer->train(mbs).ok());
+  }
+  EXPECT_EQ(with.params(), without.params());
+  // And the term matters: without it the weights differ.
+  PolicyWithReference no_kl(false);
+  TrainerOptions o = options();
+  o.loss.kl_coef = 0.0;
+  no_kl.trainer = std::move(Trainer::create(o, *no_kl.adapter, nullptr)).value();
+  for (int s = 0; s < 3; ++s) ASSERT_TRUE(no_kl.trainer->train(batch_of(s)).ok());
+  EXPECT_NE(no_kl.params(), with.params());
+}
+
+TEST(KlReference, WithoutAReferenceTheMicroBatchesMustCarryItsLogprobs) {
+  PolicyWithReference p(/*with_reference=*/false);
+  Result<StepReport> r = p.trainer->train(batch_of(0));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("ref_logprobs"), std::string::npos) << r.status().message();
+}
+
+TEST(KlReference, ACheckpointKeepsItAndResumesBitForBit) {
+  const std::string root = (fs::temp_directory_path() / ("rlrun_kl_ref_" + std::to_string(::getpid()))).string();
+  fs::remove_all(root);
+  PolicyWithReference whole;
+  for (int s = 0; s < 4; ++s) whole.train(s);
+
+  std::string saved;
+  std::vector<float> reference;
+  {
+    PolicyWithReference first;
+    first.train(0);
+    first.train(1);
+    reference = first.reference_weights();
+    Result<std::string> dir = first.trainer->save_checkpoint(root, 2, {});
+    ASSERT_TRUE(dir.ok()) << dir.status().message();
+    saved = *dir;
+  }
+  EXPECT_TRUE(fs::exists(saved + "/reference.f32"));
+  PolicyWithReference resumed;
+  Result<CheckpointInfo> info = resumed.trainer->load_checkpoint(saved);
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  EXPECT_TRUE(info->reference_loaded);
+  EXPECT_TRUE(resumed.trainer->reference_captured());
+  EXPECT_EQ(resumed.reference_weights(), reference) << "the initial policy, not the checkpoint's weights";
+  resumed.train(2);
+  resumed.train(3);
+  EXPECT_EQ(resumed.params(), whole.params());
+
+  // A checkpoint saved without a reference leaves it to be captured from the loaded weights.
+  PolicyWithReference plain(false);
+  plain.train(0, TrainObjective::kSupervised);
+  ASSERT_TRUE(plain.trainer->save_checkpoint(root, 7, {}).ok());
+  PolicyWithReference later;
+  info = later.trainer->load_checkpoint(checkpoint_dir(root, 7));
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  EXPECT_FALSE(info->reference_loaded);
+  EXPECT_FALSE(later.trainer->reference_captured());
+  const std::vector<float> loaded = later.params();
+  later.train(1);
+  EXPECT_EQ(later.reference_weights(), loaded);
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace rlrun::trainer
