@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "engine/model/model.h"
+#include "tests/engine/model/model_test_util.h"
 #include "trainer/checkpoint.h"
 #include "trainer/model_adapter.h"
 #include "trainer/train_step.h"
@@ -21,16 +22,7 @@ namespace fs = std::filesystem;
 using testing::cpu_backend;
 using testing::pack;
 
-engine::ModelConfig tiny_config() {
-  engine::ModelConfig c;
-  c.hidden_size = 32;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.intermediate_size = 48;
-  c.vocab_size = 64;
-  return c;
-}
+engine::ModelConfig tiny_config() { return engine::testing::tiny_config(/*qwen2=*/false); }
 
 TrainerOptions options() {
   TrainerOptions o;
