@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""rlrun beside HF TRL's GRPOTrainer on the same workload, the same cores, the same day (issue 21's
+headline): SmolLM2-135M-Instruct (fp32, the GGUF dequantized: build/models/smollm2-135m-instruct),
+single-digit arithmetic asked in words in the chat template ("What is 7 times 8?"), 8 prompts x 8
+samples per step, at most 16 new tokens, temperature 1, lr 1e-6, KL beta 0.04 (TRL 0.14's default;
+rlrun: kl_coef), AdamW, grad clip 1, every group trained (rlrun: discard_group_zero_advantage
+false, as TRL trains zero-spread groups too). Both sides read the same JSONL files this script
+writes (rlrun: task.name jsonl): the same training prompts (each side draws them in its own
+shuffled order), and 64 held-out problems never trained on,
+scored greedily with the same rule (the last number in the answer, rlrun's `numeric`).
+
+rlrun's seconds per RL step: its loop time / steps (profile.json: generation overlaps training).
+TRL's: the median (and mean) of its optimizer steps (generation, reference and policy forward,
+backward, AdamW, in sequence). Prints both, their ratio, and one JSON line. Never fails on time.
+
+Needs TRL beside torch: a venv over Debian's python3-torch 1.13 (TRL 0.14 is the newest GRPOTrainer
+that runs on it; newer TRL needs torch 2), made once:
+  /usr/bin/python3 -m venv --system-site-packages /tmp/trl-venv
+  /tmp/trl-venv/bin/pip install trl==0.14.0 transformers==4.46.3 tokenizers==0.20.3 accelerate==0.34.2 \
+      "datasets<3.3" "pandas<2.2" "pyarrow<16" numpy==1.24.2 "jinja2>=3.1" gguf
+
+  TRL_PYTHON=/tmp/trl-venv/bin/python python3 bench/trl_grpo.py [--steps 30] [--threads 2]
+      [--skip-rlrun] [--skip-trl] [--rlrun-set KEY=VALUE ...]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HF_DIR = os.path.join(ROOT, "build", "models", "smollm2-135m-instruct")
+GGUF = os.path.join(ROOT, "build", "models", "smollm2-135m-instruct.Q4_1.gguf")
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def log(message):
+    print(f"trl_grpo: {message}", file=sys.stderr, flush=True)
+
+
+def write_data(a, folder):
+    """train.jsonl (steps x 8 prompts) and test.jsonl (64 problems apart from them)."""
+    import random
+    rng = random.Random(a.seed)
+    problems = [(x, y, op) for x in range(10) for y in range(10) for op in "+*"]
+    rng.shuffle(problems)
+    held, pool = problems[:64], problems[64:]
+
+    def row(x, y, op):
+        return {"prompt": f"What is {x} {'plus' if op == '+' else 'times'} {y}?",
+                "answer": str(x + y if op == "+" else x * y)}
+    train = [row(*rng.choice(pool)) for _ in range(a.steps * 8)]
+    paths = {}
+    for name, rows in (("train", train), ("test", [row(*p) for p in held])):
+        paths[name] = os.path.join(folder, name + ".jsonl")
+        with open(paths[name], "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    return paths
+
+
+def load_rows(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def workload_sets(a, data):
+    return ["task.name=jsonl", f"task.dataset={data['train']}", f"task.eval_dataset={data['test']}",
+            "task.reward=numeric", "task.accuracy=numeric", "prompts_batch_size_for_trainer=8", "group_size=8", "max_tokens=16", "learning_rate=1e-6",
+            f"kl_coef={a.beta}", "temperature=1.0", "grad_clip=1.0", "discard_group_zero_advantage=false",
+            f"number_of_steps={a.steps}", f"task.eval_every={a.steps}", "task.eval_size=64",
+            "metrics_bind=127.0.0.1:0"] + a.rlrun_set
+
+
+def run_rlrun(a, data, run_dir):
+    args = [os.path.join(ROOT, "build", "rlrun"), "configs/smollm2-arithmetic.yaml", "--run-dir", run_dir]
+    for s in workload_sets(a, data):
+        args += ["--set", s]
+    log("rlrun: " + " ".join(args[1:]))
+    t0 = time.time()
+    done = subprocess.run(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        log(f"rlrun exited {done.returncode}: {done.stderr[-2000:]}")
+        sys.exit(1)
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(run_dir, "profile.json")) as f:
+        profile = json.load(f)
+    return {"seconds_per_step": profile["loop_seconds"] / max(1, profile["train_steps"]),
+            "steps": profile["train_steps"], "wall_seconds": time.time() - t0,
+            "accuracy_before": summary["eval"]["accuracy_before"],
+            "accuracy_after": summary["eval"]["accuracy_after"],
+            "trainer_idle_fraction": summary.get("trainer_idle_fraction"),
+            "rollout_idle_fraction": summary.get("rollout_idle_fraction")}
+
+
+def last_number(text):
+    found = NUMBER.findall(text.replace(",", ""))
+    return found[-1] if found else None
+
+
+def correct(completion, answer):
+    got = last_number(completion)
+    try:
+        return got is not None and float(got) == float(answer)
+    except ValueError:
+        return False
+
+
+def trl_side(a, data):
+    import torch
+    import transformers
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    # generate() asks whether the model is FSDP-wrapped by importing torch.distributed.fsdp, which
+    # fails on Debian's torch 1.13 under Python 3.11 (a dataclass with a mutable default). Not FSDP here.
+    transformers.generation.utils.is_fsdp_managed_module = lambda module: False
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    tokenizer = AutoTokenizer.from_pretrained(os.path.dirname(GGUF), gguf_file=os.path.basename(GGUF))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(HF_DIR, torch_dtype=torch.float32)
+
+    eval_rows = [(r["prompt"], r["answer"]) for r in load_rows(data["test"])]
+    train = [{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": r["answer"]}
+             for r in load_rows(data["train"])]
+
+    def accuracy():
+        model.eval()
+        hits = 0
+        with torch.no_grad():
+            for i in range(0, len(eval_rows), 16):
+                chunk = eval_rows[i:i + 16]
+                texts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
+                                                       add_generation_prompt=True) for q, _ in chunk]
+                enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+                out = model.generate(**enc, max_new_tokens=16, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+                for (q, ans), ids in zip(chunk, out[:, enc["input_ids"].shape[1]:]):
+                    hits += correct(tokenizer.decode(ids, skip_special_tokens=True), ans)
+        model.train()
+        return hits / max(1, len(eval_rows))
+
+    def reward(prompts, completions, answer, **kwargs):
+        return [1.0 if correct(c[0]["content"], ans) else 0.0 for c, ans in zip(completions, answer)]
+
+    class StepTimes(TrainerCallback):
+        def __init__(self):
+            self.times, self.t0 = [], None
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.times.append(time.perf_counter() - self.t0)
+            log(f"TRL step {len(self.times)}/{a.steps}: {self.times[-1]:.1f} s")
+
+    before = accuracy()
+    log(f"TRL: held-out accuracy before {before:.3f}")
+    with tempfile.TemporaryDirectory(prefix="rlrun_trl_") as out:
+        config = GRPOConfig(output_dir=out, learning_rate=1e-6, per_device_train_batch_size=8, num_generations=8,
+                            max_completion_length=16, max_prompt_length=192, temperature=1.0, beta=a.beta,
+                            max_grad_norm=1.0, max_steps=a.steps, logging_steps=1, save_strategy="no",
+                            report_to="none", seed=a.seed, use_cpu=True, bf16=False, dataloader_num_workers=0)
+        times = StepTimes()
+        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=Dataset.from_list(train),
+                              processing_class=tokenizer, callbacks=[times])
+        model = trainer.model
+        trainer.train()
+    after = accuracy()
+    log(f"TRL: held-out accuracy after {after:.3f}")
+    return {"seconds_per_step": statistics.median(times.times), "mean_seconds_per_step": statistics.mean(times.times),
+            "steps": len(times.times), "accuracy_before": before, "accuracy_after": after}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--beta", type=float, default=0.04)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--skip-rlrun", action="store_true")
+    p.add_argument("--skip-trl", action="store_true")
+    p.add_argument("--rlrun-set", action="append", default=[])
+    p.add_argument("--trl-side", help=argparse.SUPPRESS)  # internal: run TRL in this interpreter
+    a = p.parse_args()
+    if a.trl_side:
+        folder = a.trl_side
+        result = trl_side(a, {"train": os.path.join(folder, "train.jsonl"), "test": os.path.join(folder, "test.jsonl")})
+        print("json: " + json.dumps(result))
+        return
+    for path in (HF_DIR, GGUF):
+        if not os.path.exists(path):
+            log(f"no model at {path}: run `bash scripts/setup.sh --test` (scripts/fetch-test-models.sh)")
+            sys.exit(1)
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="rlrun_bench_trl_") as tmp:
+        data = write_data(a, tmp)
+        if not a.skip_rlrun:
+            results["rlrun"] = run_rlrun(a, data, os.path.join(tmp, "rlrun"))
+            log(f"rlrun: {results['rlrun']}")
+        if not a.skip_trl:
+            python = os.environ.get("TRL_PYTHON", sys.executable)
+            args = [python, os.path.abspath(__file__), "--trl-side", tmp, "--steps", str(a.steps),
+                    "--threads", str(a.threads), "--beta", str(a.beta), "--seed", str(a.seed)]
+            done = subprocess.run(args, stdout=subprocess.PIPE, text=True)
+            line = [l for l in done.stdout.splitlines() if l.startswith("json: ")]
+            if done.returncode != 0 or not line:
+                log(f"the TRL side failed (exit {done.returncode}); TRL_PYTHON={python}")
+                sys.exit(1)
+            results["trl"] = json.loads(line[-1][6:])
+    print(f"SmolLM2-135M, 8 prompts x 8 samples, <= 16 new tokens, lr 1e-6, beta {a.beta}, {a.steps} steps, "
+          f"{a.threads} threads, {os.cpu_count()} cores")
+    print(f"{'':26}{'s/step':>10}{'accuracy before':>18}{'after':>8}")
+    for name, r in results.items():
+        print(f"{name:26}{r['seconds_per_step']:>10.2f}{r['accuracy_before']:>18.3f}{r['accuracy_after']:>8.3f}")
+    if "rlrun" in results and "trl" in results:
+        results["speedup"] = results["trl"]["seconds_per_step"] / results["rlrun"]["seconds_per_step"]
+        print(f"rlrun is {results['speedup']:.2f}x faster per RL step than TRL's GRPOTrainer (median step)")
+    print("json: " + json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
