@@ -81,13 +81,14 @@ TEST(PlanCli, CompareReadsTheRunDirectory) {
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.err, HasSubstr("summary.json"));
   dir.write("run/summary.json",
-            R"({"processes": [{"role": "trainer", "rank": 0, "backend_peak_bytes": 29411328,
+            R"({"processes": [{"role": "trainer", "rank": 0, "backend_peak_bytes": 33872384,
                 "peak_memory_bytes": 80000000,
-                "phase_peak_bytes": {"forward_backward": 29411328, "weight_send": 17844224}},
+                "phase_peak_bytes": {"forward_backward": 33872384, "weight_send": 22305280}},
                {"role": "rollout", "rank": 0, "peak_memory_bytes": 90000000}]})");
   CliRun r = run_rlrun(dir, "plan --compare '" + dir.path() + "/run'");
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  // The quickstart trainer's planned peak is 29411328 bytes (memory_measured_test): ratio 1.
+  // The quickstart trainer's planned peak is 33872384 bytes: the step's 29411328 (memory_measured_test)
+  // and its KL reference's 4461056 weights: ratio 1.
   EXPECT_THAT(r.out, HasSubstr("trainer 0 backend peak"));
   EXPECT_THAT(r.out, HasSubstr("   1.000\n"));
   EXPECT_THAT(r.out, HasSubstr("trainer 0 resident peak"));
