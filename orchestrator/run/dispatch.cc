@@ -303,15 +303,39 @@ void Orchestrator::discard_zero_spread(float reward, const std::function<void(co
     return;
   }
   keep_zero_spread_ = true;
-  zero_spread_log_.write(
-      log::Level::kWarn,
+  const int64_t collapse_before = outcome_.reward_collapse_step;
+  const std::string message =
       str("step ", outcome_.steps_completed + 1, ": ", zero_spread_.discarded, " groups had no reward spread (",
           zero_spread_.solved, " solved by every sample), more than max_zero_spread_rounds = ",
           config_.max_zero_spread_rounds, " batches: the step fills its batch with such groups (advantage 0) ",
-          "instead of waiting. ",
-          2 * zero_spread_.solved > zero_spread_.discarded
-              ? "The policy solves most prompts every time: the task is learned; stop here or make it harder"
-              : "Few groups teach anything: consider a larger group_size or an easier task"));
+          "instead of waiting. ", zero_spread_advice());
+  if (outcome_.reward_collapse_step != collapse_before) {
+    log::warn(message);  // the first sign of a collapse is never held back
+  } else {
+    zero_spread_log_.write(log::Level::kWarn, message);
+  }
+}
+
+std::string Orchestrator::zero_spread_advice() {
+  if (2 * zero_spread_.solved > zero_spread_.discarded)
+    return "The policy solves most prompts every time: the task is learned; stop here or make it harder";
+  // Every one earned nothing, in a run whose steps trained on rewarded samples before: the policy
+  // has likely unlearned what it could do (GRPO pushing away from wrong answers can push it off
+  // the answer format too), the failure a KL pull to the reference prevents.
+  const std::vector<double>& means = outcome_.step_reward_means;
+  const auto best = std::max_element(means.begin(), means.end(), [](double a, double b) {
+    return std::isnan(a) || (!std::isnan(b) && b > a);
+  });
+  if (zero_spread_.failed < zero_spread_.discarded || best == means.end() || !(*best > 0.0))
+    return "Few groups teach anything: consider a larger group_size or an easier task";
+  const int64_t best_step = static_cast<int64_t>(best - means.begin()) + 1;  // one mean per completed step
+  if (outcome_.reward_collapse_step == 0) outcome_.reward_collapse_step = outcome_.steps_completed + 1;
+  return str("None of them earned any reward, though step ", best_step, " trained on samples with a mean reward of ",
+             *best, ": the policy may have lost what it could do (often the answer format; the samples in ",
+             "samples.jsonl show it). ",
+             config_.kl_coef > 0 ? str("kl_coef ", config_.kl_coef, " did not hold it near its start: raise it")
+                                 : std::string("Nothing holds it near its start: set kl_coef (e.g. 0.02 to 0.1)"),
+             ", or lower learning_rate (", config_.learning_rate, ")");
 }
 
 Result<std::optional<double>> Orchestrator::evaluate(const char* when) {

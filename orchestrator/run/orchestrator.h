@@ -87,6 +87,9 @@ struct RunOutcome {
   int64_t tokens_trained = 0;
   int64_t prompts_skipped = 0;      // prompts longer than max_prompt_tokens / max_model_len
   int64_t zero_spread_kept = 0;     // groups with no reward spread trained past max_zero_spread_rounds
+  // The first step that waited past max_zero_spread_rounds on groups that all earned nothing, after
+  // earlier steps trained on rewarded samples: the policy may have unlearned the task (0: never).
+  int64_t reward_collapse_step = 0;
   std::map<std::string, int64_t> peak_memory_bytes;  // by process, from heartbeats
   // Trainer processes: the backend's peak bytes per phase ("forward_backward", "optimizer"),
   // from TrainResult: what `rlrun plan --compare` sets beside the plan.
@@ -290,6 +293,9 @@ class Orchestrator {
   // Discards a group with no reward spread (every sample earned `reward`) and applies
   // max_zero_spread_rounds to the step waiting for a batch.
   void discard_zero_spread(float reward, const std::function<void(const std::string&)>& discard_all);
+  // What the warning past max_zero_spread_rounds advises, from the groups it waited on; names a
+  // suspected reward collapse (and records its step in outcome_).
+  std::string zero_spread_advice();
   Result<std::optional<double>> evaluate(const char* when);
 
   // Episodes (run/episodes.cc): rows an environment server runs through the run's gateway.

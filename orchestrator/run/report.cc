@@ -166,6 +166,7 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
       {"checkpoint_failures", checkpoint_failures_json(o)},
       {"prompts_skipped", o.prompts_skipped},
       {"zero_spread_groups_kept", o.zero_spread_kept},
+      {"reward_collapse_step", o.reward_collapse_step > 0 ? Json(o.reward_collapse_step) : Json(nullptr)},
       {"tuning", o.tuning},
       {"model", o.model_dir.empty() ? Json(nullptr) : Json(o.model_dir)},
       {"exit", o.exit}};

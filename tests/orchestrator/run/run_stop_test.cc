@@ -1,7 +1,7 @@
 // How `rlrun CONFIG` stops before its last step, on the quickstart's task: a policy that never
 // earns a reward ends the run after max_zero_spread_rounds instead of waiting forever, so do
 // prompts that never fit, and a run stopped by SIGTERM still measures the held-out accuracy
-// summary.json promises.
+// summary.json promises. A policy that earned rewards and then none goes on, named as a collapse.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,6 +14,7 @@
 
 #include "tests/common/eventually.h"
 #include "tests/orchestrator/cli_test_util.h"
+#include "tests/orchestrator/reward/reward_server_process.h"
 
 namespace rlrun::orchestrator {
 namespace {
@@ -67,6 +68,28 @@ TEST(RunStop, NoBatchCanFormStopsAfterTheBoundWithTheReason) {
   EXPECT_NE(output.find("max_zero_spread_rounds = 3"), std::string::npos) << output;
   EXPECT_EQ(summary["samples"]["lost"], 0);
   EXPECT_TRUE(summary["eval"]["accuracy_after"].is_number()) << summary.dump(2);
+}
+
+TEST(RunStop, ARewardCollapseIsNamedWithWhatPreventsIt) {
+  // The reward server double scores as a policy that unlearns would earn: its first request
+  // rewards every other sample (step 1 trains on them), every later one nothing.
+  auto server = testing::RewardServerProcess::start("tests/reference/faulty_reward_server.py",
+                                                    {"--mode", "collapse", "--count", "1"});
+  ASSERT_TRUE(server->ok()) << server->log();
+  testing::TempDir dir;
+  const std::string run = dir.path() + "/run";
+  const testing::CliRun r = testing::run_rlrun(
+      dir, str("'", quickstart(), "' --run-dir '", run, "' --set metrics_bind=127.0.0.1:0 --set format_warm_start_steps=0 ",
+               "--set task.reward=http --set task.reward_url=", server->url(), " --set kl_coef=0 ",
+               "--set max_zero_spread_rounds=1 --set number_of_steps=3 --set task.eval_every=0"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("None of them earned any reward, though step 1 trained on samples with a mean reward of 0."),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("set kl_coef"), std::string::npos) << r.err;
+  const json summary = json::parse(testing::read_all(run + "/summary.json"));
+  EXPECT_EQ(summary["reward_collapse_step"], 2) << summary.dump(2);
+  EXPECT_EQ(summary["steps_completed"], 3);
 }
 
 TEST(RunStop, PromptsThatNeverFitStopTheRunNamingTheKeys) {
