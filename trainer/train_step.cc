@@ -254,7 +254,9 @@ Status Trainer::check_batch_everywhere(std::span<const MicroBatch> micro_batches
   Status mine;
   if (count < options_.number_of_minibatches) {
     mine = invalid_argument(str("trainer: ", count, " micro-batches cannot make number_of_minibatches = ",
-                                options_.number_of_minibatches, " minibatches"));
+                                options_.number_of_minibatches, " minibatches: the batch has too few sequences (groups, ",
+                                "with share_prompts_in_training) to split; lower number_of_minibatches or ",
+                                "micro_batch_rows, or raise prompts_batch_size_for_trainer"));
   }
   for (size_t i = 0; i < micro_batches.size() && mine.ok(); ++i) {
     const bool needs_ref = options_.loss.kl_coef > 0 && objective == TrainObjective::kPolicy && reference_ == nullptr;

@@ -8,6 +8,14 @@
 namespace rlrun::orchestrator {
 namespace {
 
+// Each row's length rounded up to pad_to_multiple_of, never beyond seq_len.
+void pad_rows(std::vector<PackedRow>& rows, const PackOptions& o) {
+  for (PackedRow& r : rows) {
+    const int64_t m = o.pad_to_multiple_of;
+    r.padded_tokens = std::min(o.seq_len, (r.tokens + m - 1) / m * m);
+  }
+}
+
 std::vector<PackedRow> first_fit_decreasing(const std::vector<int64_t>& lengths, const PackOptions& o,
                                             std::vector<int>* dropped) {
   std::vector<int> order(lengths.size());
@@ -30,12 +38,34 @@ std::vector<PackedRow> first_fit_decreasing(const std::vector<int64_t>& lengths,
     fit->sequences.push_back(i);
     fit->tokens += len;
   }
-  for (PackedRow& r : rows) {
-    const int64_t m = o.pad_to_multiple_of;
-    r.padded_tokens = std::min(o.seq_len, (r.tokens + m - 1) / m * m);
-  }
+  pad_rows(rows, o);
   std::sort(dropped->begin(), dropped->end());
   return rows;
+}
+
+// Rows enough for min_micro_batches full micro-batches on every rank: when first-fit gives fewer,
+// the sequences go longest first into the least-filled of that many rows (one with room), so each
+// row gets about an equal share; as many rows as sequences when there are fewer.
+std::vector<PackedRow> pack_rows(const std::vector<int64_t>& lengths, const PackOptions& o, std::vector<int>* dropped) {
+  std::vector<PackedRow> rows = first_fit_decreasing(lengths, o, dropped);
+  const size_t wanted = static_cast<size_t>(o.num_ranks) * o.micro_batch_rows * o.min_micro_batches;
+  if (rows.size() >= wanted) return rows;
+  std::vector<int> order;
+  for (const PackedRow& r : rows) order.insert(order.end(), r.sequences.begin(), r.sequences.end());
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return lengths[a] > lengths[b]; });
+  std::vector<PackedRow> spread(wanted);
+  for (int i : order) {
+    PackedRow* best = nullptr;
+    for (PackedRow& r : spread) {
+      if (r.tokens + lengths[i] <= o.seq_len && (best == nullptr || r.tokens < best->tokens)) best = &r;
+    }
+    if (best == nullptr) best = &spread.emplace_back();
+    best->sequences.push_back(i);
+    best->tokens += lengths[i];
+  }
+  std::erase_if(spread, [](const PackedRow& r) { return r.sequences.empty(); });
+  pad_rows(spread, o);
+  return spread;
 }
 
 }  // namespace
@@ -48,9 +78,10 @@ int64_t PackPlan::rank_tokens(int rank) const {
 }
 
 PackPlan pack_sequences(const std::vector<int64_t>& lengths, const PackOptions& o) {
-  RLRUN_CHECK(o.seq_len >= 1 && o.pad_to_multiple_of >= 1 && o.num_ranks >= 1 && o.micro_batch_rows >= 1);
+  RLRUN_CHECK(o.seq_len >= 1 && o.pad_to_multiple_of >= 1 && o.num_ranks >= 1 && o.micro_batch_rows >= 1 &&
+              o.min_micro_batches >= 1);
   PackPlan plan;
-  std::vector<PackedRow> rows = first_fit_decreasing(lengths, o, &plan.dropped_too_long);
+  std::vector<PackedRow> rows = pack_rows(lengths, o, &plan.dropped_too_long);
 
   // Longest rows first onto the least-loaded rank that still has room (LPT scheduling).
   std::stable_sort(rows.begin(), rows.end(),

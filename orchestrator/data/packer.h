@@ -5,7 +5,10 @@
 // silently). Each row's length is rounded up to pad_to_multiple_of (never beyond seq_len). Rows go
 // to ranks longest-first onto the rank with the fewest tokens, with at most ceil(rows / ranks)
 // rows per rank; every rank then gets the same number of micro-batches of micro_batch_rows rows,
-// ranks short of rows receiving empty padding rows (zero tokens, zero loss).
+// ranks short of rows receiving empty padding rows (zero tokens, zero loss). A batch that first-fit
+// puts in fewer rows than min_micro_batches micro-batches of full rows on every rank
+// (number_of_minibatches: each minibatch is a slice of them) is spread over that many shorter
+// rows instead (as many as it has sequences, when fewer).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +22,7 @@ struct PackOptions {
   int num_ranks = 1;
   int micro_batch_rows = 1;  // rows per micro-batch
   bool share_prompts = false;  // batcher.h: the samples of one prompt follow it, written once
+  int min_micro_batches = 1;   // per rank, when the sequences allow (number_of_minibatches)
 };
 
 struct PackedRow {
@@ -39,7 +43,8 @@ struct PackPlan {
 };
 
 // lengths[i] is sequence i's token count (prompt + completion). Options must be valid
-// (seq_len >= 1, pad_to_multiple_of >= 1, num_ranks >= 1, micro_batch_rows >= 1).
+// (seq_len >= 1, pad_to_multiple_of >= 1, num_ranks >= 1, micro_batch_rows >= 1,
+// min_micro_batches >= 1).
 PackPlan pack_sequences(const std::vector<int64_t>& lengths, const PackOptions& options);
 
 }  // namespace rlrun::orchestrator

@@ -190,8 +190,20 @@ Status Orchestrator::check_interrupt() {
   return Status();
 }
 
+Status Orchestrator::act(bool allow_dispatch) {
+  RLRUN_RETURN_IF_ERROR(advance_sync());
+  dispatcher_.send_requeued();  // already admitted work first, also while dispatch is held
+  if (allow_dispatch) {
+    cancel_off_policy();
+    cancel_off_policy_episodes();
+    dispatch();
+  }
+  return Status();
+}
+
 Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
   RLRUN_RETURN_IF_ERROR(check_interrupt());
+  RLRUN_RETURN_IF_ERROR(act(allow_dispatch));
   Result<Incoming> in = server_.poll(wait);
   inbox_backlogged_ = false;
   for (int n = 1; in.ok(); ++n) {
@@ -206,13 +218,7 @@ Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
   RLRUN_RETURN_IF_ERROR(supervise());  // with a trainer failure noted (not during an evaluation)
   RLRUN_RETURN_IF_ERROR(poll_rewards());
   RLRUN_RETURN_IF_ERROR(poll_episodes());
-  RLRUN_RETURN_IF_ERROR(advance_sync());
-  dispatcher_.send_requeued();  // already admitted work first, also while dispatch is held
-  if (allow_dispatch) {
-    cancel_off_policy();
-    cancel_off_policy_episodes();
-    dispatch();
-  }
+  RLRUN_RETURN_IF_ERROR(act(allow_dispatch));
   const double dt = seconds_since(last_tick_);
   last_tick_ = Clock::now();
   if (looping_) {

@@ -182,7 +182,12 @@ class Orchestrator {
   // ---- run/orchestrator.cc: lifecycle and messages
   // How long a waiting loop's tick() polls for messages before it looks at everything else.
   static constexpr std::chrono::milliseconds kTick{20};
+  // Sends what can go (act), waits up to `wait` for messages and handles them, then acts on them.
   Status tick(std::chrono::milliseconds wait, bool dispatch);
+  // What the state allows now: the weight sync's next move, requeued and new groups. Also before a
+  // tick's wait, so what the caller just made possible (a sync wanted, a gate opened by the batch
+  // it took) goes out at once rather than after a wait with nothing to wake it.
+  Status act(bool dispatch);
   // An error once SIGINT/SIGTERM came (the first waits while committing_); tick() asks first, and
   // so does run_step() before it takes a batch, which may be ready without a single tick.
   Status check_interrupt();
@@ -265,6 +270,9 @@ class Orchestrator {
   struct RewardStats {
     double mean = 0, std = 0, advantage_abs_mean = 0;
   };
+  // How every trainer batch is packed (RL and warm-start steps): the config's rows and ranks, and
+  // at least number_of_minibatches micro-batches per rank.
+  PackOptions pack_options() const;
   // Packs `batch` into one TrainBatch per rank; too-long samples are discarded and counted, the
   // ids of the rest go to `sample_ids`.
   BatchBuild pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards,

@@ -32,6 +32,17 @@ bool Orchestrator::take_batch(std::vector<Group>& out) {
   return true;
 }
 
+PackOptions Orchestrator::pack_options() const {
+  PackOptions o;
+  o.seq_len = config_.seq_len;
+  o.pad_to_multiple_of = config_.pad_to_multiple_of;
+  o.num_ranks = static_cast<int>(config_.trainer_num_workers);
+  o.micro_batch_rows = static_cast<int>(config_.micro_batch_rows);
+  o.share_prompts = config_.share_prompts_in_training;
+  o.min_micro_batches = static_cast<int>(config_.number_of_minibatches);
+  return o;
+}
+
 BatchBuild Orchestrator::pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards,
                                     std::vector<uint64_t>& sample_ids) {
   std::vector<TrainSequence> sequences;
@@ -58,9 +69,7 @@ BatchBuild Orchestrator::pack_batch(const std::vector<Group>& batch, uint64_t st
   rewards.mean = reward_sum / n;
   rewards.std = std::sqrt(std::max(0.0, reward_sq / n - rewards.mean * rewards.mean));
   rewards.advantage_abs_mean = adv_abs / n;
-  PackOptions pack{config_.seq_len, config_.pad_to_multiple_of, static_cast<int>(config_.trainer_num_workers),
-                   static_cast<int>(config_.micro_batch_rows), config_.share_prompts_in_training};
-  BatchBuild build = build_train_batches(sequences, pack, step);
+  BatchBuild build = build_train_batches(sequences, pack_options(), step);
   // A sample is dropped when every sequence of it is (an episode keeps what fits).
   std::map<uint64_t, int> packed;
   for (uint64_t id : ids) ++packed[id];

@@ -27,8 +27,7 @@ Status Orchestrator::format_warm_start() {
   ScopedSpan span("format_warm_start", "orchestrator");
   std::mt19937_64 rng(static_cast<uint64_t>(config_.seed) * 7919u + 17u);
   const int64_t per_step = config_.prompts_batch_size_for_trainer * config_.group_size;
-  const PackOptions pack{config_.seq_len, config_.pad_to_multiple_of, static_cast<int>(config_.trainer_num_workers),
-                         static_cast<int>(config_.micro_batch_rows), config_.share_prompts_in_training};
+  const PackOptions pack = pack_options();
   const int64_t done = static_cast<int64_t>(replay_.warm_start().size());  // trained again by a restart
   if (done == 0)
     log::info(str("format warm-start: ", steps, " supervised steps on answers of the right shape and random content"));

@@ -107,6 +107,38 @@ TEST(Packer, OddRowCountGivesPaddingRow) {
   EXPECT_EQ(padding_rows, 1);
 }
 
+// number_of_minibatches slices each rank's micro-batches: a batch that fits in fewer rows than
+// that is packed into shorter rows, never shorter than its longest sequence.
+TEST(Packer, MinibatchesGetMicroBatchesOfShorterRows) {
+  PackOptions o;
+  o.seq_len = 100;
+  o.min_micro_batches = 4;
+  const std::vector<int64_t> eight(8, 5);
+  PackPlan plan = pack_sequences(eight, o);
+  check_invariants(eight, o, plan);
+  ASSERT_EQ(plan.micro_batches_per_rank(), 4);
+  for (const auto& mb : plan.micro_batches[0]) EXPECT_EQ(mb[0].tokens, 10);
+
+  o.num_ranks = 2;
+  o.micro_batch_rows = 2;
+  o.min_micro_batches = 2;
+  const std::vector<int64_t> mixed = {30, 20, 9, 8, 7, 6, 5, 4, 3, 2};
+  plan = pack_sequences(mixed, o);
+  check_invariants(mixed, o, plan);
+  EXPECT_EQ(plan.micro_batches_per_rank(), 2);
+  for (const auto& rank : plan.micro_batches)
+    for (const auto& mb : rank)
+      for (const PackedRow& row : mb) EXPECT_GT(row.tokens, 0) << "every row of the 8 has tokens";
+
+  o = PackOptions{};
+  o.seq_len = 100;
+  o.min_micro_batches = 4;
+  const std::vector<int64_t> three = {5, 5, 5};  // one sequence per row is as far as it goes
+  plan = pack_sequences(three, o);
+  check_invariants(three, o, plan);
+  EXPECT_EQ(plan.micro_batches_per_rank(), 3);
+}
+
 TEST(Packer, RandomInputsKeepEveryInvariant) {
   std::mt19937 rng(1234);
   for (int trial = 0; trial < 500; ++trial) {
@@ -115,6 +147,7 @@ TEST(Packer, RandomInputsKeepEveryInvariant) {
     o.pad_to_multiple_of = 1 + rng() % 16;
     o.num_ranks = 1 + rng() % 4;
     o.micro_batch_rows = 1 + rng() % 3;
+    o.min_micro_batches = 1 + rng() % 4;
     std::vector<int64_t> lengths(rng() % 60);
     for (auto& l : lengths) l = rng() % (o.seq_len + o.seq_len / 4 + 2);
     PackPlan plan = pack_sequences(lengths, o);

@@ -53,7 +53,9 @@ TEST_F(RunEndToEnd, TinyConfigRunsEveryStepAndAccountsForEverySample) {
                                  "' --set metrics_bind=127.0.0.1:0 --set task.eval_size=4"
                                  " --set heartbeat_timeout_seconds=60"
                                  // a random model rarely earns a reward: keep zero-spread groups
-                                 " --set discard_group_zero_advantage=false",
+                                 " --set discard_group_zero_advantage=false"
+                                 // two groups that fit in one row still make two minibatches
+                                 " --set number_of_minibatches=2",
                              dir_.string() + ".out");
   const std::string output = read_file(dir_.string() + ".out");
   ASSERT_EQ(code, 0) << output;
@@ -89,6 +91,7 @@ TEST_F(RunEndToEnd, TinyConfigRunsEveryStepAndAccountsForEverySample) {
     const json step = json::parse(line);
     EXPECT_EQ(step["step"], ++lines);
     EXPECT_TRUE(step["trainer"].contains("loss")) << line;
+    EXPECT_EQ(step["trainer"]["optimizer_steps"], 2) << line;
   }
   EXPECT_EQ(lines, 3);
 
