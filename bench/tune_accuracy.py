@@ -71,7 +71,9 @@ def predict(binary, base_dir, config_sets):
     tunable = [v for v in config_sets if v.split("=")[0] in TUNABLE]
     out = subprocess.run([binary, "tune", base_dir, "--json"] + sets(tunable), cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout
-    p = json.loads(out)["prediction"]
+    # "prediction" is for the --set values; with none it is the recommended setting's, so the
+    # run's own settings are "current".
+    p = json.loads(out)["prediction" if tunable else "current"]
     return {"s": p["seconds_per_step"], "trainer": p["trainer_idle_fraction"], "rollout": p["rollout_idle_fraction"]}
 
 
@@ -94,7 +96,7 @@ def main():
                 measured = [base] if not config_sets else []
                 for i in range(a.repeats - len(measured)):
                     m = run(a.binary, a.config, a.steps, task_sets, config_sets,
-                            os.path.join(tmp, f"{task}-{len(table)}-{i}"))
+                            os.path.join(tmp, f"{task}-{name}-{i}".replace(" ", "_").replace(",", "").replace(":", "")))
                     if m is not None:
                         measured.append(m)
                 if not measured:
