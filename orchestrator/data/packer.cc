@@ -43,13 +43,15 @@ std::vector<PackedRow> first_fit_decreasing(const std::vector<int64_t>& lengths,
   return rows;
 }
 
-// Rows enough for min_micro_batches full micro-batches on every rank: when first-fit gives fewer,
-// the sequences go longest first into the least-filled of that many rows (one with room), so each
-// row gets about an equal share; as many rows as sequences when there are fewer.
+// Rows enough for min_micro_batches full micro-batches on every rank: when first-fit gives no
+// more, the sequences go longest first into the least-filled of that many rows (one with room), so
+// each row, and so each rank, gets about an equal share (first-fit would fill the first rows and
+// leave the last short, a rank idle while another computes); as many rows as sequences when there
+// are fewer.
 std::vector<PackedRow> pack_rows(const std::vector<int64_t>& lengths, const PackOptions& o, std::vector<int>* dropped) {
   std::vector<PackedRow> rows = first_fit_decreasing(lengths, o, dropped);
   const size_t wanted = static_cast<size_t>(o.num_ranks) * o.micro_batch_rows * o.min_micro_batches;
-  if (rows.size() >= wanted) return rows;
+  if (rows.size() > wanted) return rows;
   std::vector<int> order;
   for (const PackedRow& r : rows) order.insert(order.end(), r.sequences.begin(), r.sequences.end());
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return lengths[a] > lengths[b]; });

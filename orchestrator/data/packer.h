@@ -6,9 +6,9 @@
 // to ranks longest-first onto the rank with the fewest tokens, with at most ceil(rows / ranks)
 // rows per rank; every rank then gets the same number of micro-batches of micro_batch_rows rows,
 // ranks short of rows receiving empty padding rows (zero tokens, zero loss). A batch that first-fit
-// puts in fewer rows than min_micro_batches micro-batches of full rows on every rank
-// (number_of_minibatches: each minibatch is a slice of them) is spread over that many shorter
-// rows instead (as many as it has sequences, when fewer).
+// puts in no more rows than min_micro_batches micro-batches of full rows on every rank
+// (number_of_minibatches: each minibatch is a slice of them) is spread evenly over that many rows
+// instead (as many as it has sequences, when fewer), so ranks and minibatches get equal shares.
 #pragma once
 
 #include <cstdint>

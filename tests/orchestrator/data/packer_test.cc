@@ -139,6 +139,20 @@ TEST(Packer, MinibatchesGetMicroBatchesOfShorterRows) {
   EXPECT_EQ(plan.micro_batches_per_rank(), 3);
 }
 
+// Two rows for two ranks: first-fit would give one a full row and the other the rest; the
+// sequences are shared out evenly instead.
+TEST(Packer, RanksGetEvenRowsWhenFirstFitGivesJustEnough) {
+  PackOptions o;
+  o.seq_len = 100;
+  o.num_ranks = 2;
+  const std::vector<int64_t> lengths = {30, 30, 30, 10, 10, 10};  // first-fit: [30 30 30 10] [10 10]
+  PackPlan plan = pack_sequences(lengths, o);
+  check_invariants(lengths, o, plan);
+  ASSERT_EQ(plan.micro_batches_per_rank(), 1);
+  EXPECT_EQ(plan.rank_tokens(0), 60);
+  EXPECT_EQ(plan.rank_tokens(1), 60);
+}
+
 TEST(Packer, RandomInputsKeepEveryInvariant) {
   std::mt19937 rng(1234);
   for (int trial = 0; trial < 500; ++trial) {
