@@ -230,6 +230,7 @@ class Orchestrator {
   // Blocks (ticking) until every rollout worker holds `version`, re-forming the group as needed.
   Status weight_sync(uint64_t version);
   Status advance_sync();  // in tick: finishes, times out or starts a round
+  static std::string sync_errors(const SyncRounds::Outcome& round);  // "member: error; ..."
   void start_round(uint64_t version);
   Status finish_round();
   bool group_complete() const;  // every rollout worker registered and alive

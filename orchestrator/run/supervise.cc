@@ -62,8 +62,11 @@ Status Orchestrator::fail_worker(int index, const std::string& why, bool exited)
   if (const int64_t samples = dispatcher_.requeue_worker(index); samples > 0)
     log::info(str(samples, " sample(s) of ", w.name, " go back to the queue"));
   // A member of a round in flight: the round cannot succeed; unblock the others' join now.
+  const bool held = sync_.holding();
   if (std::optional<uint32_t> epoch = sync_.member_died(w.name))
     rendezvous_.abandon(server_, weight_group_key_prefix(static_cast<int>(*epoch)));
+  if (held && !sync_.holding())
+    log::info(str(w.name, "'s failure explains the failed weight sync: it runs again once the replacement has registered"));
   w.failure_record = static_cast<int>(outcome_.worker_failures.size());
   outcome_.worker_failures.push_back({w.name, why, unix_now(), 0, 0, 0});
   const int max_restarts = supervisor_.policy().max_restarts;

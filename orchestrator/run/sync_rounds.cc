@@ -12,6 +12,7 @@ const SyncRounds::Round& SyncRounds::begin(uint64_t version, std::set<std::strin
   r.version = version;
   r.epoch = epoch_;
   r.start = now;
+  r.members = members;
   r.waiting = std::move(members);
   round_ = std::move(r);
   return *round_;
@@ -31,6 +32,7 @@ void SyncRounds::on_end(const std::string& member, bool ok, const std::string& e
 
 std::optional<uint32_t> SyncRounds::member_died(const std::string& member, Clock::time_point now) {
   broken_ = true;
+  if (held_ && held_->outcome.members.count(member) > 0) held_.reset();  // its failure is explained
   if (!round_) return std::nullopt;
   if (round_->waiting.erase(member) > 0 && member == weight_sender()) round_->sender_answered_at = now;
   round_->saw_death = true;
@@ -40,7 +42,7 @@ std::optional<uint32_t> SyncRounds::member_died(const std::string& member, Clock
 SyncRounds::Outcome SyncRounds::finish() {
   Round r = std::move(*round_);
   round_.reset();
-  Outcome o{r.version, r.epoch, !r.failed(), r.saw_death, {}};
+  Outcome o{r.version, r.epoch, !r.failed(), r.saw_death, {}, r.members};
   if (o.ok) {
     synced_version_ = r.version;
     if (target_ == r.version) target_.reset();
@@ -48,6 +50,13 @@ SyncRounds::Outcome SyncRounds::finish() {
   }
   broken_ = true;
   if (!r.saw_death) o.errors = std::move(r.errors);
+  return o;
+}
+
+std::optional<SyncRounds::Outcome> SyncRounds::expired_hold(Clock::time_point now) {
+  if (!held_ || now < held_->until) return std::nullopt;
+  Outcome o = std::move(held_->outcome);
+  held_.reset();
   return o;
 }
 

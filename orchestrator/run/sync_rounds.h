@@ -35,6 +35,7 @@ class SyncRounds {
     uint64_t version = 0;
     uint32_t epoch = 0;
     bool reformed = false;            // this round re-forms the group (a new epoch)
+    std::set<std::string> members;    // every member, as it began
     std::set<std::string> waiting;    // members whose WeightSyncEnd has not come
     std::vector<std::string> errors;  // "member: error"
     bool saw_death = false;           // a member died: the round fails, a later one retries
@@ -47,6 +48,7 @@ class SyncRounds {
     bool ok = false;
     bool retry = false;               // failed by a death: run it again once the group is whole
     std::vector<std::string> errors;  // when it failed with every member alive
+    std::set<std::string> members;
   };
 
   void want(uint64_t version) { target_ = version, started_ = true; }
@@ -74,8 +76,22 @@ class SyncRounds {
   bool answered() const { return round_ && round_->waiting.empty(); }
   Outcome finish();
 
+  // A round that failed with every member alive, as far as the caller knows, is held until
+  // `until` before it counts: a member that stopped (SIGSTOP: alive, silent) can fail its peers'
+  // collective before its silence is noticed. member_died() of one of its members within the
+  // grace drops it (the round runs again once the group is whole); no round starts meanwhile.
+  void hold(Outcome failed, Clock::time_point until) { held_ = Held{std::move(failed), until}; }
+  bool holding() const { return held_.has_value(); }
+  // The held failure once its grace ran out (taken); nothing before, or when none is held.
+  std::optional<Outcome> expired_hold(Clock::time_point now);
+
  private:
   std::optional<Round> round_;
+  struct Held {
+    Outcome outcome;
+    Clock::time_point until;
+  };
+  std::optional<Held> held_;
   std::optional<uint64_t> target_;
   uint64_t synced_version_ = 0;
   bool started_ = false;

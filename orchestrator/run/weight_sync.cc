@@ -74,12 +74,27 @@ Status Orchestrator::finish_round() {
                   " broke (a member died); it runs again once the replacement has registered"));
     return Status();
   }
+  // Every member was alive as far as the heartbeats tell; one that stopped is found silent within
+  // heartbeat_timeout_seconds, and its failure then explains this one (fail_worker).
+  const double grace = config_.heartbeat_timeout_seconds + 1.0;
+  log::warn(str("weight sync of version ", round.version, " failed: ", sync_errors(round),
+                "; if a member turns out dead or hung within ", grace, " s it runs again, else the run stops"));
+  sync_.hold(round, Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace * 1000)));
+  return Status();
+}
+
+std::string Orchestrator::sync_errors(const SyncRounds::Outcome& round) {
   std::string errors;
   for (const std::string& e : round.errors) errors += str(errors.empty() ? "" : "; ", e);
-  return internal_error(str("weight sync of version ", round.version, " failed: ", errors));
+  return errors;
 }
 
 Status Orchestrator::advance_sync() {
+  if (sync_.holding()) {  // no round until the failed one is explained or counts
+    if (const std::optional<SyncRounds::Outcome> failed = sync_.expired_hold(Clock::now()))
+      return internal_error(str("weight sync of version ", failed->version, " failed: ", sync_errors(*failed)));
+    return Status();
+  }
   if (const SyncRounds::Round* round = sync_.round()) {
     if (sync_.answered()) return finish_round();
     const double timeout = config_.heartbeat_timeout_seconds;

@@ -99,6 +99,42 @@ TEST(SyncRounds, AnErrorWithEveryMemberAliveIsTheRunsError) {
   EXPECT_TRUE(s.begin(5, kMembers, t0).reformed) << "a failed collective leaves the group out of step";
 }
 
+// rollout-1 stopped (SIGSTOP) after it answered but before its last acknowledgement left: the
+// sender's collective fails first, its silence is noticed later. Held, the failure is dropped by
+// the member's death within the grace; one no death explains counts when the grace is over.
+TEST(SyncRounds, AHeldFailureIsExplainedByAMembersDeathOrCountsAfterItsGrace) {
+  SyncRounds s;
+  s.want(2);
+  const auto t0 = Clock::now();
+  s.begin(2, kMembers, t0);
+  s.on_end("rollout-0", true, "", t0);
+  s.on_end("rollout-1", true, "", t0);
+  s.on_end("trainer-0", false, "rank(s) 2 did not acknowledge broadcast 7", t0);
+  SyncRounds::Outcome o = s.finish();
+  ASSERT_FALSE(o.ok || o.retry);
+  EXPECT_EQ(o.members, kMembers);
+  const auto until = t0 + std::chrono::seconds(5);
+  s.hold(o, until);
+  EXPECT_TRUE(s.holding());
+  EXPECT_FALSE(s.expired_hold(until - std::chrono::milliseconds(1)).has_value());
+  s.member_died("a stranger");
+  EXPECT_TRUE(s.holding()) << "only a member of the failed round explains it";
+  s.member_died("rollout-1");
+  EXPECT_FALSE(s.holding());
+  EXPECT_FALSE(s.expired_hold(until).has_value());
+  EXPECT_EQ(s.target(), 2u) << "the version is still wanted: the round runs again";
+  EXPECT_TRUE(s.begin(2, kMembers, until).reformed);
+
+  s.on_end("trainer-0", false, "layout mismatch", until);
+  s.on_end("rollout-0", true, "", until);
+  s.on_end("rollout-1", true, "", until);
+  s.hold(s.finish(), until + std::chrono::seconds(5));
+  const std::optional<SyncRounds::Outcome> counted = s.expired_hold(until + std::chrono::seconds(5));
+  ASSERT_TRUE(counted.has_value());
+  EXPECT_THAT(counted->errors, ElementsAre("trainer-0: layout mismatch"));
+  EXPECT_FALSE(s.holding());
+}
+
 TEST(SyncRounds, AnswersOfOldRoundsAndStrangersAreIgnored) {
   SyncRounds s;
   s.on_end("rollout-0", false, "late", Clock::now());  // no round at all
