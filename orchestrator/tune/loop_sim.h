@@ -61,7 +61,8 @@ struct Cluster {
   // Per-process speed relative to the measured run (a faster GPU: > 1).
   double generation_speed = 1.0;
   double training_speed = 1.0;
-  // Gradient all-reduce between trainer ranks: bytes per second of the ring (loopback Gloo here).
+  // Gradient all-reduce between trainer ranks: bytes per second of the ring. cluster_from() takes
+  // a CPU run's from its weight sync; --cluster allreduce_gbps gives another.
   double allreduce_bytes_per_second = 2e9;
 };
 

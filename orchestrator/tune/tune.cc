@@ -82,6 +82,15 @@ Cluster cluster_from(const LoopProfile& profile) {
   c.nodes = std::max<int64_t>(1, profile.nodes);
   c.slots_per_node = std::max<int64_t>(1, profile.slots_per_node);
   c.devices = profile.on_devices;
+  // CPU processes move gradients over the same loopback transport as the weights, sharing the
+  // same cores: the weight sync's measured rate (the f32 weights to one receiver, its fixed costs
+  // included) stands for the all-reduce's, well below what the wire alone would do.
+  const LoopProfile::TrainSums& t = profile.train();
+  if (!c.devices && t.steps > 0 && t.sync_seconds > 0 && profile.parameters > 0) {
+    const double per_receiver = t.sync_seconds / static_cast<double>(t.steps) /
+                                static_cast<double>(std::max<int64_t>(1, profile.rollout_workers));
+    c.allreduce_bytes_per_second = 4.0 * static_cast<double>(profile.parameters) / per_receiver;
+  }
   return c;
 }
 

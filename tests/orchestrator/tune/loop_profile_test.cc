@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "orchestrator/tune/loop_costs.h"
+#include "orchestrator/tune/tune.h"
 
 namespace rlrun::orchestrator::tune {
 namespace {
@@ -51,6 +52,21 @@ TEST(LoopProfile, CostsComeFromWhatTheRunMeasured) {
   EXPECT_NEAR(c->request_overhead_seconds, 0.003, 1e-12);
   EXPECT_NEAR(c->group_discard_fraction, 0.5, 1e-12);
   EXPECT_EQ(c->completion_tokens, (std::map<int64_t, int64_t>{{3, 2}, {5, 6}}));
+}
+
+// The run's cluster: its node and cores, and on CPU the gradient all-reduce's rate taken from
+// the weight sync's (4 bytes x 1000 parameters to one receiver in 0.1 s: 40 kB/s).
+TEST(LoopProfile, TheClusterComesFromWhereTheRunRan) {
+  LoopProfile p = measured_profile();
+  Cluster c = cluster_from(p);
+  EXPECT_EQ(c.nodes, 1);
+  EXPECT_EQ(c.slots_per_node, 2);
+  EXPECT_FALSE(c.devices);
+  EXPECT_NEAR(c.allreduce_bytes_per_second, 4000 / 0.1, 1e-6);
+  p.rollout_workers = 2;  // the same round time for two receivers: twice the rate
+  EXPECT_NEAR(cluster_from(p).allreduce_bytes_per_second, 2 * 4000 / 0.1, 1e-6);
+  p.on_devices = true;  // NCCL: not the weight sync's transport
+  EXPECT_EQ(cluster_from(p).allreduce_bytes_per_second, Cluster{}.allreduce_bytes_per_second);
 }
 
 TEST(LoopProfile, ARestartedWorkersEarlierStepsAreKept) {
