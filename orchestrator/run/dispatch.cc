@@ -319,19 +319,23 @@ void Orchestrator::discard_zero_spread(float reward, const std::function<void(co
 std::string Orchestrator::zero_spread_advice() {
   if (2 * zero_spread_.solved > zero_spread_.discarded)
     return "The policy solves most prompts every time: the task is learned; stop here or make it harder";
-  // Every one earned nothing, in a run whose steps trained on rewarded samples before: the policy
-  // has likely unlearned what it could do (GRPO pushing away from wrong answers can push it off
-  // the answer format too), the failure a KL pull to the reference prevents.
+  // Every one earned nothing, in a run that trained on rewarded samples for a while: the policy has
+  // likely unlearned what it could do (GRPO pushing away from wrong answers can push it off the
+  // answer format too), the failure a KL pull to the reference prevents. A drought right after the
+  // start is a policy that rarely succeeds yet (the quickstart's first steps): not named.
+  constexpr int64_t kRewardedStepsBefore = 10;
   const std::vector<double>& means = outcome_.step_reward_means;
+  const int64_t rewarded_steps = std::count_if(means.begin(), means.end(), [](double m) { return m > 0.0; });
   const auto best = std::max_element(means.begin(), means.end(), [](double a, double b) {
     return std::isnan(a) || (!std::isnan(b) && b > a);
   });
-  if (zero_spread_.failed < zero_spread_.discarded || best == means.end() || !(*best > 0.0))
+  if (zero_spread_.failed < zero_spread_.discarded || rewarded_steps < kRewardedStepsBefore)
     return "Few groups teach anything: consider a larger group_size or an easier task";
   const int64_t best_step = static_cast<int64_t>(best - means.begin()) + 1;  // one mean per completed step
   if (outcome_.reward_collapse_step == 0) outcome_.reward_collapse_step = outcome_.steps_completed + 1;
-  return str("None of them earned any reward, though step ", best_step, " trained on samples with a mean reward of ",
-             *best, ": the policy may have lost what it could do (often the answer format; the samples in ",
+  return str("None of them earned any reward, though ", rewarded_steps, " earlier steps trained on rewarded samples ",
+             "(mean reward up to ", *best, ", step ", best_step, "): the policy may have lost what it could do ",
+             "(often the answer format; the samples in ",
              "samples.jsonl show it). ",
              config_.kl_coef > 0 ? str("kl_coef ", config_.kl_coef, " did not hold it near its start: raise it")
                                  : std::string("Nothing holds it near its start: set kl_coef (e.g. 0.02 to 0.1)"),

@@ -20,8 +20,8 @@ Modes (--mode):
   http500      HTTP 500 with a JSON error
   huge         HTTP 200 with a body of --huge-bytes bytes
   short_extra  an extra_logs list one entry short
-  collapse     a policy that unlearns: the first --count requests reward 1, 0, 1, 0, ... by
-               position (every group has a spread), every later one rewards 0
+  collapse     a policy that unlearns: the first --count SAMPLES (not requests) are rewarded
+               1, 0, 1, 0, ... by position (every group has a spread), every later one 0
 --delay S delays every answer by S seconds (to hold requests in flight). Prints
 "faulty_reward_server: listening on http://HOST:PORT/" once the port is bound.
 """
@@ -40,6 +40,7 @@ MODES = ("ok", "slow", "drop", "down", "garbage", "wrong_count", "nan", "http500
 class State:
     lock = threading.Lock()
     requests = 0
+    samples = 0
     active = 0
     args = None
 
@@ -99,7 +100,10 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_body(200, b" " * args.huge_bytes)
         rewards = [reward_of(label) for label in labels]
         if args.mode == "collapse":
-            rewards = [float(faulty and i % 2 == 0) for i in range(n)]
+            with State.lock:
+                first = State.samples
+                State.samples += n
+            rewards = [float(first + i < args.count and i % 2 == 0) for i in range(n)]
         extra = {"request": [index] * n, "batch": [n] * n, "concurrent": [concurrent] * n,
                  "meta_id": [float(m.get("id", -1)) for m in request["metadata"]],
                  "prompt_ok": [float(q.startswith(p)) for q, p in zip(request["query"], request["prompts"])],
