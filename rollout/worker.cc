@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "common/clock.h"
 #include "common/observe/log.h"
@@ -111,6 +112,8 @@ bool Worker::handle(const Message& message) {
   last_heard_ = Clock::now();
   if (const auto* r = message.get<GenerateRequest>()) {
     handle_generate(*r, message.correlation_id);
+  } else if (const auto* q = message.get<ScoreRequest>()) {
+    pending_scores_.push_back({*q, message.correlation_id});
   } else if (const auto* c = message.get<Cancel>()) {
     for (uint64_t id : c->request_ids) scheduler_.cancel(id);
   } else if (const auto* w = message.get<WeightSyncBegin>()) {
@@ -175,11 +178,68 @@ void Worker::run_weight_sync(const WeightSyncBegin& begin) {
       end.version = report->version;
       scheduler_.set_weight_version(report->version);
       ++summary_.weight_syncs;
+      if (begin.kl_reference && options_.kl_reference != nullptr) {
+        const bool first = !options_.kl_reference->captured();
+        if (const Status s = options_.kl_reference->capture(scheduler_.model()); !s.ok())
+          log::error(str("rollout ", options_.index, ": cannot keep the KL reference (the trainer will score it): ", s.message()));
+        else if (first)
+          log::info(str("rollout ", options_.index, ": KL reference = weight version ", report->version,
+                        "; this worker scores its samples under it"));
+      }
     }
   }
   last_heard_ = Clock::now();  // the orchestrator ordered the sync: its length (or timeout) is not silence
   send_heartbeat();  // the step's engine costs reach the orchestrator before its end, however short the step
   send(end);
+}
+
+void Worker::answer_scores() {
+  std::vector<PendingScore> pending = std::exchange(pending_scores_, {});
+  std::vector<ScoreResult> results(pending.size());
+  for (size_t q = 0; q < pending.size(); ++q) results[q].request_id = pending[q].request.request_id;
+  auto fail_all = [&](const std::string& why) {
+    for (ScoreResult& r : results) r.error = why;
+  };
+  // The completions of request q as spans into its completion_ids.
+  auto group_of = [&](const ScoreRequest& r) {
+    ScoredGroup g;
+    g.prompt = r.prompt_ids.span();
+    size_t at = 0;
+    for (uint32_t n : r.completion_lengths) {
+      g.completions.push_back(r.completion_ids.span().subspan(at, n));
+      at += n;
+    }
+    return g;
+  };
+  auto flat = [](const std::vector<std::vector<float>>& per_completion) {
+    std::vector<float> out;
+    for (const auto& c : per_completion) out.insert(out.end(), c.begin(), c.end());
+    return out;
+  };
+  if (options_.kl_reference == nullptr) {
+    fail_all(str("rollout ", options_.index, " keeps no KL reference (kl_reference_on is not rollout here)"));
+  } else if (!options_.kl_reference->captured()) {
+    fail_all(str("rollout ", options_.index, " has no KL reference yet (it comes with the weight sync of version 0)"));
+  } else {
+    ScopedSpan span("kl_reference", "rollout");
+    span.arg("groups", static_cast<int64_t>(pending.size()));
+    std::vector<ScoredGroup> groups;
+    for (const PendingScore& p : pending) groups.push_back(group_of(p.request));
+    // One forward pass for all of them; when that fails (a request with bad ids), each alone, so
+    // one bad request fails only itself.
+    Result<std::vector<std::vector<std::vector<float>>>> all = options_.kl_reference->score(groups);
+    for (size_t q = 0; q < pending.size(); ++q) {
+      Result<std::vector<std::vector<std::vector<float>>>> alone = unavailable("");
+      if (!all.ok()) alone = options_.kl_reference->score({&groups[q], 1});
+      if (all.ok() || alone.ok()) {
+        results[q].ref_logprobs = flat(all.ok() ? (*all)[q] : alone->at(0));
+        summary_.kl_reference_scored += groups[q].completions.size();
+      } else {
+        results[q].error = alone.status().message();
+      }
+    }
+  }
+  for (size_t q = 0; q < pending.size(); ++q) send(results[q], pending[q].correlation_id);
 }
 
 void Worker::send_finished() {
@@ -238,7 +298,7 @@ Status Worker::run() {
   const auto interval = to_ms(options_.heartbeat_interval_seconds);
   while (true) {
     // Wait in the poll only when there is nothing to step (no busy spin), never past a heartbeat.
-    const bool busy = scheduler_.can_step() || pending_sync_ != nullptr;
+    const bool busy = scheduler_.can_step() || pending_sync_ != nullptr || !pending_scores_.empty();
     auto wait = std::chrono::milliseconds(0);
     if (!busy) {
       const auto until_heartbeat =
@@ -259,6 +319,11 @@ Status Worker::run() {
       const double sync_cpu_start = process_cpu_seconds();
       run_weight_sync(*begin);
       weight_sync_cpu_ += process_cpu_seconds() - sync_cpu_start;
+    }
+    if (!pending_scores_.empty()) {  // between engine steps; not part of their cost
+      const double score_cpu_start = process_cpu_seconds();
+      answer_scores();
+      weight_sync_cpu_ += process_cpu_seconds() - score_cpu_start;
     }
     Timeline& timeline = global_timeline();
     if (scheduler_.can_step()) {

@@ -3,8 +3,10 @@
 // Life: connect a DEALER (identity "rollout-<index>") to the orchestrator, send Register (role
 // rollout) and wait for RegisterAck, then loop until Shutdown:
 //   - drain the control messages that arrived (GenerateRequest -> Scheduler::add, Cancel,
-//     WeightSyncBegin, Shutdown; anything a rollout worker does not serve gets an ErrorReply);
-//   - at the step boundary, load a pending weight sync (WeightUpdater) and answer WeightSyncEnd;
+//     WeightSyncBegin, ScoreRequest, Shutdown; anything a rollout worker does not serve gets an
+//     ErrorReply);
+//   - at the step boundary, load a pending weight sync (WeightUpdater) and answer WeightSyncEnd,
+//     then answer the ScoreRequests (the KL reference, kl_reference.h) with ScoreResults;
 //   - run one Scheduler::step() and send a GenerateResult per finished sample (with the
 //     correlation id of its GenerateRequest);
 //   - every heartbeat_interval_seconds send a Heartbeat with the worker's stats.
@@ -24,12 +26,14 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/protocol/control_plane.h"
 #include "common/protocol/protocol.h"
 #include "common/status.h"
 #include "engine/comm/communicator.h"
+#include "rollout/kl_reference.h"
 #include "rollout/scheduler.h"
 #include "rollout/weight_update.h"
 
@@ -65,6 +69,10 @@ struct WorkerOptions {
   std::function<Result<std::unique_ptr<engine::Communicator>>(uint32_t epoch)> join_weight_group;
   int64_t weight_group_epoch = 0;  // the epoch of the weight_comm given to the Worker
   WorkerHooks* hooks = nullptr;    // not owned; null: none (the product)
+  // Not owned; null: ScoreRequests are answered with an error. Otherwise a sync marked
+  // kl_reference captures the reference, and the ScoreRequests that arrived by a loop turn are
+  // scored in one forward pass between two engine steps (before a capture: an error).
+  KlReference* kl_reference = nullptr;
 };
 
 // What the worker did, for tests and the final log line.
@@ -73,6 +81,7 @@ struct WorkerSummary {
   uint64_t heartbeats_sent = 0;
   uint64_t weight_syncs = 0;
   uint64_t errors_sent = 0;       // ErrorReply messages
+  uint64_t kl_reference_scored = 0;  // completions scored under the KL reference (ScoreRequest)
   uint64_t malformed_seen = 0;    // messages the control client dropped as malformed
   std::string exit_reason;
 };
@@ -100,6 +109,8 @@ class Worker {
   // Makes "weights-<epoch>" the current group (joining it unless already there).
   Status join_weight_group(uint32_t epoch);
   void send_finished();
+  // Answers every pending ScoreRequest (one forward pass of the KL reference for all of them).
+  void answer_scores();
   void send_heartbeat();
   void send_error(StatusCode code, MessageKind request_kind, const std::string& message, uint64_t correlation_id);
   void note_malformed();
@@ -114,6 +125,11 @@ class Worker {
   std::unique_ptr<ControlClient> client_;
   uint32_t worker_id_ = 0;
   std::unordered_map<uint64_t, uint64_t> correlation_of_;  // request in flight -> its GenerateRequest's
+  struct PendingScore {
+    ScoreRequest request;
+    uint64_t correlation_id = 0;
+  };
+  std::vector<PendingScore> pending_scores_;  // ScoreRequests not answered yet
   std::unique_ptr<WeightSyncBegin> pending_sync_;
   Clock::time_point last_heard_, last_heartbeat_, last_turn_;
   int64_t tokens_at_last_heartbeat_ = 0;
@@ -125,7 +141,7 @@ class Worker {
   double last_weight_sync_seconds_ = 0;
   StepCostSums step_costs_;  // every engine step's shape and cost (Heartbeat::engine_step_costs)
   double step_cpu_mark_ = -1;   // process CPU seconds at the end of the last engine step (-1: none yet)
-  double weight_sync_cpu_ = 0;  // CPU seconds of weight syncs since then (not the steps' cost)
+  double weight_sync_cpu_ = 0;  // CPU seconds of weight syncs and KL scoring since then (not the steps' cost)
   uint64_t heartbeat_counter_ = 0;
   WorkerSummary summary_;
 };

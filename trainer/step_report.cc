@@ -56,6 +56,7 @@ std::map<std::string, double> StepReport::metrics() const {
   m["trained_tokens"] = static_cast<double>(trained_tokens);
   m["seconds_recompute"] = seconds_recompute;
   m["seconds_reference"] = seconds_reference;
+  m["reference_tokens"] = static_cast<double>(reference_tokens);
   m["seconds_forward_backward"] = seconds_forward_backward;
   m["seconds_optimizer"] = seconds_optimizer;
   m["memory_forward_backward_backend_peak_bytes"] = static_cast<double>(memory_forward_backward.backend_peak_bytes);

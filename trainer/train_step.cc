@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "common/check.h"
 #include "common/clock.h"
@@ -163,10 +164,11 @@ Result<std::vector<MicroBatch>> Trainer::score_with_reference(std::span<const Mi
   }
   std::vector<MicroBatch> out(micro_batches.begin(), micro_batches.end());
   for (MicroBatch& mb : out) {
-    mb.ref_logprobs.clear();
-    if (mb.num_tokens() == 0) continue;
+    // Scored by the rollout workers (kl_reference_on: rollout) under the same weights.
+    if (mb.num_tokens() == 0 || !mb.ref_logprobs.empty()) continue;
     RLRUN_ASSIGN_OR_RETURN(ModelForward fwd, reference_->forward(mb, /*for_backward=*/false));
     mb.ref_logprobs = engine::to_host_f32(fwd.logprobs);
+    reference_tokens_ += mb.num_tokens();
   }
   return out;
 }
@@ -296,6 +298,7 @@ Result<StepReport> Trainer::train(std::span<const MicroBatch> micro_batches, Tra
   if (!model_.has_grads()) model_.restore_grads();
   StepReport report;
   report.seconds_reference = reference_seconds;
+  report.reference_tokens = std::exchange(reference_tokens_, 0);
   std::vector<std::vector<float>> clip_ref;
   if (objective == TrainObjective::kPolicy && options_.loss.ppo_clip_ref == ClipReference::kBatch &&
       options_.number_of_minibatches > 1) {

@@ -74,6 +74,7 @@ struct StepReport {
   int64_t trained_tokens = 0;   // loss-mask tokens over all ranks and minibatches
   double seconds_recompute = 0.0;  // ppo_clip_ref_logprobs: batch
   double seconds_reference = 0.0;  // kl_coef > 0: the KL reference's log-probs
+  int64_t reference_tokens = 0;    // tokens this rank scored under the KL reference (not the rollout workers)
   double seconds_forward_backward = 0.0;
   double seconds_optimizer = 0.0;
   PhaseMemory memory_forward_backward;
@@ -121,7 +122,8 @@ class Trainer {
   // Trainer owns from now on (it never trains). At the first kPolicy step its weights become a
   // copy of the policy's (the initial policy: after any format warm-start, before the first RL
   // update), unless a checkpoint load gave it its own; from then on it scores every micro-batch
-  // (no gradient) and micro-batches need no ref_logprobs. Without one, kl_coef > 0 needs each
+  // that comes without ref_logprobs (no gradient; those that come with them were scored by the
+  // rollout workers under the same weights, version 0). Without one, kl_coef > 0 needs each
   // micro-batch's ref_logprobs. `reference` must outlive the Trainer.
   void set_reference(TrainableModel* reference);
   // Whether the reference holds the initial policy yet.
@@ -145,7 +147,8 @@ class Trainer {
   // Validates this rank's micro-batches and agrees with every rank that all of them can train.
   Status check_batch_everywhere(std::span<const MicroBatch> micro_batches, TrainObjective objective);
   Result<std::vector<std::vector<float>>> recompute_logprobs(std::span<const MicroBatch> micro_batches);
-  // The micro-batches with the KL reference's log-probs in ref_logprobs (captured first if need be).
+  // The micro-batches with the KL reference's log-probs in ref_logprobs (captured first if need be);
+  // those that came with them (scored by the rollout workers) are kept as they are.
   Result<std::vector<MicroBatch>> score_with_reference(std::span<const MicroBatch> micro_batches);
   Result<MinibatchReport> run_minibatch(std::span<const MicroBatch> micro_batches,
                                         const std::vector<std::vector<float>>* clip_ref, size_t first,
@@ -163,6 +166,7 @@ class Trainer {
   std::unique_ptr<WeightSender> sender_;
   TrainableModel* reference_ = nullptr;
   bool reference_captured_ = false;
+  int64_t reference_tokens_ = 0;  // scored by score_with_reference since the last report
 };
 
 }  // namespace rlrun::trainer

@@ -39,7 +39,8 @@ Status validate_micro_batch(const MicroBatch& mb, bool with_ref) {
   if (mb.targets.size() != n) return bad("targets", mb.targets.size());
   if (mb.loss_mask.size() != n) return bad("loss_mask", mb.loss_mask.size());
   if (mb.rollout_logprobs.size() != n) return bad("rollout_logprobs", mb.rollout_logprobs.size());
-  if (with_ref && mb.ref_logprobs.size() != n) return bad("ref_logprobs", mb.ref_logprobs.size());
+  if ((with_ref || !mb.ref_logprobs.empty()) && mb.ref_logprobs.size() != n)
+    return bad("ref_logprobs", mb.ref_logprobs.size());
   RLRUN_RETURN_IF_ERROR(check_cu_seqlens(mb.cu_seqlens, n));
   const size_t seqs = mb.cu_seqlens.size() - 1;
   if (mb.advantages.size() != seqs && mb.advantages.size() != n) {
@@ -53,6 +54,8 @@ Status validate_micro_batch(const MicroBatch& mb, bool with_ref) {
     if (mb.loss_mask[t] && !std::isfinite(mb.rollout_logprobs[t])) {
       return invalid_argument(str("micro-batch: rollout_logprobs[", t, "] of a trained token is not finite"));
     }
+    if (mb.loss_mask[t] && !mb.ref_logprobs.empty() && !std::isfinite(mb.ref_logprobs[t]))
+      return invalid_argument(str("micro-batch: ref_logprobs[", t, "] of a trained token is not finite"));
   }
   if (mb.prefix_of.empty()) return Status();
   if (mb.prefix_of.size() != seqs)
@@ -134,7 +137,7 @@ MicroBatch expand_shared_prefixes(const MicroBatch& mb) {
 Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                                     std::span<const int32_t> cu_seqlens, std::span<const uint8_t> loss_mask,
                                     std::span<const float> advantages, std::span<const float> rollout_logprobs,
-                                    std::span<const int32_t> prefix_of) {
+                                    std::span<const int32_t> prefix_of, std::span<const float> ref_logprobs) {
   const size_t n = tokens.size();
   if (positions.size() != n || loss_mask.size() != n || rollout_logprobs.size() != n) {
     return invalid_argument(str("micro-batch: positions (", positions.size(), "), loss_mask (", loss_mask.size(),
@@ -149,6 +152,8 @@ Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<c
   }
   if (!prefix_of.empty() && prefix_of.size() != seqs)
     return invalid_argument(str("micro-batch: prefix_of has ", prefix_of.size(), " entries for ", seqs, " sequences"));
+  if (!ref_logprobs.empty() && ref_logprobs.size() != n)
+    return invalid_argument(str("micro-batch: ref_logprobs has ", ref_logprobs.size(), " entries for ", n, " tokens"));
   MicroBatch mb;
   mb.prefix_of.assign(prefix_of.begin(), prefix_of.end());
   mb.input_ids.assign(tokens.begin(), tokens.end());
@@ -157,6 +162,7 @@ Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<c
   mb.targets.assign(n, -1);
   mb.loss_mask.assign(n, 0);
   mb.rollout_logprobs.assign(n, 0.0f);
+  if (!ref_logprobs.empty()) mb.ref_logprobs.assign(n, 0.0f);
   if (per_token) {
     mb.advantages.assign(n, 0.0f);
   } else {
@@ -167,6 +173,7 @@ Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<c
       mb.targets[t] = tokens[t + 1];
       mb.loss_mask[t] = loss_mask[t + 1] != 0 ? 1 : 0;
       mb.rollout_logprobs[t] = mb.loss_mask[t] ? rollout_logprobs[t + 1] : 0.0f;
+      if (!ref_logprobs.empty()) mb.ref_logprobs[t] = mb.loss_mask[t] ? ref_logprobs[t + 1] : 0.0f;
       if (per_token) mb.advantages[t] = advantages[t + 1];
     }
   }

@@ -48,7 +48,8 @@ struct MicroBatch {
 };
 
 // Token-aligned inputs as the packer/protocol carry them (loss_mask[t] = 1 for a completion token
-// t, rollout_logprobs[t] its log-prob, advantages per sequence (S) or per token (N)) shifted into
+// t, rollout_logprobs[t] its log-prob, advantages per sequence (S) or per token (N), ref_logprobs
+// (N) the KL reference's log-probs or empty) shifted into
 // a MicroBatch: prediction t of a sequence targets token t + 1 with that token's mask, log-prob
 // and (per-token) advantage; each sequence's last prediction has no target (a prompt shared by
 // continuations ends one token early: each continuation starts with that token). invalid_argument
@@ -56,7 +57,7 @@ struct MicroBatch {
 Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                                     std::span<const int32_t> cu_seqlens, std::span<const uint8_t> loss_mask,
                                     std::span<const float> advantages, std::span<const float> rollout_logprobs,
-                                    std::span<const int32_t> prefix_of = {});
+                                    std::span<const int32_t> prefix_of = {}, std::span<const float> ref_logprobs = {});
 
 // Removes the sequences that train no token and that no trained sequence continues (padding,
 // samples left without a trained token): their attention is confined to themselves, so they
@@ -68,8 +69,8 @@ void drop_untrained_sequences(MicroBatch& mb);
 MicroBatch expand_shared_prefixes(const MicroBatch& mb);
 
 // invalid_argument naming the array at fault unless every array has its documented size,
-// cu_seqlens is valid, advantages and trained tokens' rollout log-probs are finite and (with_ref)
-// ref_logprobs is present. Token ids are the model's to check.
+// cu_seqlens is valid, advantages and trained tokens' rollout (and reference) log-probs are finite
+// and (with_ref) ref_logprobs is present. Token ids are the model's to check.
 Status validate_micro_batch(const MicroBatch& mb, bool with_ref);
 
 struct ModelForward {

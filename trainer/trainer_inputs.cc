@@ -61,6 +61,7 @@ Status check_sizes(const TrainBatch& b, uint64_t n) {
   if (b.loss_mask.size() != n) return bad("loss_mask", b.loss_mask.size());
   if (b.advantages.size() != n) return bad("advantages", b.advantages.size());
   if (b.rollout_logprobs.size() != n) return bad("rollout_logprobs", b.rollout_logprobs.size());
+  if (!b.ref_logprobs.empty() && b.ref_logprobs.size() != n) return bad("ref_logprobs", b.ref_logprobs.size());
   const auto& off = b.micro_batch_row_offsets;
   if (off.size() != static_cast<size_t>(b.num_micro_batches) + 1 || off.front() != 0 || off.back() != b.num_rows) {
     return protocol_error(str("TrainBatch step ", b.step, ": micro_batch_row_offsets must be num_micro_batches + 1 (",
@@ -137,7 +138,9 @@ Result<std::vector<MicroBatch>> micro_batches_from_train_batch(const TrainBatch&
                                                            b.position_ids.span().subspan(a, len), local,
                                                            b.loss_mask.span().subspan(a, len),
                                                            b.advantages.span().subspan(a, len),
-                                                           b.rollout_logprobs.span().subspan(a, len), prefix_of));
+                                                           b.rollout_logprobs.span().subspan(a, len), prefix_of,
+                                                           b.ref_logprobs.empty() ? std::span<const float>()
+                                                                                  : b.ref_logprobs.span().subspan(a, len)));
     maybe_per_sequence(mb);
     drop_untrained_sequences(mb);  // padding and untrained samples cost compute and change nothing
     out.push_back(std::move(mb));

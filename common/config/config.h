@@ -39,6 +39,7 @@ enum class Algorithm { kGrpo, kDrGrpo, kRloo, kGspo };
 enum class ClipRefLogprobs { kRollout, kBatch };  // denominator of the PPO ratio
 enum class TisMode { kTruncate, kIcepop };
 enum class KlEstimator { kK2, kK3 };
+enum class KlReferenceOn { kTrainer, kRollout };  // which process scores the KL reference
 enum class Architecture { kLlama, kQwen2 };
 enum class TaskName { kArithmetic, kCountdown, kReverse, kSort, kJsonl };
 enum class ControlPlaneSecurity { kCurve, kNone };
@@ -52,6 +53,7 @@ RLRUN_CONFIG_ENUM(Algorithm, "grpo|dr_grpo|rloo|gspo");
 RLRUN_CONFIG_ENUM(ClipRefLogprobs, "rollout|batch");
 RLRUN_CONFIG_ENUM(TisMode, "truncate|icepop");
 RLRUN_CONFIG_ENUM(KlEstimator, "k2|k3");
+RLRUN_CONFIG_ENUM(KlReferenceOn, "trainer|rollout");
 RLRUN_CONFIG_ENUM(Architecture, "llama|qwen2");
 RLRUN_CONFIG_ENUM(TaskName, "arithmetic|countdown|reverse|sort|jsonl");
 RLRUN_CONFIG_ENUM(ControlPlaneSecurity, "curve|none");

@@ -25,6 +25,8 @@ const char* message_kind_name(MessageKind kind) {
     case MessageKind::kStoreValue: return "StoreValue";
     case MessageKind::kSaveCheckpoint: return "SaveCheckpoint";
     case MessageKind::kCheckpointSaved: return "CheckpointSaved";
+    case MessageKind::kScoreRequest: return "ScoreRequest";
+    case MessageKind::kScoreResult: return "ScoreResult";
   }
   return "unknown";
 }

@@ -27,6 +27,13 @@ void check_consistency(const GenerateResult& m, wire::WireReader& r) {
     r.fail("logprobs", str(m.logprobs.size(), " values for ", m.token_ids.size(), " token_ids"));
 }
 
+void check_consistency(const ScoreRequest& m, wire::WireReader& r) {
+  uint64_t total = 0;
+  for (uint32_t n : m.completion_lengths) total += n;
+  if (total != m.completion_ids.size())
+    r.fail("completion_lengths", str("sum to ", total, ", but completion_ids has ", m.completion_ids.size(), " ids"));
+}
+
 void check_cu_seqlens(const TrainBatch& m, uint64_t total, wire::WireReader& r) {
   const auto& cu = m.cu_seqlens;
   if (cu.empty() || cu[0] != 0) return r.fail("cu_seqlens", "must start with 0");
@@ -51,6 +58,8 @@ void check_consistency(const TrainBatch& m, wire::WireReader& r) {
   for (const auto& [name, size] : arrays) {
     if (size != total) return r.fail(name, str(size, " elements, expected num_rows * row_len = ", total));
   }
+  if (!m.ref_logprobs.empty() && m.ref_logprobs.size() != total)
+    return r.fail("ref_logprobs", str(m.ref_logprobs.size(), " elements, expected none or num_rows * row_len = ", total));
   const auto& offsets = m.micro_batch_row_offsets;
   if (offsets.size() != size_t{m.num_micro_batches} + 1) {
     return r.fail("micro_batch_row_offsets", str(offsets.size(), " entries, expected num_micro_batches + 1 = ",
@@ -174,6 +183,8 @@ Result<Message> decode(Frames frames) {
     case MessageKind::kStoreValue: return decode_body<StoreValue>(header, body, &frames);
     case MessageKind::kSaveCheckpoint: return decode_body<SaveCheckpoint>(header, body, &frames);
     case MessageKind::kCheckpointSaved: return decode_body<CheckpointSaved>(header, body, &frames);
+    case MessageKind::kScoreRequest: return decode_body<ScoreRequest>(header, body, &frames);
+    case MessageKind::kScoreResult: return decode_body<ScoreResult>(header, body, &frames);
   }
   return protocol_error("malformed message: unknown message kind");  // unreachable: decode_header checked
 }
@@ -231,6 +242,8 @@ RLRUN_INSTANTIATE_ENCODE(StoreGet)
 RLRUN_INSTANTIATE_ENCODE(StoreValue)
 RLRUN_INSTANTIATE_ENCODE(SaveCheckpoint)
 RLRUN_INSTANTIATE_ENCODE(CheckpointSaved)
+RLRUN_INSTANTIATE_ENCODE(ScoreRequest)
+RLRUN_INSTANTIATE_ENCODE(ScoreResult)
 #undef RLRUN_INSTANTIATE_ENCODE
 
 }  // namespace rlrun

@@ -52,8 +52,10 @@ using Frames = std::vector<zmq::message_t>;
 // ---------------------------------------------------------------- constants and limits
 inline constexpr uint32_t kWireMagic = 0x4E524C52;  // "RLRN" as bytes in memory
 // 2: rollout stats in Heartbeat, per-token weight versions; 3: SaveCheckpoint / CheckpointSaved;
-// 4: TrainBatch.supervised; 5: WeightSyncBegin.group_epoch; 7: Heartbeat.engine_step_costs
-inline constexpr uint16_t kProtocolVersion = 8;
+// 4: TrainBatch.supervised; 5: WeightSyncBegin.group_epoch; 7: Heartbeat.engine_step_costs;
+// 9: the KL reference on rollout workers (WeightSyncBegin.kl_reference, ScoreRequest / ScoreResult,
+// TrainBatch.ref_logprobs)
+inline constexpr uint16_t kProtocolVersion = 9;
 inline constexpr size_t kHeaderPrefixBytes = 24;
 
 // Every limit of the wire format, in one place. The control plane also sets ZMQ_MAXMSGSIZE to
@@ -86,6 +88,8 @@ enum class MessageKind : uint16_t {
   kStoreValue = 16,
   kSaveCheckpoint = 17,
   kCheckpointSaved = 18,
+  kScoreRequest = 19,
+  kScoreResult = 20,
 };
 const char* message_kind_name(MessageKind kind);  // "GenerateRequest"; "unknown" if out of range
 
@@ -270,6 +274,9 @@ struct TrainBatch {
   WireArray<float> advantages;                       // (num_rows * row_len)
   WireArray<float> rollout_logprobs;                 // (num_rows * row_len)
   WireArray<int32_t> prefix_of;                      // (num_segments) or empty
+  // (num_rows * row_len): the KL reference's log-prob of each completion token, scored by the
+  // rollout workers; empty: the trainer scores the batch with its own copy of the reference.
+  WireArray<float> ref_logprobs;
   // A format warm-start batch (format_warm_start_steps): the trainer's own log-probs are the PPO
   // reference (ratio 1, no TIS), so the loss is the advantage-weighted negative log-likelihood of
   // the completion tokens; rollout_logprobs are unused.
@@ -284,6 +291,7 @@ struct TrainBatch {
     v.field("cu_seqlens", m.cu_seqlens); v.field("loss_mask", m.loss_mask);
     v.field("advantages", m.advantages); v.field("rollout_logprobs", m.rollout_logprobs);
     v.field("prefix_of", m.prefix_of); v.field("supervised", m.supervised);
+    v.field("ref_logprobs", m.ref_logprobs);
   }
   bool operator==(const TrainBatch&) const = default;
 };
@@ -329,11 +337,13 @@ struct WeightSyncBegin {
   bool metadata_cached = false;
   std::vector<TensorMeta> tensors;
   uint32_t group_epoch = 0;
+  bool kl_reference = false;  // these weights are also the KL reference: a worker that scores it keeps a copy
 
   template <class V, class M> static void fields(V& v, M& m) {
     v.field("version", m.version); v.field("total_bytes", m.total_bytes);
     v.field("bucket_bytes", m.bucket_bytes); v.field("metadata_cached", m.metadata_cached);
     v.field("tensors", m.tensors); v.field("group_epoch", m.group_epoch);
+    v.field("kl_reference", m.kl_reference);
   }
   bool operator==(const WeightSyncBegin&) const = default;
 };
@@ -462,10 +472,41 @@ struct StoreValue {
   bool operator==(const StoreValue&) const = default;
 };
 
+// orchestrator -> rollout (kl_reference_on: rollout): score the completions of one prompt under
+// the KL reference (rollout/kl_reference.h), once the orchestrator kept their group for training.
+struct ScoreRequest {
+  static constexpr MessageKind kKind = MessageKind::kScoreRequest;
+  uint64_t request_id = 0;
+  WireArray<int32_t> prompt_ids;
+  WireArray<int32_t> completion_ids;         // every completion, one after another
+  std::vector<uint32_t> completion_lengths;  // and their lengths (they sum to completion_ids' size)
+
+  template <class V, class M> static void fields(V& v, M& m) {
+    v.field("request_id", m.request_id); v.field("prompt_ids", m.prompt_ids);
+    v.field("completion_ids", m.completion_ids); v.field("completion_lengths", m.completion_lengths);
+  }
+  bool operator==(const ScoreRequest&) const = default;
+};
+
+// rollout -> orchestrator: the reference's log-prob of every completion token, in completion_ids'
+// order; empty with `error` when the worker could not score (no reference yet, bad ids): the
+// trainer then scores the group itself.
+struct ScoreResult {
+  static constexpr MessageKind kKind = MessageKind::kScoreResult;
+  uint64_t request_id = 0;
+  WireArray<float> ref_logprobs;
+  std::string error;
+
+  template <class V, class M> static void fields(V& v, M& m) {
+    v.field("request_id", m.request_id); v.field("ref_logprobs", m.ref_logprobs); v.field("error", m.error);
+  }
+  bool operator==(const ScoreResult&) const = default;
+};
+
 using Payload = std::variant<Register, RegisterAck, Heartbeat, GenerateRequest, GenerateResult,
                              Cancel, TrainBatch, TrainResult, WeightSyncBegin, WeightBucket,
                              WeightSyncEnd, Shutdown, ErrorReply, StoreSet, StoreGet, StoreValue,
-                             SaveCheckpoint, CheckpointSaved>;
+                             SaveCheckpoint, CheckpointSaved, ScoreRequest, ScoreResult>;
 
 template <class T>
 concept WireMessage = requires { T::kKind; } && std::is_constructible_v<Payload, T>;

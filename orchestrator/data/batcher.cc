@@ -65,14 +65,16 @@ int64_t trained_tokens(const TrainSequence& s) {
 struct RankArrays {
   std::vector<int32_t> ids, positions, cu{0}, prefix_of;
   std::vector<uint8_t> mask;
-  std::vector<float> advantages, logprobs;
+  std::vector<float> advantages, logprobs, ref;
+  bool any_sequence = false, all_ref = true;  // whether every sequence came with ref_logprobs
 
-  void token(int32_t id, int32_t position, bool trained, float advantage, float logprob) {
+  void token(int32_t id, int32_t position, bool trained, float advantage, float logprob, float ref_logprob = 0.0f) {
     ids.push_back(id);
     positions.push_back(position);
     mask.push_back(trained ? 1 : 0);
     advantages.push_back(advantage);
     logprobs.push_back(logprob);
+    ref.push_back(ref_logprob);
   }
   int32_t end_segment(int32_t continues) {
     cu.push_back(static_cast<int32_t>(ids.size()));
@@ -87,8 +89,12 @@ struct RankArrays {
 
   // The completion of s from position `pos` on.
   void completion(const TrainSequence& s, int32_t pos) {
+    const bool has_ref = s.ref_logprobs.size() == s.completion.size();
+    any_sequence = true;
+    all_ref = all_ref && has_ref;
     for (size_t t = 0; t < s.completion.size(); ++t)
-      token(s.completion[t], pos++, trained(s, t), s.advantage, t < s.logprobs.size() ? s.logprobs[t] : 0.0f);
+      token(s.completion[t], pos++, trained(s, t), s.advantage, t < s.logprobs.size() ? s.logprobs[t] : 0.0f,
+            has_ref ? s.ref_logprobs[t] : 0.0f);
   }
 
   void add(std::span<const TrainSequence> seqs, const Unit& u) {
@@ -166,6 +172,7 @@ BatchBuild build_train_batches(std::span<const TrainSequence> sequences, const P
     b.advantages = std::move(a.advantages);
     b.rollout_logprobs = std::move(a.logprobs);
     b.prefix_of = std::move(a.prefix_of);
+    if (a.any_sequence && a.all_ref) b.ref_logprobs = std::move(a.ref);
     out.per_rank.push_back(std::move(b));
   }
   for (TrainBatch& b : out.per_rank) {

@@ -11,6 +11,8 @@
 //   advantages     the sequence's advantage on all its tokens (0 on padding)
 //   rollout_logprobs  the rollout log-prob of each completion token (0 elsewhere)
 //   prefix_of      with share_prompts: the segment each segment continues, or -1
+//   ref_logprobs   the KL reference's log-prob of each completion token (0 elsewhere), when every
+//                  sequence of the rank's batch has them; else empty
 // The trainer shifts these into next-token targets (trainer_inputs.h).
 //
 // share_prompts: sequences with the same prompt (a GRPO group) are packed as ONE unit: the
@@ -38,6 +40,9 @@ struct TrainSequence {
   // One per completion token, 1 = trained; empty: all are. An episode's completion holds the
   // environment's tokens (tool outputs, user turns) between the policy's turns, with 0 here.
   std::span<const uint8_t> mask;
+  // One per completion token: the KL reference's log-probs as a rollout worker scored them; empty:
+  // not scored (the trainer scores a rank's batch itself unless every sequence in it has them).
+  std::span<const float> ref_logprobs = {};
 };
 
 struct BatchBuild {

@@ -51,7 +51,8 @@ Result<DeviceMemory> device_memory_for(const Config& c) {
 
 double RunPlan::rollout_demand() const {
   const double kv_all = static_cast<double>(max_num_seqs) * rollout.kv_bytes_per_sequence;
-  return rollout.weights + rollout.weight_receive_buffer + rollout.workspace + kv_all + runtime_reserve;
+  return rollout.weights + rollout.reference_weights + rollout.weight_receive_buffer + rollout.workspace + kv_all +
+         runtime_reserve;
 }
 
 double RunPlan::host_total() const {
@@ -122,6 +123,7 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   const double bucket = std::min(static_cast<double>(c.weight_broadcast_bucket_mb) * kMiB,
                                  4.0 * static_cast<double>(p.model.num_parameters()));
   r.weight_receive_buffer_bytes = bucket * (cuda ? 2.0 : 1.0);
+  r.kl_reference = rollout_scores_kl_reference(c);
   p.rollout = plan_rollout(r);
   return p;
 }

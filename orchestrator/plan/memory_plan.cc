@@ -102,6 +102,7 @@ RolloutBudget plan_rollout(const RolloutPlanInputs& in) {
   RolloutBudget b;
   const double weight_bytes = p.inference_weight_bytes > 0 ? p.inference_weight_bytes : p.weight_bytes;
   b.weights = static_cast<double>(m.num_parameters()) * weight_bytes / tp;
+  b.reference_weights = in.kl_reference ? static_cast<double>(m.num_parameters()) * p.weight_bytes / tp : 0.0;
   b.weight_receive_buffer = in.weight_receive_buffer_bytes;
   b.kv_bytes_per_token = 2.0 * static_cast<double>(m.num_layers * m.num_kv_heads * m.head_dim()) * p.kv_bytes / tp;
 
@@ -131,7 +132,7 @@ RolloutBudget plan_rollout(const RolloutPlanInputs& in) {
     pool = in.kv_pool_bytes_override;
   } else if (in.device_bytes > 0) {
     pool = std::max(0.0, in.device_bytes * in.gpu_memory_utilization - in.runtime_reserve_bytes - b.weights -
-                             b.weight_receive_buffer - b.workspace);
+                             b.reference_weights - b.weight_receive_buffer - b.workspace);
   } else {  // no budget given: exactly max_num_seqs sequences (rollout::kv_blocks_for_budget)
     pool = static_cast<double>(in.max_num_seqs) * b.kv_bytes_per_sequence;
   }

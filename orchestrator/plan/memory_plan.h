@@ -106,10 +106,12 @@ struct RolloutPlanInputs {
   int tensor_parallel_size = 1;            // weights and KV heads are split over this many GPUs
   double weight_receive_buffer_bytes = 0;  // device bytes the weight update needs beyond the weights
   double runtime_reserve_bytes = 0;        // GPU: inside the utilization share but outside the allocator
+  bool kl_reference = false;               // kl_reference_on: rollout: a copy of the compute weights
 };
 
 struct RolloutBudget {
   double weights = 0;
+  double reference_weights = 0;     // kl_reference_on: rollout (rollout/kl_reference.h)
   double weight_receive_buffer = 0;
   double workspace = 0;             // activations of one prefill chunk + logits
   double kv_bytes_per_token = 0;    // per GPU of the server
@@ -117,7 +119,7 @@ struct RolloutBudget {
   double kv_pool = 0;               // bytes of the KV cache
   int64_t sequences_that_fit = 0;   // full max_model_len sequences the pool holds
   int64_t sequences_waiting = 0;    // max_num_seqs beyond what fits: these wait in the queue
-  double total() const { return weights + weight_receive_buffer + workspace + kv_pool; }
+  double total() const { return weights + reference_weights + weight_receive_buffer + workspace + kv_pool; }
 };
 
 RolloutBudget plan_rollout(const RolloutPlanInputs& in);

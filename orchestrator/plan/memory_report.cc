@@ -72,6 +72,7 @@ void render_rollout(std::ostringstream& o, const RunPlan& p) {
   const RolloutPlanInputs& in = p.rollout_inputs;
   o << "rollout worker (x" << p.rollout_workers << ", tensor parallel " << p.tensor_parallel_size << ")\n";
   line(o, "weights", r.weights);
+  if (in.kl_reference) line(o, "KL reference weights", r.reference_weights, "kl_reference_on: rollout");
   line(o, "weight-receive buffer", r.weight_receive_buffer);
   line(o, "prefill workspace (one step)", r.workspace, "max_num_seqs prompts at once");
   o << "  KV cache: 2 x " << in.model.num_layers << " layers x " << in.model.num_kv_heads << " kv heads x "
@@ -173,6 +174,7 @@ json plan_to_json(const RunPlan& p, const std::vector<MemoryLever>& levers, cons
   j["rollout"] = {{"workers", p.rollout_workers},
                   {"tensor_parallel_size", p.tensor_parallel_size},
                   {"weights", exact(r.weights)},
+                  {"reference_weights", exact(r.reference_weights)},
                   {"weight_receive_buffer", exact(r.weight_receive_buffer)},
                   {"workspace", exact(r.workspace)},
                   {"kv_bytes_per_token", exact(r.kv_bytes_per_token)},

@@ -69,6 +69,8 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
       log::warn(str("rollout ", options.index, ": ", joined.status().message(), "; joining at the first sync"));
     }
   }
+  rollout::KlReference kl_reference;  // its weights are allocated at the sync that carries them
+  if (rollout_scores_kl_reference(config)) options.kl_reference = &kl_reference;
   rollout::Worker worker(**scheduler, weight_comm.get(), options);
   const Status s = worker.run();
   if (!s.ok()) return log::error(s.message()), kExitFailed;

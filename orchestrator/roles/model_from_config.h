@@ -29,4 +29,10 @@ Status write_tokenizer_files(const Config& config, const engine::ModelConfig& mo
 // kv_cache_memory_mb (0: max_num_seqs sequences of max_model_len), as plan/memory_plan.h plans it.
 rollout::SchedulerOptions scheduler_options_from(const Config& config, const engine::Model& model);
 
+// Whether the rollout workers keep the KL reference and score the groups kept for training
+// (kl_reference_on: rollout with a KL term; rollout/kl_reference.h), so the trainer need not.
+inline bool rollout_scores_kl_reference(const Config& config) {
+  return config.kl_coef > 0 && config.kl_reference_on == KlReferenceOn::kRollout;
+}
+
 }  // namespace rlrun::orchestrator

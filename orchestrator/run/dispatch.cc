@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/observe/log.h"
 #include "common/observe/timeline.h"
+#include "orchestrator/roles/model_from_config.h"
 #include "orchestrator/run/orchestrator.h"
 #include "trainer/advantages.h"
 
@@ -24,7 +25,8 @@ constexpr int64_t kMaxPromptsSkippedInARow = 1000;
 }  // namespace
 
 int64_t Orchestrator::outstanding_groups() const {
-  return dispatcher_.groups_outstanding() + static_cast<int64_t>(awaiting_reward_.size()) + replay_.groups_untrained();
+  return dispatcher_.groups_outstanding() + static_cast<int64_t>(awaiting_reward_.size() + reference_scoring_.waiting()) +
+         replay_.groups_untrained();
 }
 
 Status Orchestrator::send_request(int worker, const GenerateRequest& request) {
@@ -272,7 +274,33 @@ void Orchestrator::finish_group(Group group) {
     return discard_all("advantage_error");
   }
   for (uint32_t i = 0; i < group_size_; ++i) group.samples[i].advantage = advantages[i];
+  keep_group(std::move(group));
+}
+
+void Orchestrator::keep_group(Group group) {
+  if (rollout_scores_kl_reference(config_) && !group.episodes) {
+    if (const int worker = dispatcher_.least_busy_worker(); worker >= 0)
+      return reference_scoring_.submit(std::move(group), worker);
+    reference_scoring_.note_not_sent();  // no rollout worker serves now: the trainer scores it
+  }
   dispatcher_.push_scored(std::move(group));
+}
+
+void Orchestrator::on_score_result(const ScoreResult& result) {
+  const int64_t unscored_before = reference_scoring_.unscored();
+  std::optional<Group> group = reference_scoring_.on_result(result);
+  if (!group) return;
+  if (reference_scoring_.unscored() > unscored_before)
+    reference_error_log_.write(log::Level::kWarn, str("group ", group->id, " has no KL reference log-probs from its rollout ",
+                                                      "worker (the trainer scores it): ", reference_scoring_.last_error()));
+  dispatcher_.push_scored(std::move(*group));
+}
+
+void Orchestrator::queue_unscored(std::vector<Group> groups, const std::string& why) {
+  if (groups.empty()) return;
+  reference_error_log_.write(log::Level::kWarn, str(groups.size(), " group(s) go to the trainer without KL reference ",
+                                                    "log-probs (it scores them): ", why));
+  for (Group& g : groups) dispatcher_.push_scored(std::move(g));
 }
 
 void Orchestrator::discard_zero_spread(float reward, const std::function<void(const std::string&)>& discard_all) {

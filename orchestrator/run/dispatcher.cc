@@ -39,6 +39,14 @@ void Dispatcher::send_samples(uint64_t group_id, uint32_t first, uint32_t count,
   ++lanes_used_[worker];
 }
 
+int Dispatcher::least_busy_worker() const {
+  int best = -1;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i].serves() && (best < 0 || lanes_used_[i] < lanes_used_[best])) best = static_cast<int>(i);
+  }
+  return best;
+}
+
 uint64_t Dispatcher::admit(Problem problem, std::vector<int32_t> prompt_ids, uint64_t version) {
   Group g;
   g.id = next_group_++;

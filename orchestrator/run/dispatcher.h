@@ -55,6 +55,9 @@ class Dispatcher {
   struct Sample {
     std::vector<int32_t> completion;
     std::vector<float> logprobs;
+    // The KL reference's, per completion token, as a rollout worker scored them (run/reference_scoring.h);
+    // empty: the trainer scores the sample.
+    std::vector<float> ref_logprobs;
     uint64_t version = 0;  // oldest weight version that sampled a token
     std::string text;      // the completion decoded (for the reward server)
     double reward = 0;
@@ -89,6 +92,7 @@ class Dispatcher {
 
   // ---- placing work
   int free_worker() const;  // index of the serving worker with most free lanes, or -1
+  int least_busy_worker() const;  // the serving worker with the fewest requests in flight (lanes free or not), or -1
   int lanes_used(int worker) const { return lanes_used_[worker]; }
   bool has_pending() const { return !pending_.empty(); }
   // Admits a group for `prompt_ids` at weight version `version` and returns its id. Without

@@ -77,6 +77,7 @@ Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher
       supervisor_(SupervisionPolicy{config.heartbeat_timeout_seconds, 300, config.worker_restart_backoff_seconds,
                                     config.restart_backoff_max_seconds, static_cast<int>(config.max_worker_restarts)}),
       replay_(config.trainer_replay_max_steps),
+      reference_scoring_([this](int worker, const ScoreRequest& request) { return server_.send(workers_[worker].name, request); }),
       prompts_(task, format, config.enable_prompt_prefetch ? config.prompt_prefetch_buffer_size : 0) {
   last_tick_ = Clock::now();
   weight_bytes_ = model_config_from(config.model).num_parameters() * static_cast<int64_t>(sizeof(float));
@@ -145,6 +146,8 @@ Status Orchestrator::handle(const Incoming& in) {
     handle_heartbeat(in, *hb);
   } else if (const auto* result = m.get<GenerateResult>()) {
     on_result(*result);
+  } else if (const auto* scored = m.get<ScoreResult>()) {
+    on_score_result(*scored);
   } else if (const auto* tr = m.get<TrainResult>()) {
     train_results_[static_cast<int>(tr->rank)] = *tr;
     // The step's resident peaks: sharper than the heartbeats' samples.
@@ -417,6 +420,13 @@ RunOutcome Orchestrator::finish() {
     for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(id, i), "reward_unavailable");
   }
   awaiting_reward_.clear();
+  for (const Group& g : reference_scoring_.take_all()) {
+    for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(g.id, i), "unused_at_exit");
+  }
+  if (rollout_scores_kl_reference(config_)) {
+    outcome_.kl_reference_scored_by_rollout = reference_scoring_.scored();
+    outcome_.kl_reference_scored_by_trainer = reference_scoring_.unscored();
+  }
   outcome_.reward_expression = config_.task.reward;
   if (http_reward_ != nullptr) {
     (void)http_reward_->abandon();  // their samples are accounted for above

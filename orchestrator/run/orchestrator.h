@@ -61,6 +61,7 @@
 #include "orchestrator/run/dispatch_count.h"
 #include "orchestrator/run/dispatcher.h"
 #include "orchestrator/run/metrics.h"
+#include "orchestrator/run/reference_scoring.h"
 #include "orchestrator/run/rendezvous.h"
 #include "orchestrator/run/state.h"
 #include "orchestrator/run/step_replay.h"
@@ -90,6 +91,9 @@ struct RunOutcome {
   // The first step that waited past max_zero_spread_rounds on groups that all earned nothing, after
   // earlier steps trained on rewarded samples: the policy may have unlearned the task (0: never).
   int64_t reward_collapse_step = 0;
+  // kl_reference_on: rollout: groups a rollout worker scored under the KL reference, and those it
+  // could not (the trainer scored them); both -1 when the trainer scores every group.
+  int64_t kl_reference_scored_by_rollout = -1, kl_reference_scored_by_trainer = -1;
   std::map<std::string, int64_t> peak_memory_bytes;  // by process, from heartbeats
   // Trainer processes: the backend's peak bytes per phase ("forward_backward", "optimizer"),
   // from TrainResult: what `rlrun plan --compare` sets beside the plan.
@@ -295,6 +299,12 @@ class Orchestrator {
   // error once the server failed reward_max_failures times in a row.
   Status poll_rewards();
   void finish_group(Group group);  // advantages of a complete, rewarded group: queued for a batch, or discarded
+  // A group kept for training: to a rollout worker for its KL reference log-probs
+  // (kl_reference_on: rollout), else queued for a batch.
+  void keep_group(Group group);
+  void on_score_result(const ScoreResult& result);
+  // Groups reference_scoring_ gave back without the reference's log-probs (the trainer scores them).
+  void queue_unscored(std::vector<Group> groups, const std::string& why);
   // Adds one scored sample's terms (and the server's extra_logs) to the means of the next step line.
   void note_reward_terms(const LocalReward& local);
   // The means since the last step, for metrics.jsonl and Prometheus; resets them.
@@ -359,6 +369,9 @@ class Orchestrator {
   StepReplay replay_;
   // Complete groups waiting for the reward server, by group id; Group::rewards_waiting counts down.
   std::map<uint64_t, Group> awaiting_reward_;
+  // kl_reference_on: rollout: groups kept for training, waiting for a rollout worker to score them
+  // under the KL reference (run/reference_scoring.h).
+  ReferenceScoring reference_scoring_;
   struct Mean {
     double sum = 0;
     int64_t n = 0;
@@ -380,7 +393,8 @@ class Orchestrator {
   log::RateLimited zero_spread_log_{std::chrono::seconds(60)};
   // Warnings that can recur every group or message: the first, then one a minute with a count.
   log::RateLimited generation_error_log_{std::chrono::seconds(60)}, advantage_error_log_{std::chrono::seconds(60)},
-      too_long_log_{std::chrono::seconds(60)}, unexpected_message_log_{std::chrono::seconds(60)};
+      too_long_log_{std::chrono::seconds(60)}, unexpected_message_log_{std::chrono::seconds(60)},
+      reference_error_log_{std::chrono::seconds(60)};
   PromptSource prompts_;  // the only caller of task_.next_train(); consumed() is the data position
 
   // Checkpoints and resume (run/checkpoint.cc).

@@ -167,6 +167,11 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
       {"prompts_skipped", o.prompts_skipped},
       {"zero_spread_groups_kept", o.zero_spread_kept},
       {"reward_collapse_step", o.reward_collapse_step > 0 ? Json(o.reward_collapse_step) : Json(nullptr)},
+      {"kl_reference_groups",
+       o.kl_reference_scored_by_rollout < 0
+           ? Json(nullptr)
+           : Json{{"scored_by_rollout", o.kl_reference_scored_by_rollout},
+                  {"scored_by_trainer", o.kl_reference_scored_by_trainer}}},
       {"tuning", o.tuning},
       {"model", o.model_dir.empty() ? Json(nullptr) : Json(o.model_dir)},
       {"exit", o.exit}};

@@ -52,7 +52,7 @@ BatchBuild Orchestrator::pack_batch(const std::vector<Group>& batch, uint64_t st
     for (uint32_t i = 0; i < group_size_; ++i) {
       const Sample& s = g.samples[i];
       if (s.segments.empty()) {
-        sequences.push_back(TrainSequence{g.prompt_ids, s.completion, s.logprobs, s.advantage, {}});
+        sequences.push_back(TrainSequence{g.prompt_ids, s.completion, s.logprobs, s.advantage, {}, s.ref_logprobs});
         ids.push_back(sample_id(g.id, i));
       }
       for (const EpisodeSegment& seg : s.segments) {

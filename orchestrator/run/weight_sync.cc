@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/observe/log.h"
 #include "common/observe/timeline.h"
+#include "orchestrator/roles/model_from_config.h"
 #include "orchestrator/run/orchestrator.h"
 
 namespace rlrun::orchestrator {
@@ -47,6 +48,8 @@ void Orchestrator::start_round(uint64_t version) {
   begin.bucket_bytes = static_cast<uint64_t>(config_.weight_broadcast_bucket_mb) << 20;
   begin.metadata_cached = true;  // the layout travels over the weight group itself
   begin.group_epoch = round.epoch;
+  // Version 0 is the policy before its first RL update: the KL reference (trainer/train_step.h).
+  begin.kl_reference = version == 0 && rollout_scores_kl_reference(config_);
   if (round.reformed)
     log::info(str("weight sync of version ", version, " re-forms the weight group as weights-", round.epoch));
   else  // log_level debug: when each sync starts (bench/chaos_soak.py aims faults at it)

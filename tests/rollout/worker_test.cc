@@ -7,6 +7,7 @@
 
 #include <ctime>
 #include <functional>
+#include <map>
 #include <future>
 #include <thread>
 
@@ -193,22 +194,26 @@ TEST(Worker, ServesRequestsSurvivesGarbageAndShutsDown) {
   EXPECT_EQ(w.worker->summary().malformed_seen, 2u);
 }
 
+// Rank `rank` of a two-member Gloo group (trainer rank 0 and the worker) over `store`.
+std::unique_ptr<engine::Communicator> weight_group(const std::shared_ptr<engine::RendezvousStore>& store, const std::string& name,
+                                                  int rank) {
+  engine::GroupOptions g;
+  g.name = name;
+  g.rank = rank;
+  g.size = 2;
+  g.timeout = 20000ms;
+  auto comm = engine::make_gloo_communicator(store, g);
+  EXPECT_TRUE(comm.ok()) << comm.status().message();
+  return std::move(comm).value();
+}
+
 // WeightSyncBegin -> the worker receives the weights from trainer rank 0 (a thread with the
 // trainer's WeightSender) over Gloo at its next step boundary, answers WeightSyncEnd, and samples
 // under the new version from then on.
 TEST(Worker, LoadsNewWeightsWhenTheOrchestratorSaysSo) {
   FakeOrchestrator orch;
   auto store = engine::make_in_process_store();
-  auto group = [&](int rank) {
-    engine::GroupOptions g;
-    g.name = "worker-weights";
-    g.rank = rank;
-    g.size = 2;
-    g.timeout = 20000ms;
-    auto comm = engine::make_gloo_communicator(store, g);
-    EXPECT_TRUE(comm.ok()) << comm.status().message();
-    return std::move(comm).value();
-  };
+  auto group = [&](int rank) { return weight_group(store, "worker-weights", rank); };
   std::promise<void> go;
   std::thread sender([&] {
     auto comm = group(0);
@@ -253,6 +258,116 @@ TEST(Worker, LoadsNewWeightsWhenTheOrchestratorSaysSo) {
   worker.join();
   sender.join();
   EXPECT_TRUE(status.ok()) << status.to_string();
+}
+
+// kl_reference_on: rollout. The sync marked kl_reference gives the worker its copy of the
+// reference; from then on a ScoreRequest is answered with the reference's log-probs of each
+// completion token (the training path's, under the marked version's weights however the policy
+// moves on). Before a capture, and for a request with ids outside the vocabulary, the answer is
+// an error, and the worker goes on serving.
+TEST(Worker, ScoresCompletionsUnderTheKlReferenceAMarkedSyncGave) {
+  FakeOrchestrator orch;
+  auto store = engine::make_in_process_store();
+  auto group = [&](int rank) { return weight_group(store, "worker-kl-reference", rank); };
+  std::promise<void> send_v0, send_v1;
+  std::thread sender([&] {
+    auto comm = group(0);
+    auto backend = testing::cpu_backend();
+    auto reference = testing::tiny_model(*backend, /*seed=*/2);
+    auto later = testing::tiny_model(*backend, /*seed=*/3);
+    trainer::WeightSender ws(*backend, engine::flat_layout_of(reference->weights()), *comm, 1024);
+    send_v0.get_future().wait();
+    EXPECT_TRUE(ws.send(reference->weights().master_flat(), 0).ok());
+    send_v1.get_future().wait();
+    EXPECT_TRUE(ws.send(later->weights().master_flat(), 1).ok());
+  });
+  Status status;
+  WorkerSummary summary;
+  std::thread worker([&] {
+    auto comm = group(1);
+    auto backend = testing::cpu_backend();
+    auto model = testing::tiny_model(*backend);
+    auto scheduler = testing::make_scheduler(*model, testing::small_options());
+    KlReference kl_reference;
+    WorkerOptions o;
+    o.orchestrator = orch.server->endpoint();
+    o.index = 3;
+    o.host = "test-host";
+    o.kl_reference = &kl_reference;
+    Worker w(*scheduler, comm.get(), o);
+    status = w.run();
+    summary = w.summary();
+  });
+  auto backend = testing::cpu_backend();
+  auto reference = testing::tiny_model(*backend, /*seed=*/2);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4};
+  const std::vector<std::vector<int32_t>> completions = {{5, 6, 7}, {8}, {9, 10, 11, 12, 13}};
+  auto score_request = [&](uint64_t id, std::vector<int32_t> last = {}) {
+    ScoreRequest r;
+    r.request_id = id;
+    r.prompt_ids = prompt;
+    std::vector<int32_t> ids;
+    for (const auto& c : completions) {
+      ids.insert(ids.end(), c.begin(), c.end());
+      r.completion_lengths.push_back(static_cast<uint32_t>(c.size()));
+    }
+    ids.insert(ids.end(), last.begin(), last.end());
+    if (!last.empty()) r.completion_lengths.push_back(static_cast<uint32_t>(last.size()));
+    r.completion_ids = std::move(ids);
+    return r;
+  };
+  auto expect_reference_logprobs = [&](const ScoreResult& result, uint64_t id) {
+    EXPECT_EQ(result.request_id, id);
+    EXPECT_EQ(result.error, "");
+    std::vector<float> want;
+    for (const auto& c : completions) {
+      const auto lp = testing::training_logprobs(*reference, prompt, c);
+      for (size_t i = 0; i < c.size(); ++i) want.push_back(lp[c[i]][i]);
+    }
+    ASSERT_EQ(result.ref_logprobs.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(result.ref_logprobs[i], want[i], 2e-5) << i;
+  };
+  orch.accept_registration();
+  orch.send(score_request(1));
+  const ScoreResult early = orch.expect<ScoreResult>();
+  EXPECT_TRUE(early.ref_logprobs.empty());
+  EXPECT_NE(early.error.find("no KL reference yet"), std::string::npos) << early.error;
+
+  WeightSyncBegin v0{0, 0, 1024, false, {}};
+  v0.kl_reference = true;
+  orch.send(v0);
+  send_v0.set_value();
+  EXPECT_TRUE(orch.expect<WeightSyncEnd>().ok);
+  orch.send(score_request(2));
+  orch.send(score_request(3, {4, 1 << 20}));  // an id outside the vocabulary fails only its own request
+  orch.send(score_request(4));
+  std::map<uint64_t, ScoreResult> answers;
+  for (int i = 0; i < 3; ++i) {
+    const ScoreResult r = orch.expect<ScoreResult>();
+    answers[r.request_id] = r;
+  }
+  expect_reference_logprobs(answers[2], 2);
+  EXPECT_TRUE(answers[3].ref_logprobs.empty());
+  EXPECT_NE(answers[3].error, "");
+  expect_reference_logprobs(answers[4], 4);
+
+  orch.send(WeightSyncBegin{1, 0, 1024, false, {}});  // not marked: the policy moves, the reference stays
+  send_v1.set_value();
+  EXPECT_TRUE(orch.expect<WeightSyncEnd>().ok);
+  orch.send(request(5, {1, 2, 3}, 1, 4));  // generating goes on beside it
+  orch.send(score_request(6));
+  for (int i = 0; i < 2; ++i) {
+    auto in = orch.next();
+    ASSERT_TRUE(in.has_value());
+    if (const auto* r = in->message.get<GenerateResult>()) EXPECT_EQ(r->first_weight_version, 1u);
+    else if (const auto* q = in->message.get<ScoreResult>()) expect_reference_logprobs(*q, 6);
+    else ADD_FAILURE() << "unexpected " << message_kind_name(in->message.kind());
+  }
+  orch.send(Shutdown{"done"});
+  worker.join();
+  sender.join();
+  EXPECT_TRUE(status.ok()) << status.to_string();
+  EXPECT_EQ(summary.kl_reference_scored, 9u);
 }
 
 // A replacement worker (no group yet) joins the group its first WeightSyncBegin names through

@@ -105,6 +105,39 @@ TEST(KlReference, TrainsLikeMicroBatchesCarryingTheReferenceLogprobs) {
   EXPECT_NE(no_kl.params(), with.params());
 }
 
+// kl_reference_on: rollout. Micro-batches that come with ref_logprobs (scored by the rollout
+// workers) train with those; the others are scored by the trainer's copy, which is captured all
+// the same (checkpoints keep it).
+TEST(KlReference, MicroBatchesThatCarryReferenceLogprobsAreNotScoredAgain) {
+  PolicyWithReference p;
+  std::vector<MicroBatch> mbs = batch_of(1);
+  mbs[0].ref_logprobs = engine::to_host_f32(p.adapter->forward(mbs[0], false)->logprobs);
+  for (float& v : mbs[0].ref_logprobs) v -= 0.25f;  // not the policy's: the step must use these
+  Result<StepReport> r = p.trainer->train(mbs);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(p.trainer->reference_captured());
+  // At the first step the trainer's reference IS the policy (x = 0 on micro-batch 1, which it
+  // scored); micro-batch 0 carried x = 0.25 on every trained token.
+  double trained0 = 0;
+  for (uint8_t m : mbs[0].loss_mask) trained0 += m;
+  const double k3 = std::exp(-0.25) - 1 + 0.25;
+  EXPECT_NEAR(ref_kl(*r), k3 * trained0, 1e-3 * k3 * trained0);
+  EXPECT_EQ(r->reference_tokens, mbs[1].num_tokens()) << "only the micro-batch without them was scored";
+}
+
+TEST(KlReference, NonFiniteCarriedReferenceLogprobsAreRefused) {
+  PolicyWithReference p;
+  std::vector<MicroBatch> mbs = batch_of(1);
+  mbs[1].ref_logprobs.assign(static_cast<size_t>(mbs[1].num_tokens()), std::nanf(""));
+  Result<StepReport> r = p.trainer->train(mbs);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("ref_logprobs"), std::string::npos) << r.status().message();
+  mbs[1].ref_logprobs.assign(3, 0.0f);  // the wrong length
+  r = p.trainer->train(mbs);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("ref_logprobs"), std::string::npos) << r.status().message();
+}
+
 TEST(KlReference, WithoutAReferenceTheMicroBatchesMustCarryItsLogprobs) {
   PolicyWithReference p(/*with_reference=*/false);
   Result<StepReport> r = p.trainer->train(batch_of(0));

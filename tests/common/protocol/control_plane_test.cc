@@ -280,7 +280,7 @@ std::vector<std::vector<std::string>> garbage_messages() {
   out.push_back({"hello"});
   out.push_back({std::string(3000, '\xff'), "x", ""});
   std::string wrong_version = header_bytes(encode(Shutdown{"must not stop the server"}));
-  wrong_version[4] = 9;
+  wrong_version[4] = static_cast<char>(kProtocolVersion + 1);
   out.push_back({wrong_version});
   std::string too_many_arrays = header_bytes(encode(Register{}));
   too_many_arrays[16] = '\xe8';  // 1000 array frames announced

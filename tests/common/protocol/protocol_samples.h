@@ -30,6 +30,7 @@ inline TrainBatch sample_train_batch() {
   b.advantages = std::vector<float>(16, 0.5f);
   b.rollout_logprobs = std::vector<float>(16, -1.25f);
   b.prefix_of = std::vector<int32_t>{-1, 0, -1, -1};  // segment 1 continues segment 0
+  b.ref_logprobs = std::vector<float>(16, -1.5f);
   return b;
 }
 
@@ -71,6 +72,7 @@ inline std::vector<Message> sample_messages() {
   begin.tensors.push_back({"model.embed_tokens.weight", DType::kBF16, {16, 64}, 0});
   begin.tensors.push_back({"model.norm.weight", DType::kF32, {64}, 2048});
   begin.group_epoch = 2;
+  begin.kl_reference = true;
   out.push_back({9, begin});
   std::vector<uint8_t> bytes(1024);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7);
@@ -86,6 +88,13 @@ inline std::vector<Message> sample_messages() {
   const std::string state = R"({"steps_completed": 4, "task_draws": 9})";
   out.push_back({17, SaveCheckpoint{4, std::vector<uint8_t>(state.begin(), state.end()), true}});
   out.push_back({18, CheckpointSaved{4, true, "", "runs/x/checkpoints/step-000004", 0.25}});
+  ScoreRequest score;
+  score.request_id = 7;
+  score.prompt_ids = iota_ids(40, 3);
+  score.completion_ids = iota_ids(30, 50);
+  score.completion_lengths = {10, 0, 20};
+  out.push_back({19, score});
+  out.push_back({20, ScoreResult{7, std::vector<float>(30, -2.5f), ""}});
   return out;
 }
 

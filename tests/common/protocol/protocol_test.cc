@@ -42,7 +42,7 @@ TEST(Protocol, EveryKindRoundTripsWithAllFields) {
     EXPECT_TRUE(decoded->payload == original.payload);
     kinds.insert(original.kind());
   }
-  EXPECT_EQ(kinds.size(), 18u) << "a message kind has no round-trip sample";
+  EXPECT_EQ(kinds.size(), 20u) << "a message kind has no round-trip sample";
 }
 
 TEST(Protocol, TypedEncodeSetsKindAndCorrelationId) {
@@ -58,7 +58,7 @@ TEST(Protocol, HeaderLayoutIsPinned) {
   // Changing these bytes breaks every peer: bump kProtocolVersion if this test must change.
   Frames frames = encode(Shutdown{"ab"}, 0x0102030405060708ull);
   ASSERT_EQ(frames.size(), 1u);
-  const std::string expected("RLRN\x08\x00\x0c\x00\x08\x07\x06\x05\x04\x03\x02\x01\x00\x00\x00\x00\x06\x00\x00\x00"
+  const std::string expected("RLRN\x09\x00\x0c\x00\x08\x07\x06\x05\x04\x03\x02\x01\x00\x00\x00\x00\x06\x00\x00\x00"
                              "\x02\x00\x00\x00" "ab", 30);
   EXPECT_EQ(bytes_of(frames[0]), expected);
 }
@@ -230,6 +230,18 @@ TEST(Protocol, CrossFieldChecks) {
 
   WeightBucket odd{1, 0, 0, DType::kF32, std::vector<uint8_t>(6)};
   EXPECT_THAT(decode_error(encode(odd)).message(), AllOf(HasSubstr("data"), HasSubstr("f32")));
+
+  TrainBatch short_ref = testing::sample_train_batch();  // none, or one per token
+  short_ref.ref_logprobs = std::vector<float>(15, -1.0f);
+  EXPECT_THAT(decode_error(encode(short_ref)).message(), HasSubstr("ref_logprobs"));
+  short_ref.ref_logprobs = {};
+  EXPECT_TRUE(decode(encode(short_ref)).ok());
+
+  ScoreRequest lengths;
+  lengths.prompt_ids = {1, 2};
+  lengths.completion_ids = {3, 4, 5};
+  lengths.completion_lengths = {2, 2};
+  EXPECT_THAT(decode_error(encode(lengths)).message(), AllOf(HasSubstr("completion_lengths"), HasSubstr("sum to 4")));
 }
 
 TEST(Protocol, DuplicateMapKeysAreRejected) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <random>
 
 #include "engine/model/model.h"
@@ -204,6 +205,56 @@ TEST(Batcher, AContinuationOfAnotherMicroBatchIsAProtocolError) {
 
 // The same samples, packed with and without shared prompts, give the same step on the real
 // decoder (two micro-batches, two ranks' worth of rows on one rank).
+// kl_reference_on: rollout. The KL reference's log-probs travel with their tokens (in the
+// batch, through the wire, shifted into the trainer's micro-batches like the rollout log-probs)
+// when every sequence of a rank's batch has them; one sequence without leaves the batch without,
+// for the trainer to score.
+TEST(Batcher, ReferenceLogprobsTravelWithTheirTokensWhenEverySequenceHasThem) {
+  const std::vector<Seq> seqs = grouped_sequences();
+  std::vector<std::vector<float>> ref(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i)
+    for (float lp : seqs[i].logprobs) ref[i].push_back(2.0f * lp - 0.01f * static_cast<float>(i));
+  std::vector<TrainSequence> in = views(seqs);
+  for (size_t i = 0; i < in.size(); ++i) in[i].ref_logprobs = ref[i];
+  for (bool share : {false, true}) {
+    PackOptions options{/*seq_len=*/40, 1, 1, /*micro_batch_rows=*/1, share};
+    const BatchBuild b = build_train_batches(in, options, 1);
+    const TrainBatch& t = b.per_rank.at(0);
+    ASSERT_EQ(t.ref_logprobs.size(), t.input_ids.size());
+    // Every trained token carries its sequence's value; nothing else does.
+    std::multiset<float> want, got;
+    for (const auto& r : ref) want.insert(r.begin(), r.end());
+    for (size_t k = 0; k < t.input_ids.size(); ++k) {
+      if (t.loss_mask[k]) got.insert(t.ref_logprobs[k]);
+      else EXPECT_EQ(t.ref_logprobs[k], 0.0f);
+    }
+    EXPECT_EQ(got, want);
+    Result<Message> decoded = decode(encode(t));
+    ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+    EXPECT_EQ(std::get<TrainBatch>(decoded->payload).ref_logprobs, t.ref_logprobs);
+    auto micro = trainer::micro_batches_from_train_batch(t);
+    ASSERT_TRUE(micro.ok()) << micro.status().message();
+    for (const trainer::MicroBatch& mb : *micro) {
+      ASSERT_EQ(mb.ref_logprobs.size(), mb.input_ids.size());
+      for (size_t k = 0; k < mb.input_ids.size(); ++k) {
+        if (!mb.loss_mask[k]) continue;
+        // ref = 2 x rollout - 0.01 x sequence: the same token's pair (a shift by one token would be
+        // 0.2 off: consecutive rollout log-probs differ by 0.1)
+        const float r = mb.ref_logprobs[k], l = mb.rollout_logprobs[k];
+        EXPECT_GE(2.0f * l - r, -1e-5f);
+        EXPECT_LE(2.0f * l - r, 0.01f * static_cast<float>(seqs.size()) + 1e-5f);
+      }
+    }
+  }
+  in[3].ref_logprobs = {};  // one sample the rollout worker could not score
+  PackOptions options{/*seq_len=*/40, 1, 1, /*micro_batch_rows=*/1, true};
+  const BatchBuild b = build_train_batches(in, options, 1);
+  EXPECT_TRUE(b.per_rank.at(0).ref_logprobs.empty());
+  auto micro = trainer::micro_batches_from_train_batch(b.per_rank.at(0));
+  ASSERT_TRUE(micro.ok());
+  for (const trainer::MicroBatch& mb : *micro) EXPECT_TRUE(mb.ref_logprobs.empty());
+}
+
 TEST(Batcher, SharedPromptsTrainLikeRepeatedOnes) {
   const std::vector<Seq> seqs = grouped_sequences();
   auto step = [&](bool share, double* loss) {

@@ -65,7 +65,8 @@ TEST(MemoryPlan, KvCacheOfLlama2ShapeFor32SequencesOf4096Tokens) {
   EXPECT_NEAR(b.kv_bytes_per_token * 32 * 4096 / 1e9, 68.7, 0.05);
 }
 
-TEST(MemoryPlan, SequencesThatFitAndWaiting) {
+// A Llama-2-7B rollout server on an 80 GB GPU, 64 sequences of 4096 tokens asked for.
+RolloutPlanInputs llama2_server() {
   RolloutPlanInputs in;
   in.model = llama2_7b();
   in.precision = bf16_mixed_policy();
@@ -73,12 +74,31 @@ TEST(MemoryPlan, SequencesThatFitAndWaiting) {
   in.max_num_seqs = 64;
   in.device_bytes = 80e9;
   in.gpu_memory_utilization = 0.9;
+  return in;
+}
+
+TEST(MemoryPlan, SequencesThatFitAndWaiting) {
+  RolloutPlanInputs in = llama2_server();
   RolloutBudget b = plan_rollout(in);
   // 72 GB usable - 13.5 GB weights - workspace leaves ~57 GB: 27 sequences of 2 GiB each
   EXPECT_GT(b.sequences_that_fit, 20);
   EXPECT_LT(b.sequences_that_fit, 30);
   EXPECT_EQ(b.sequences_waiting, 64 - b.sequences_that_fit);
   EXPECT_NEAR(b.total(), 72e9, 1e6);
+}
+
+// kl_reference_on: rollout: the worker's copy of the reference (compute weights, 2 B/param in
+// bf16) comes out of the same device share, so the KV pool shrinks by exactly that much.
+TEST(MemoryPlan, AKlReferenceOnTheRolloutWorkerTakesItsShareFromTheKvPool) {
+  RolloutPlanInputs in = llama2_server();
+  const RolloutBudget without = plan_rollout(in);
+  in.kl_reference = true;
+  const RolloutBudget with = plan_rollout(in);
+  EXPECT_DOUBLE_EQ(with.reference_weights, 2.0 * static_cast<double>(llama2_7b().num_parameters()));
+  EXPECT_EQ(without.reference_weights, 0.0);
+  EXPECT_NEAR(without.kv_pool - with.kv_pool, with.reference_weights, with.kv_bytes_per_sequence / 64 * 16 + 1);
+  EXPECT_LT(with.sequences_that_fit, without.sequences_that_fit);
+  EXPECT_NEAR(with.total(), without.total(), without.kv_bytes_per_sequence);
 }
 
 TEST(MemoryPlan, CheckpointingKeepsOnlyLayerInputs) {

@@ -186,6 +186,42 @@ int64_t bytes_waiting_for(int pid) {
 }
 
 // Without restarts (tests/orchestrator/run/fault_test.cc has the restarts).
+// kl_reference_on: rollout. The rollout worker keeps the KL reference from the sync of version 0
+// and scores every kept group on request: the trainer never runs the reference's forward pass
+// (it copies the reference once, for checkpoints), the KL term is there from the second step, and
+// the summary counts the groups each side scored.
+TEST_F(RunEndToEnd, TheKlReferenceIsScoredOnTheRolloutWorker) {
+  const fs::path run = dir_ / "kl";
+  const int code = run_rlrun("configs/tiny.yaml --run-dir '" + run.string() +
+                                 "' --set metrics_bind=127.0.0.1:0 --set heartbeat_timeout_seconds=60"
+                                 " --set number_of_steps=4 --set kl_coef=0.1 --set kl_reference_on=rollout"
+                                 // no reward on this task: the entropy bonus moves the policy
+                                 " --set entropy_coef=0.5",
+                             dir_.string() + ".out");
+  ASSERT_EQ(code, 0) << read_file(dir_.string() + ".out");
+  const json summary = json::parse(read_file(run / "summary.json"));
+  EXPECT_EQ(summary["samples"]["lost"], 0);
+  const json& groups = summary["kl_reference_groups"];
+  ASSERT_TRUE(groups.is_object()) << summary.dump(2);
+  EXPECT_EQ(groups["scored_by_trainer"], 0) << summary.dump(2);
+  // Every trained group was scored by the rollout worker (groups still waiting at exit are not trained).
+  EXPECT_GE(groups["scored_by_rollout"].get<int64_t>() * 4, summary["samples"]["trained"].get<int64_t>());
+  std::ifstream metrics(run / "metrics.jsonl");
+  std::string line;
+  int steps = 0;
+  double ref_kl_after_first = 0;
+  while (std::getline(metrics, line)) {
+    const json step = json::parse(line);
+    ++steps;
+    // Capturing the reference (a copy) is all the trainer does for it: no forward pass.
+    EXPECT_EQ(step["trainer"]["reference_tokens"], 0) << line;
+    if (steps > 1) ref_kl_after_first += step["trainer"]["ref_kl"].get<double>();
+  }
+  EXPECT_EQ(steps, 4);
+  EXPECT_GT(ref_kl_after_first, 0.0) << "the KL term must see the policy move away from the reference";
+  EXPECT_NE(read_file(run / "logs" / "rollout-0.log").find("KL reference = weight version 0"), std::string::npos);
+}
+
 TEST_F(RunEndToEnd, CrashedWorkerWithoutRestartsStopsTheRunNamingItAndItsLog) {
   start_long_run(dir_, " --set max_worker_restarts=0");
   const int pid = logged_pid(read_file(dir_ / "out"), "rollout-0");
