@@ -89,6 +89,7 @@ Result<std::vector<std::vector<std::vector<float>>>> KlReference::score(std::spa
     }
   }
   samples_scored_ += samples;
+  tokens_scored_ += static_cast<int64_t>(packed.tokens.size());
   return out;
 }
 

@@ -44,10 +44,11 @@ class KlReference {
   Result<std::vector<std::vector<std::vector<float>>>> score(std::span<const ScoredGroup> groups);
 
   int64_t samples_scored() const { return samples_scored_; }
+  int64_t tokens_scored() const { return tokens_scored_; }  // tokens its forward passes computed
 
  private:
   std::unique_ptr<engine::Model> model_;
-  int64_t samples_scored_ = 0;
+  int64_t samples_scored_ = 0, tokens_scored_ = 0;
 };
 
 }  // namespace rlrun::rollout

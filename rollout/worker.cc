@@ -272,6 +272,8 @@ void Worker::send_heartbeat() {
   hb.idle_seconds = idle_seconds_;
   hb.last_weight_sync_seconds = last_weight_sync_seconds_;
   hb.engine_step_costs = step_costs_.flat();
+  hb.kl_reference_seconds = kl_reference_cpu_;
+  if (options_.kl_reference != nullptr) hb.kl_reference_tokens = static_cast<uint64_t>(options_.kl_reference->tokens_scored());
   if (Result<ProcessMemory> mem = read_process_memory(); mem.ok()) {
     hb.memory_bytes = static_cast<uint64_t>(mem->resident_bytes);
     hb.peak_memory_bytes = static_cast<uint64_t>(mem->peak_resident_bytes);
@@ -323,7 +325,9 @@ Status Worker::run() {
     if (!pending_scores_.empty()) {  // between engine steps; not part of their cost
       const double score_cpu_start = process_cpu_seconds();
       answer_scores();
-      weight_sync_cpu_ += process_cpu_seconds() - score_cpu_start;
+      const double score_cpu = process_cpu_seconds() - score_cpu_start;
+      weight_sync_cpu_ += score_cpu;
+      kl_reference_cpu_ += score_cpu;
     }
     Timeline& timeline = global_timeline();
     if (scheduler_.can_step()) {

@@ -141,6 +141,7 @@ class Worker {
   double last_weight_sync_seconds_ = 0;
   StepCostSums step_costs_;  // every engine step's shape and cost (Heartbeat::engine_step_costs)
   double step_cpu_mark_ = -1;   // process CPU seconds at the end of the last engine step (-1: none yet)
+  double kl_reference_cpu_ = 0;  // CPU seconds answering ScoreRequests, cumulative (Heartbeat)
   double weight_sync_cpu_ = 0;  // CPU seconds of weight syncs and KL scoring since then (not the steps' cost)
   uint64_t heartbeat_counter_ = 0;
   WorkerSummary summary_;

@@ -168,6 +168,8 @@ struct Heartbeat {
   double idle_seconds = 0;             // since the worker started: time with no sequence to run
   double last_weight_sync_seconds = 0; // duration of the last weight update (0 = none yet)
   WireArray<double> engine_step_costs; // rollout: rollout/step_cost.h's StepCostSums::flat(), cumulative
+  double kl_reference_seconds = 0;     // rollout: CPU seconds scoring ScoreRequests, cumulative
+  uint64_t kl_reference_tokens = 0;    // rollout: tokens those forward passes computed, cumulative
 
   template <class V, class M> static void fields(V& v, M& m) {
     v.field("worker_id", m.worker_id); v.field("weight_version", m.weight_version);
@@ -179,6 +181,7 @@ struct Heartbeat {
     v.field("preemptions", m.preemptions); v.field("idle_seconds", m.idle_seconds);
     v.field("last_weight_sync_seconds", m.last_weight_sync_seconds);
     v.field("engine_step_costs", m.engine_step_costs);
+    v.field("kl_reference_seconds", m.kl_reference_seconds); v.field("kl_reference_tokens", m.kl_reference_tokens);
   }
   bool operator==(const Heartbeat&) const = default;
 };

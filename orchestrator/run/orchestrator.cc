@@ -116,6 +116,8 @@ void Orchestrator::handle_heartbeat(const Incoming& in, const Heartbeat& hb) {
   metrics_.observe_rollout(in.peer, hb);  // no-op for trainers
   if (hb.engine_step_costs.size() > 0)
     (void)profile_.on_heartbeat(in.peer, hb.engine_step_costs.span(), hb.last_weight_sync_seconds);  // malformed: ignored
+  if (hb.kl_reference_tokens > 0)
+    profile_.on_reference_scoring(in.peer, hb.kl_reference_seconds, static_cast<double>(hb.kl_reference_tokens));
 }
 
 Status Orchestrator::handle_register(const Incoming& in, const Register& reg) {

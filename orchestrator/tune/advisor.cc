@@ -20,7 +20,8 @@ int64_t processes(const LoopSettings& s) { return s.inference_num_workers + s.tr
 int changes(const LoopSettings& s, const LoopSettings& current) {
   return (s.inference_num_workers != current.inference_num_workers) + (s.trainer_num_workers != current.trainer_num_workers) +
          (s.max_async_rollout != current.max_async_rollout) +
-         (s.max_concurrent_prompts_per_server != current.max_concurrent_prompts_per_server);
+         (s.max_concurrent_prompts_per_server != current.max_concurrent_prompts_per_server) +
+         (s.reference_on_rollout != current.reference_on_rollout);
 }
 
 // a is better than b: faster by more than 2%, or as fast with fewer processes, then less
@@ -56,13 +57,18 @@ Advice advise(const LoopCosts& costs, const LoopSettings& current, const Cluster
       if (w + t > max_processes) continue;
       for (int64_t a : with({0, 1, 2}, current.max_async_rollout)) {
         for (int64_t l : with(lanes, current.max_concurrent_prompts_per_server)) {
-          LoopSettings s = current;
-          s.inference_num_workers = w;
-          s.trainer_num_workers = t;
-          s.max_async_rollout = a;
-          s.max_concurrent_prompts_per_server = l;
-          Candidate c{s, simulate(costs, s, cluster, options)};
-          if (c.prediction.feasible) advice.candidates.push_back(std::move(c));
+          // With a KL term (and its cost measured), the reference's pass on either side.
+          const bool both = current.kl_reference && costs.reference_seconds_per_token > 0;
+          for (bool on_rollout : both ? std::vector<bool>{false, true} : std::vector<bool>{current.reference_on_rollout}) {
+            LoopSettings s = current;
+            s.inference_num_workers = w;
+            s.trainer_num_workers = t;
+            s.max_async_rollout = a;
+            s.max_concurrent_prompts_per_server = l;
+            s.reference_on_rollout = on_rollout;
+            Candidate c{s, simulate(costs, s, cluster, options)};
+            if (c.prediction.feasible) advice.candidates.push_back(std::move(c));
+          }
         }
       }
     }
@@ -93,6 +99,9 @@ std::string describe_change(const LoopSettings& from, const LoopSettings& to) {
   add("max_concurrent_prompts_per_server", from.max_concurrent_prompts_per_server, to.max_concurrent_prompts_per_server);
   add("number_of_minibatches", from.number_of_minibatches, to.number_of_minibatches);
   add("prompts_batch_size_for_trainer", from.prompts_batch_size_for_trainer, to.prompts_batch_size_for_trainer);
+  if (from.reference_on_rollout != to.reference_on_rollout)
+    out += str(out.empty() ? "" : ", ", "kl_reference_on: ", from.reference_on_rollout ? "rollout" : "trainer", " -> ",
+               to.reference_on_rollout ? "rollout" : "trainer");
   return out;
 }
 

@@ -26,7 +26,15 @@ Result<LoopCosts> fit_costs(const LoopProfile& profile) {
   const double compute_wall = train.compute_seconds + train.optimizer_seconds;
   const double work = c.on_devices || train.cpu_seconds <= 0 ? compute_wall : train.cpu_seconds * per_thread;
   const double optimizer_share = compute_wall > 0 ? train.optimizer_seconds / compute_wall : 0.0;
-  c.train_seconds_per_token = work * (1 - optimizer_share) / train.tokens;
+  // The reference's forward pass on the trainer (kl_reference_on: trainer) is its own cost, moved
+  // with it when the simulator puts it on the rollout workers.
+  const LoopProfile::ReferenceSums ref = profile.reference();
+  const double reference_share = compute_wall > 0 && ref.trainer_tokens > 0 ? ref.trainer_seconds / compute_wall : 0.0;
+  c.train_seconds_per_token = work * std::max(0.0, 1 - optimizer_share - reference_share) / train.tokens;
+  if (ref.trainer_tokens > 0)
+    c.reference_seconds_per_token = work * reference_share / ref.trainer_tokens;
+  else if (ref.rollout_tokens > 0)
+    c.reference_seconds_per_token = ref.rollout_cpu_seconds * (c.on_devices ? 1.0 : per_thread) / ref.rollout_tokens;
   c.train_seconds_per_optimizer_step = train.optimizer_steps > 0 ? work * optimizer_share / train.optimizer_steps : 0.0;
   c.train_seconds_fixed = std::max(0.0, (train.wall_seconds - compute_wall) / n);
   c.weight_sync_seconds = train.sync_seconds / n;

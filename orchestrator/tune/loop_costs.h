@@ -21,6 +21,9 @@ struct LoopCosts {
   double train_seconds_per_token = 0;      // forward + backward, one rank, per packed token
   double train_seconds_per_optimizer_step = 0;
   double train_seconds_fixed = 0;          // per trainer step: batch transfer, packing, replies (wall)
+  // The KL reference's forward pass, per token it computes (on whichever side measured it; the
+  // same work on either: one process alone). 0: the run had no KL term.
+  double reference_seconds_per_token = 0;
   double weight_sync_seconds = 0;          // one sync round with `measured_rollout_workers` receivers (wall)
   double weight_load_seconds = 0;          // a rollout worker's pause to load a version (wall)
   double reward_seconds = 0;               // last sample back -> group scored (wall)

@@ -67,7 +67,28 @@ void LoopProfile::on_train_step(const std::map<std::string, double>& rank0, doub
   train_.optimizer_seconds += metric(rank0, "seconds_optimizer");
   train_.tokens += metric(rank0, "tokens");
   train_.optimizer_steps += metric(rank0, "optimizer_steps");
+  reference_retired_.trainer_seconds += metric(rank0, "seconds_reference");
+  reference_retired_.trainer_tokens += metric(rank0, "reference_tokens");
   train_.sync_seconds += sync_seconds;
+}
+
+void LoopProfile::on_reference_scoring(const std::string& worker, double cpu_seconds, double tokens) {
+  if (!std::isfinite(cpu_seconds) || !std::isfinite(tokens) || cpu_seconds < 0 || tokens < 0) return;
+  auto it = reference_current_.find(worker);
+  if (it != reference_current_.end() && tokens < it->second.second) {  // a new process
+    reference_retired_.rollout_cpu_seconds += it->second.first;
+    reference_retired_.rollout_tokens += it->second.second;
+  }
+  reference_current_[worker] = {cpu_seconds, tokens};
+}
+
+LoopProfile::ReferenceSums LoopProfile::reference() const {
+  ReferenceSums all = reference_retired_;
+  for (const auto& [worker, sums] : reference_current_) {
+    all.rollout_cpu_seconds += sums.first;
+    all.rollout_tokens += sums.second;
+  }
+  return all;
 }
 
 void LoopProfile::set_loop(double loop_seconds, double orchestrator_cpu_seconds) {
@@ -109,7 +130,11 @@ Json LoopProfile::to_json() const {
           {"groups_discarded", groups_discarded_},
           {"prompt_tokens", prompt_tokens_},
           {"request_overhead_seconds", request_overhead_seconds_},
-          {"completion_tokens", hist}};
+          {"completion_tokens", hist},
+          {"reference_trainer_seconds", reference().trainer_seconds},
+          {"reference_trainer_tokens", reference().trainer_tokens},
+          {"reference_rollout_cpu_seconds", reference().rollout_cpu_seconds},
+          {"reference_rollout_tokens", reference().rollout_tokens}};
 }
 
 Result<LoopProfile> LoopProfile::from_json(const Json& j) {
@@ -151,6 +176,12 @@ Result<LoopProfile> LoopProfile::from_json(const Json& j) {
   RLRUN_RETURN_IF_ERROR(read_count(j, "groups_discarded", p.groups_discarded_));
   RLRUN_RETURN_IF_ERROR(read_number(j, "prompt_tokens", p.prompt_tokens_));
   RLRUN_RETURN_IF_ERROR(read_number(j, "request_overhead_seconds", p.request_overhead_seconds_));
+  // The KL reference's sums came later: a profile without them measured none.
+  for (const auto& [key, field] : {std::pair{"reference_trainer_seconds", &p.reference_retired_.trainer_seconds},
+                                   {"reference_trainer_tokens", &p.reference_retired_.trainer_tokens},
+                                   {"reference_rollout_cpu_seconds", &p.reference_retired_.rollout_cpu_seconds},
+                                   {"reference_rollout_tokens", &p.reference_retired_.rollout_tokens}})
+    if (j.contains(key)) RLRUN_RETURN_IF_ERROR(read_number(j, key, *field));
   if (!j.contains("completion_tokens") || !j["completion_tokens"].is_array())
     return invalid_argument("profile: \"completion_tokens\" is not an array of [length, count]");
   for (const Json& pair : j["completion_tokens"]) {

@@ -40,6 +40,9 @@ class LoopProfile {
   // what its request's round trip took beyond the worker's own time (queue + steps).
   void on_group(int64_t prompt_tokens, const std::vector<int64_t>& completion_tokens, double request_overhead_seconds);
   void on_group_discarded() { ++groups_discarded_; }
+  // A rollout worker's cumulative KL reference scoring (kl_reference_on: rollout, Heartbeat): CPU
+  // seconds and tokens computed. A worker whose sums went back (a new process) has its old ones kept.
+  void on_reference_scoring(const std::string& worker, double cpu_seconds, double tokens);
   // An RL step: rank 0's TrainResult metrics ("cpu_seconds", "tokens", "optimizer_steps",
   // "seconds_forward_backward", "seconds_recompute", "seconds_reference", "seconds_optimizer"), the
   // orchestrator's train
@@ -59,6 +62,13 @@ class LoopProfile {
     double sync_seconds = 0;
   };
   const TrainSums& train() const { return train_; }
+  // The KL reference's forward passes: rank 0's wall seconds and tokens (kl_reference_on: trainer,
+  // "seconds_reference", "reference_tokens"), the rollout workers' CPU seconds and tokens.
+  struct ReferenceSums {
+    double trainer_seconds = 0, trainer_tokens = 0;
+    double rollout_cpu_seconds = 0, rollout_tokens = 0;
+  };
+  ReferenceSums reference() const;
   double mean_weight_load_seconds() const { return loads_ ? load_seconds_ / static_cast<double>(loads_) : 0; }
   double reward_seconds() const { return reward_seconds_; }
   double loop_seconds() const { return loop_seconds_; }
@@ -84,6 +94,8 @@ class LoopProfile {
   double load_seconds_ = 0;
   int64_t loads_ = 0;
   TrainSums train_;
+  ReferenceSums reference_retired_;                         // trainer sums, and replaced rollout processes'
+  std::map<std::string, std::pair<double, double>> reference_current_;  // by rollout worker: (CPU seconds, tokens)
   double reward_seconds_ = 0, loop_seconds_ = 0, orchestrator_cpu_seconds_ = 0;
   int64_t groups_finished_ = 0, groups_discarded_ = 0;
   double prompt_tokens_ = 0;

@@ -46,6 +46,7 @@ struct Worker {
   int64_t lanes_used = 0;
   int64_t version = 0;  // weights loaded
   double idle = 0;
+  std::vector<uint64_t> to_score, scoring;  // kept groups waiting for / in the KL reference's pass
 };
 
 struct Group {
@@ -76,6 +77,7 @@ class Sim {
   void end_engine_step(int w);
   void start_training();
   void finish_step();
+  void keep(uint64_t group);  // a group kept for training: queued for a batch, or first scored
   void settle();
   double advance();  // to the next event; returns dt (infinity when nothing can happen)
 
@@ -160,7 +162,8 @@ void Sim::dispatch() {
   }
 }
 
-// Every idle worker with sequences starts its next engine step (or its pending weight load).
+// Every idle worker with sequences starts its next engine step (or its pending weight load, or
+// the KL reference's pass over the groups that came to it: between engine steps, as the worker).
 void Sim::start_engine_steps() {
   for (Worker& wk : workers_) {
     if (wk.proc.busy) continue;
@@ -169,6 +172,15 @@ void Sim::start_engine_steps() {
       wk.loading = true;
       wk.proc.busy = true;
       wk.proc.remaining = c_.weight_load_seconds * wk.proc.speed;  // wall seconds, not sped up
+      continue;
+    }
+    if (!wk.to_score.empty()) {
+      int64_t tokens = 0;
+      for (uint64_t id : wk.to_score) tokens += groups_[id].tokens;
+      wk.scoring = std::move(wk.to_score);
+      wk.to_score.clear();
+      wk.proc.busy = true;
+      wk.proc.remaining = c_.reference_seconds_per_token * static_cast<double>(tokens);
       continue;
     }
     if (wk.waiting.empty() && wk.running.empty()) continue;
@@ -197,6 +209,11 @@ void Sim::end_engine_step(int w) {
     wk.version = step_ + 1;  // loads happen in the sync that makes version step_ + 1
     return;
   }
+  if (!wk.scoring.empty()) {
+    scored_.insert(scored_.end(), wk.scoring.begin(), wk.scoring.end());
+    wk.scoring.clear();
+    return;
+  }
   std::vector<Seq> still;
   for (Seq& q : wk.running) {
     if (++q.generated < q.target) {
@@ -223,12 +240,21 @@ void Sim::start_training() {
     scored_.pop_front();
   }
   const double per_rank = static_cast<double>(tokens) / static_cast<double>(s_.trainer_num_workers);
+  const double reference = s_.kl_reference && !s_.reference_on_rollout ? c_.reference_seconds_per_token : 0.0;
   for (Proc& r : ranks_) {
     r.busy = true;
-    r.remaining = c_.train_seconds_per_token * per_rank +
+    r.remaining = (c_.train_seconds_per_token + reference) * per_rank +
                   c_.train_seconds_per_optimizer_step * static_cast<double>(s_.number_of_minibatches);
   }
   trainer_ = Trainer::kTraining;
+}
+
+void Sim::keep(uint64_t group) {
+  if (!s_.kl_reference || !s_.reference_on_rollout) return scored_.push_back(group);
+  size_t best = 0;  // the least busy worker (orchestrator: Dispatcher::least_busy_worker)
+  for (size_t w = 1; w < workers_.size(); ++w)
+    if (workers_[w].lanes_used < workers_[best].lanes_used) best = w;
+  workers_[best].to_score.push_back(group);
 }
 
 void Sim::finish_step() {
@@ -261,7 +287,8 @@ double Sim::advance() {
   dt = std::max(dt, 0.0);
   for (Proc* p : busy) p->remaining -= rate(*p) * dt;
   if (trainer_ == Trainer::kWaiting) trainer_idle_ += dt;
-  for (Worker& wk : workers_) if (wk.lanes_used == 0) wk.idle += dt;
+  for (Worker& wk : workers_)
+    if (wk.lanes_used == 0 && wk.scoring.empty() && wk.to_score.empty()) wk.idle += dt;
   now_ += dt;
   return dt;
 }
@@ -294,7 +321,7 @@ void Sim::settle() {
       groups_.erase(id);
       --outstanding_;
     } else {
-      scored_.push_back(id);
+      keep(id);
     }
   }
   if (trainer_ == Trainer::kTraining) {

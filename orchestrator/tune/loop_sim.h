@@ -51,6 +51,8 @@ struct LoopSettings {
   // The samples of a group share their prompt: one prefills it, the others fork it and compute
   // its last token (rollout/scheduler.h); the trainer computes it once (share_prompts_in_training).
   bool share_prompts_in_training = true;
+  bool kl_reference = false;          // kl_coef > 0: the reference's forward pass over every trained group
+  bool reference_on_rollout = false;  // kl_reference_on: rollout (the least busy worker scores each kept group)
 };
 
 // Where the processes run. Local CPU runs: one node, cores = this machine's.

@@ -19,7 +19,8 @@ Json settings_json(const LoopSettings& s) {
           {"max_async_rollout", s.max_async_rollout},
           {"number_of_minibatches", s.number_of_minibatches},
           {"prompts_batch_size_for_trainer", s.prompts_batch_size_for_trainer},
-          {"max_concurrent_prompts_per_server", s.max_concurrent_prompts_per_server}};
+          {"max_concurrent_prompts_per_server", s.max_concurrent_prompts_per_server},
+          {"kl_reference_on", s.reference_on_rollout ? "rollout" : "trainer"}};
 }
 
 Json candidate_json(const Candidate& c) {
@@ -40,12 +41,13 @@ std::string row(const char* mark, const Candidate& c) {
   char line[200];
   if (!c.prediction.feasible)
     return str(mark, " cannot run: ", c.prediction.reason, "\n");
-  std::snprintf(line, sizeof line, "%-2s %8lld %8lld %6lld %6lld %10.3f %8.0f%% %8.0f%%\n", mark,
+  std::snprintf(line, sizeof line, "%-2s %8lld %8lld %6lld %6lld %10.3f %8.0f%% %8.0f%%", mark,
                 static_cast<long long>(s.inference_num_workers), static_cast<long long>(s.trainer_num_workers),
                 static_cast<long long>(s.max_async_rollout), static_cast<long long>(s.max_concurrent_prompts_per_server),
                 c.prediction.seconds_per_step, 100 * c.prediction.trainer_idle_fraction,
                 100 * c.prediction.rollout_idle_fraction);
-  return line;
+  if (!s.kl_reference) return str(line, "\n");
+  return str(line, s.reference_on_rollout ? "   rollout\n" : "   trainer\n");
 }
 
 bool same(const LoopSettings& a, const LoopSettings& b) { return describe_change(a, b).empty(); }
@@ -74,6 +76,8 @@ LoopSettings settings_from(const Config& c) {
   s.cpu_threads_per_worker = c.cpu_threads_per_worker;
   s.individual_sample_lanes = c.enable_individual_sample_lanes;
   s.share_prompts_in_training = c.share_prompts_in_training;
+  s.kl_reference = c.kl_coef > 0;
+  s.reference_on_rollout = c.kl_reference_on == KlReferenceOn::kRollout;
   return s;
 }
 
@@ -129,8 +133,10 @@ SimOptions sim_options(int64_t number_of_steps, uint64_t seed) {
 }
 
 std::string render_advice(const Advice& advice, size_t rows) {
+  const bool kl = advice.current.settings.kl_reference;
   std::string out = str("predicted seconds per RL step and idle fractions (", advice.current.prediction.steps,
-                        " simulated steps)\n", "   rollouts trainers async  lanes     s/step  trainer   rollout\n");
+                        " simulated steps)\n", "   rollouts trainers async  lanes     s/step  trainer   rollout",
+                        kl ? "  KL ref\n" : "\n");
   out += row("*", advice.current);
   size_t shown = 0;
   for (const Candidate& c : advice.candidates) {
@@ -139,7 +145,8 @@ std::string render_advice(const Advice& advice, size_t rows) {
     out += row(same(c.settings, advice.recommended.settings) ? ">" : "", c);
     ++shown;
   }
-  out += "(* the given settings; > the recommended; async = max_async_rollout; lanes = max_concurrent_prompts_per_server)\n";
+  out += str("(* the given settings; > the recommended; async = max_async_rollout; lanes = max_concurrent_prompts_per_server",
+             kl ? "; KL ref = kl_reference_on)\n" : ")\n");
   const std::string line = advice_line(advice);
   out += line.empty() ? str("recommended: keep these settings (nothing is predicted ", static_cast<int>((kMinGain - 1) * 100),
                             "% faster)\n")

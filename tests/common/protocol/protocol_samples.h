@@ -39,7 +39,18 @@ inline std::vector<Message> sample_messages() {
   out.push_back({1, Register{Role::kRollout, 3, "node7.cluster", 4242, {"cuda:0", "cuda:1"}, "token-abc"}});
   out.push_back({2, RegisterAck{17, "sha256:deadbeef",
                                 {{"gloo_store", "tcp://10.0.0.1:5555"}, {"nccl_id", std::string(128, '\x01')}}}});
-  out.push_back({3, Heartbeat{17, 5, 12, 3, 0.75f, 1ull << 33, 1ull << 34}});
+  Heartbeat hb;
+  hb.worker_id = 17;
+  hb.weight_version = 5;
+  hb.active_requests = 12;
+  hb.queued_requests = 3;
+  hb.kv_cache_utilization = 0.75f;
+  hb.memory_bytes = 1ull << 33;
+  hb.peak_memory_bytes = 1ull << 34;
+  hb.engine_step_costs = std::vector<double>{1, 2, 3};
+  hb.kl_reference_seconds = 1.5;
+  hb.kl_reference_tokens = 4096;
+  out.push_back({3, hb});
   GenerateRequest gen;
   gen.request_id = 99;
   gen.prompt_ids = iota_ids(40, 1);

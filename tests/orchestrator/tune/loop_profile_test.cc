@@ -54,6 +54,35 @@ TEST(LoopProfile, CostsComeFromWhatTheRunMeasured) {
   EXPECT_EQ(c->completion_tokens, (std::map<int64_t, int64_t>{{3, 2}, {5, 6}}));
 }
 
+// The KL reference's pass is split from the trainer's per-token cost when the trainer ran it
+// (a fifth of rank 0's compute wall here), or taken from the rollout workers' CPU when they did.
+TEST(LoopProfile, TheKlReferencesCostIsItsOwn) {
+  LoopProfile p = measured_profile();
+  p.on_train_step({{"cpu_seconds", 2.0}, {"tokens", 1000}, {"optimizer_steps", 1}, {"seconds_forward_backward", 1.5},
+                   {"seconds_reference", 0.5}, {"reference_tokens", 1000}, {"seconds_optimizer", 0.5}},
+                  2.75, 0.1);
+  Result<LoopCosts> c = fit_costs(p);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  // 4 CPU s over both steps; compute walls 2 + 2.5 s: optimizer 1 / 4.5, reference 0.5 / 4.5
+  EXPECT_NEAR(c->reference_seconds_per_token, 4.0 * 0.5 / 4.5 / 1000, 1e-12);
+  EXPECT_NEAR(c->train_seconds_per_token, 4.0 * 3.0 / 4.5 / 2000, 1e-12);
+
+  LoopProfile r = measured_profile();
+  r.on_reference_scoring("rollout-0", 0.3, 500);
+  r.on_reference_scoring("rollout-0", 0.6, 1000);  // cumulative: replaces
+  r.on_reference_scoring("rollout-0", 0.2, 200);   // a new process: the old sums are kept
+  c = fit_costs(r);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NEAR(c->reference_seconds_per_token, 0.8 / 1200, 1e-12);
+  EXPECT_NEAR(c->train_seconds_per_token, 1.5 / 1000, 1e-12) << "the trainer ran no reference pass";
+  Result<LoopProfile> back = LoopProfile::from_json(r.to_json());
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_NEAR(back->reference().rollout_tokens, 1200, 1e-9);
+  nlohmann::json old = r.to_json();  // a profile written before the reference's sums
+  old.erase("reference_rollout_tokens");
+  EXPECT_TRUE(LoopProfile::from_json(old).ok());
+}
+
 // The run's cluster: its node and cores, and on CPU the gradient all-reduce's rate taken from
 // the weight sync's (4 bytes x 1000 parameters to one receiver in 0.1 s: 40 kB/s).
 TEST(LoopProfile, TheClusterComesFromWhereTheRunRan) {

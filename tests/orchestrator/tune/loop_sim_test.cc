@@ -146,6 +146,49 @@ TEST(LoopSim, InfeasibleSettingsSayWhy) {
   EXPECT_EQ(p.reason, "more processes than devices");
 }
 
+// kl_reference_on: the reference's pass (0.5 ms per token: 80 ms a batch) is trainer work, or a
+// pass on the rollout worker per kept group between its engine steps. Training-bound with an idle
+// rollout worker (asynchronous), moving it takes it off the critical path; in a synchronous loop
+// it only moves from one phase to the other.
+TEST(LoopSim, TheKlReferenceOnTheRolloutWorkerLeavesTheTrainersCriticalPath) {
+  LoopCosts c = simple_costs(6, 0.01, 0.001, 0.05);
+  c.reference_seconds_per_token = 0.0005;
+  LoopSettings on_trainer = settings(1);
+  on_trainer.kl_reference = true;
+  LoopSettings on_rollout = on_trainer;
+  on_rollout.reference_on_rollout = true;
+  const Prediction t = simulate(c, on_trainer, gpus(2), {.steps = 200, .seed = 1});
+  const Prediction r = simulate(c, on_rollout, gpus(2), {.steps = 200, .seed = 1});
+  const double train = kBatchTokens * 0.001 + 0.05;
+  EXPECT_NEAR(t.seconds_per_step, train + kBatchTokens * 0.0005, 0.005);
+  EXPECT_NEAR(r.seconds_per_step, train, 0.005);  // 60 ms generation + 80 ms scoring < 210 ms
+  EXPECT_LT(r.rollout_idle_fraction, t.rollout_idle_fraction - 0.3) << "the worker now scores";
+
+  LoopSettings sync = on_trainer;
+  sync.max_async_rollout = 0;
+  LoopSettings sync_rollout = sync;
+  sync_rollout.reference_on_rollout = true;
+  const double s_t = simulate(c, sync, gpus(2), {.steps = 20, .seed = 1}).seconds_per_step;
+  const double s_r = simulate(c, sync_rollout, gpus(2), {.steps = 20, .seed = 1}).seconds_per_step;
+  EXPECT_NEAR(s_t, 0.06 + train + kBatchTokens * 0.0005, 1e-6);
+  EXPECT_NEAR(s_r, s_t, 1e-6);
+}
+
+TEST(Advisor, MovesTheKlReferenceToAnIdleRolloutWorker) {
+  LoopCosts c = simple_costs(6, 0.01, 0.001, 0.05);
+  c.reference_seconds_per_token = 0.0005;
+  LoopSettings now = settings(1);
+  now.kl_reference = true;
+  const Advice a = advise(c, now, gpus(2), {.steps = 60, .seed = 1});
+  ASSERT_TRUE(a.change);
+  EXPECT_TRUE(a.recommended.settings.reference_on_rollout);
+  EXPECT_NE(describe_change(now, a.recommended.settings).find("kl_reference_on: trainer -> rollout"), std::string::npos);
+  // Without a KL term there is nothing to move.
+  now.kl_reference = false;
+  for (const Candidate& k : advise(c, now, gpus(2), {.steps = 60, .seed = 1}).candidates)
+    EXPECT_FALSE(k.settings.reference_on_rollout);
+}
+
 TEST(Advisor, RecommendsMoreRolloutWorkersWhenGenerationIsTheBottleneck) {
   // A worker generates one token per 10 ms however it batches: only more workers help.
   LoopCosts c = simple_costs(40, 0.0, 0.0001, 0.01);
