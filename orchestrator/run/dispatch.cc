@@ -279,9 +279,11 @@ void Orchestrator::finish_group(Group group) {
 
 void Orchestrator::keep_group(Group group) {
   if (rollout_scores_kl_reference(config_) && !group.episodes) {
-    if (const int worker = dispatcher_.least_busy_worker(); worker >= 0)
+    // A resumed run's workers never got version 0, the sync that gives them the reference's copy:
+    // the trainer (which saved its copy with the checkpoint) scores every group.
+    if (const int worker = dispatcher_.least_busy_worker(); worker >= 0 && !resumed_)
       return reference_scoring_.submit(std::move(group), worker);
-    reference_scoring_.note_not_sent();  // no rollout worker serves now: the trainer scores it
+    reference_scoring_.note_not_sent();  // no rollout worker serves now, or a resumed run: the trainer scores it
   }
   dispatcher_.push_scored(std::move(group));
 }

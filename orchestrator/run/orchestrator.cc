@@ -276,6 +276,9 @@ Status Orchestrator::run() {
   // Every rollout worker starts from the trainer's weights (model.checkpoint or init, then the
   // format warm-start: version 0; a resumed run's checkpoint: its step).
   RLRUN_RETURN_IF_ERROR(recovering([this] { return weight_sync(static_cast<uint64_t>(trainer_step_)); }));
+  if (resumed_ && rollout_scores_kl_reference(config_))
+    log::info("kl_reference_on: rollout: a resumed run's rollout workers have no copy of the KL reference (it comes "
+              "with version 0); the trainer scores it, from the copy saved with the checkpoint");
   if (!resumed_) {  // a resumed run has its accuracy before training from the checkpoint
     RLRUN_ASSIGN_OR_RETURN(outcome_.accuracy_before, evaluate("before training"));
   }

@@ -105,6 +105,33 @@ TEST_F(RunResume, KlReferenceIsTheInitialPolicyAcrossAResume) {
   }
 }
 
+// kl_reference_on: rollout. The rollout workers get their copy of the reference only with version
+// 0; a resumed run starts later, so its trainer scores the reference from the checkpoint's copy,
+// and the steps it redoes see the same KL as a run that was never cut.
+TEST_F(RunResume, AResumedRunWithTheKlReferenceOnRolloutHasTheTrainerScoreIt) {
+  const std::string kl = " --set checkpoint_every=2 --set kl_coef=0.1 --set entropy_coef=0.01 --set kl_reference_on=rollout";
+  const fs::path cut = dir_ / "cut";
+  ASSERT_EQ(run_rlrun(kTiny + " --set number_of_steps=2" + kl + " --run-dir " + q(cut), dir_ / "cut.out"), 0)
+      << read_file(dir_ / "cut.out");
+  const json first = json::parse(read_file(cut / "summary.json"));
+  EXPECT_EQ(first["kl_reference_groups"]["scored_by_trainer"], 0) << first.dump(2);
+  ASSERT_EQ(run_rlrun(kTiny + " --set number_of_steps=4" + kl + " --resume --run-dir " + q(cut), dir_ / "resume.out"), 0)
+      << read_file(dir_ / "resume.out");
+  EXPECT_NE(read_file(dir_ / "resume.out").find("a resumed run's rollout workers have no copy"), std::string::npos);
+  const json resumed = json::parse(read_file(cut / "summary.json"));
+  EXPECT_EQ(resumed["samples"]["lost"], 0);
+  EXPECT_EQ(resumed["kl_reference_groups"]["scored_by_rollout"], 0) << resumed.dump(2);
+  EXPECT_GT(resumed["kl_reference_groups"]["scored_by_trainer"].get<int64_t>(), 0) << resumed.dump(2);
+  const std::vector<json> lines = metrics_lines(cut);
+  ASSERT_EQ(lines.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE("step " + std::to_string(i + 1));
+    if (i < 2) EXPECT_EQ(lines[i]["trainer"]["reference_tokens"], 0) << "the rollout worker scored it";
+    else EXPECT_GT(lines[i]["trainer"]["reference_tokens"].get<double>(), 0) << "the trainer scored it";
+  }
+  EXPECT_GT(lines[3]["trainer"]["ref_kl"].get<double>(), 0.0);
+}
+
 TEST_F(RunResume, ResumeWithoutACheckpointSaysWhatToDo) {
   const fs::path run = dir_ / "run";
   fs::create_directories(run);
