@@ -262,6 +262,8 @@ void Orchestrator::finish_group(Group group) {
   std::vector<float> rewards(group_size_), advantages(group_size_);
   for (uint32_t i = 0; i < group_size_; ++i) rewards[i] = static_cast<float>(group.samples[i].reward);
   rewarded_once_ = rewarded_once_ || std::any_of(rewards.begin(), rewards.end(), [](float r) { return r > 0.0f; });
+  samples_scored_ += group_size_;
+  samples_rewarded_ += std::count_if(rewards.begin(), rewards.end(), [](float r) { return r > 0.0f; });
   if (config_.discard_group_zero_advantage && trainer::group_has_zero_spread(rewards)) {
     if (!keep_zero_spread_) return discard_zero_spread(rewards[0], discard_all);
     ++outcome_.zero_spread_kept;  // past max_zero_spread_rounds: it fills the waiting step's batch
@@ -349,21 +351,28 @@ void Orchestrator::discard_zero_spread(float reward, const std::function<void(co
 std::string Orchestrator::zero_spread_advice() {
   if (2 * zero_spread_.solved > zero_spread_.discarded)
     return "The policy solves most prompts every time: the task is learned; stop here or make it harder";
-  // Every one earned nothing, in a run that trained on rewarded samples for a while: the policy has
-  // likely unlearned what it could do (GRPO pushing away from wrong answers can push it off the
-  // answer format too), the failure a KL pull to the reference prevents. A drought right after the
-  // start is a policy that rarely succeeds yet (the quickstart's first steps): not named.
+  // Every one earned nothing, in a run whose policy had been succeeding for a while: it has likely
+  // unlearned what it could do (GRPO pushing away from wrong answers can push it off the answer
+  // format too), the failure a KL pull to the reference prevents. A policy that rarely succeeds yet
+  // (the quickstart's first steps: about 1 sample in 100 earns a reward, and droughts of 80 groups
+  // are common) is not named: before the drought, at least 1 sample in 10 earned a reward, over at
+  // least 10 rewarded steps.
   constexpr int64_t kRewardedStepsBefore = 10;
+  constexpr double kSuccessRateBefore = 0.1;
   const std::vector<double>& means = outcome_.step_reward_means;
   const int64_t rewarded_steps = std::count_if(means.begin(), means.end(), [](double m) { return m > 0.0; });
   const auto best = std::max_element(means.begin(), means.end(), [](double a, double b) {
     return std::isnan(a) || (!std::isnan(b) && b > a);
   });
-  if (zero_spread_.failed < zero_spread_.discarded || rewarded_steps < kRewardedStepsBefore)
+  const int64_t before = samples_scored_ - zero_spread_.discarded * static_cast<int64_t>(group_size_);
+  const double success_rate = before > 0 ? static_cast<double>(samples_rewarded_) / static_cast<double>(before) : 0.0;
+  if (zero_spread_.failed < zero_spread_.discarded || rewarded_steps < kRewardedStepsBefore ||
+      success_rate < kSuccessRateBefore)
     return "Few groups teach anything: consider a larger group_size or an easier task";
   const int64_t best_step = static_cast<int64_t>(best - means.begin()) + 1;  // one mean per completed step
   if (outcome_.reward_collapse_step == 0) outcome_.reward_collapse_step = outcome_.steps_completed + 1;
-  return str("None of them earned any reward, though ", rewarded_steps, " earlier steps trained on rewarded samples ",
+  return str("None of them earned any reward, though ", static_cast<int>(100 * success_rate + 0.5),
+             "% of the samples before did and ", rewarded_steps, " earlier steps trained on rewarded samples ",
              "(mean reward up to ", *best, ", step ", best_step, "): the policy may have lost what it could do ",
              "(often the answer format; the samples in ",
              "samples.jsonl show it). ",

@@ -388,6 +388,9 @@ class Orchestrator {
   // Some sample of this run earned a reward: a long streak without one is then bad luck on a
   // policy that rarely succeeds, and the step trains on what there is rather than stop the run.
   bool rewarded_once_ = false;
+  // Samples of complete groups scored so far, and those that earned a reward (> 0): how often the
+  // policy succeeds, trained or not (zero_spread_advice).
+  int64_t samples_scored_ = 0, samples_rewarded_ = 0;
   std::string no_batch_error_;     // past the bound with nothing to learn from: run_step stops the run
   int64_t prompts_skipped_in_a_row_ = 0, longest_skipped_prompt_ = 0;  // start_group: no prompt fits
   log::RateLimited zero_spread_log_{std::chrono::seconds(60)};

@@ -25,6 +25,9 @@ TEST(QuickstartLearns, HeldOutAccuracyRisesThroughRl) {
   EXPECT_EQ(summary["exit"], "ok");
   EXPECT_EQ(summary["steps_completed"], 200);
   EXPECT_EQ(summary["samples"]["lost"], 0);
+  // Its early droughts (80 groups without a reward while about 1 sample in 100 earns one) are a
+  // policy that rarely succeeds yet, not one that unlearned the task.
+  EXPECT_TRUE(summary["reward_collapse_step"].is_null()) << summary.dump(2);
   const double before = summary["eval"]["accuracy_before"], after = summary["eval"]["accuracy_after"];
   EXPECT_LE(before, 0.15) << "the format warm-start alone must not solve the task";
   EXPECT_GE(after - before, 0.25) << "RL did not raise held-out accuracy: " << before << " -> " << after;
