@@ -70,22 +70,29 @@ TEST(RunStop, NoBatchCanFormStopsAfterTheBoundWithTheReason) {
   EXPECT_TRUE(summary["eval"]["accuracy_after"].is_number()) << summary.dump(2);
 }
 
-TEST(RunStop, ARewardCollapseIsNamedWithWhatPreventsIt) {
-  // The reward server double scores as a policy that unlearns would earn: its first 960 samples
-  // (about 15 steps of 64) are rewarded every other one, every later one nothing.
+// The quickstart without warm-start, rewarded by the reward server double in its `collapse` mode:
+// its first `rewarded` samples every other one, every later one nothing. Returns the run's stderr.
+std::string run_with_collapsing_rewards(int rewarded, int steps, json& summary) {
   auto server = testing::RewardServerProcess::start("tests/reference/faulty_reward_server.py",
-                                                    {"--mode", "collapse", "--count", "960"});
-  ASSERT_TRUE(server->ok()) << server->log();
+                                                    {"--mode", "collapse", "--count", std::to_string(rewarded)});
+  EXPECT_TRUE(server->ok()) << server->log();
   testing::TempDir dir;
   const std::string run = dir.path() + "/run";
   const testing::CliRun r = testing::run_rlrun(
       dir, str("'", quickstart(), "' --run-dir '", run, "' --set metrics_bind=127.0.0.1:0 --set format_warm_start_steps=0 ",
                "--set task.reward=http --set task.reward_url=", server->url(), " --set kl_coef=0 ",
-               "--set max_zero_spread_rounds=1 --set number_of_steps=20 --set task.eval_every=0"));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("earlier steps trained on rewarded samples (mean reward up to 0.5"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("set kl_coef"), std::string::npos) << r.err;
-  const json summary = json::parse(testing::read_all(run + "/summary.json"));
+               "--set max_zero_spread_rounds=1 --set number_of_steps=", steps, " --set task.eval_every=0"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  summary = json::parse(testing::read_all(run + "/summary.json"));
+  return r.err;
+}
+
+TEST(RunStop, ARewardCollapseIsNamedWithWhatPreventsIt) {
+  // A policy that unlearns: about 15 steps of 64 samples rewarded every other one, then nothing.
+  json summary;
+  const std::string err = run_with_collapsing_rewards(960, 20, summary);
+  EXPECT_NE(err.find("earlier steps trained on rewarded samples (mean reward up to 0.5"), std::string::npos) << err;
+  EXPECT_NE(err.find("set kl_coef"), std::string::npos) << err;
   EXPECT_GE(summary["reward_collapse_step"].get<int64_t>(), 11) << summary.dump(2);
   EXPECT_LE(summary["reward_collapse_step"].get<int64_t>(), 20) << summary.dump(2);
   EXPECT_EQ(summary["steps_completed"], 20);
@@ -94,19 +101,10 @@ TEST(RunStop, ARewardCollapseIsNamedWithWhatPreventsIt) {
 // A drought right after the start, before the run ever earned much, is a policy that rarely
 // succeeds yet (the quickstart's first steps), not a collapse.
 TEST(RunStop, AnEarlyDroughtIsNotACollapse) {
-  auto server = testing::RewardServerProcess::start("tests/reference/faulty_reward_server.py",
-                                                    {"--mode", "collapse", "--count", "64"});
-  ASSERT_TRUE(server->ok()) << server->log();
-  testing::TempDir dir;
-  const std::string run = dir.path() + "/run";
-  const testing::CliRun r = testing::run_rlrun(
-      dir, str("'", quickstart(), "' --run-dir '", run, "' --set metrics_bind=127.0.0.1:0 --set format_warm_start_steps=0 ",
-               "--set task.reward=http --set task.reward_url=", server->url(), " --set kl_coef=0 ",
-               "--set max_zero_spread_rounds=1 --set number_of_steps=4 --set task.eval_every=0"));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("Few groups teach anything"), std::string::npos) << r.err;
-  EXPECT_EQ(r.err.find("may have lost what it could do"), std::string::npos) << r.err;
-  const json summary = json::parse(testing::read_all(run + "/summary.json"));
+  json summary;
+  const std::string err = run_with_collapsing_rewards(64, 4, summary);
+  EXPECT_NE(err.find("Few groups teach anything"), std::string::npos) << err;
+  EXPECT_EQ(err.find("may have lost what it could do"), std::string::npos) << err;
   EXPECT_TRUE(summary["reward_collapse_step"].is_null()) << summary.dump(2);
 }
 
