@@ -20,7 +20,7 @@ that runs on it; newer TRL needs torch 2), made once:
       "datasets<3.3" "pandas<2.2" "pyarrow<16" numpy==1.24.2 "jinja2>=3.1" gguf
 
   TRL_PYTHON=/tmp/trl-venv/bin/python python3 bench/trl_grpo.py [--steps 30] [--threads 2]
-      [--skip-rlrun] [--skip-trl] [--rlrun-set KEY=VALUE ...]
+      [--skip-rlrun] [--skip-trl] [--rlrun-set KEY=VALUE ...] [--keep-run DIR]
 """
 import argparse
 import json
@@ -187,6 +187,7 @@ def main():
     p.add_argument("--skip-rlrun", action="store_true")
     p.add_argument("--skip-trl", action="store_true")
     p.add_argument("--rlrun-set", action="append", default=[])
+    p.add_argument("--keep-run", metavar="DIR", help="rlrun's run folder (kept; default: a temporary one)")
     p.add_argument("--trl-side", help=argparse.SUPPRESS)  # internal: run TRL in this interpreter
     a = p.parse_args()
     if a.trl_side:
@@ -202,7 +203,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="rlrun_bench_trl_") as tmp:
         data = write_data(a, tmp)
         if not a.skip_rlrun:
-            results["rlrun"] = run_rlrun(a, data, os.path.join(tmp, "rlrun"))
+            results["rlrun"] = run_rlrun(a, data, a.keep_run or os.path.join(tmp, "rlrun"))
             log(f"rlrun: {results['rlrun']}")
         if not a.skip_trl:
             python = os.environ.get("TRL_PYTHON", sys.executable)

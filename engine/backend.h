@@ -64,6 +64,10 @@ class Backend {
   virtual std::string name() const = 0;   // "cpu", "cuda:0"
   virtual bool is_host() const = 0;       // memory directly addressable by the CPU
   virtual DType compute_dtype() const = 0;
+  // Compute threads of a host backend (0 for a device), and changing them between steps
+  // (balance_cpu_threads): false where the backend has no such setting.
+  virtual int compute_threads() const { return 0; }
+  virtual bool set_compute_threads(int n) { (void)n; return false; }
 
   // ---- memory ---------------------------------------------------------------------------------
   // A new zero-filled tensor. Aborts when out of memory (a device failure, not a user error).

@@ -108,6 +108,20 @@ void Worker::handle_generate(const GenerateRequest& request, uint64_t correlatio
   scheduler_.add(to_generation_request(request));
 }
 
+// Between two engine steps (messages are handled there): the next steps, and the KL reference's
+// passes, compute with the new count.
+void Worker::set_threads(const SetThreads& request, uint64_t correlation_id) {
+  engine::Backend& backend = scheduler_.model().backend();
+  if (request.threads < 1 || request.threads > kMaxComputeThreads ||
+      !backend.set_compute_threads(static_cast<int>(request.threads))) {
+    send_error(StatusCode::kInvalidArgument, MessageKind::kSetThreads,
+               str("rollout ", options_.index, ": cannot compute with ", request.threads, " threads on ", backend.name()),
+               correlation_id);
+    return;
+  }
+  log::info(str("rollout ", options_.index, ": computing with ", request.threads, " thread(s): ", request.reason));
+}
+
 bool Worker::handle(const Message& message) {
   last_heard_ = Clock::now();
   if (const auto* r = message.get<GenerateRequest>()) {
@@ -118,6 +132,8 @@ bool Worker::handle(const Message& message) {
     for (uint64_t id : c->request_ids) scheduler_.cancel(id);
   } else if (const auto* w = message.get<WeightSyncBegin>()) {
     pending_sync_ = std::make_unique<WeightSyncBegin>(*w);
+  } else if (const auto* t = message.get<SetThreads>()) {
+    set_threads(*t, message.correlation_id);
   } else if (const auto* s = message.get<Shutdown>()) {
     summary_.exit_reason = str("shutdown: ", s->reason);
     return false;

@@ -106,6 +106,7 @@ class Worker {
   bool handle(const Message& message);
   void handle_generate(const GenerateRequest& request, uint64_t correlation_id);
   void run_weight_sync(const WeightSyncBegin& begin);
+  void set_threads(const SetThreads& request, uint64_t correlation_id);
   // Makes "weights-<epoch>" the current group (joining it unless already there).
   Status join_weight_group(uint32_t epoch);
   void send_finished();

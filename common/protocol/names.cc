@@ -27,6 +27,7 @@ const char* message_kind_name(MessageKind kind) {
     case MessageKind::kCheckpointSaved: return "CheckpointSaved";
     case MessageKind::kScoreRequest: return "ScoreRequest";
     case MessageKind::kScoreResult: return "ScoreResult";
+    case MessageKind::kSetThreads: return "SetThreads";
   }
   return "unknown";
 }

@@ -185,6 +185,7 @@ Result<Message> decode(Frames frames) {
     case MessageKind::kCheckpointSaved: return decode_body<CheckpointSaved>(header, body, &frames);
     case MessageKind::kScoreRequest: return decode_body<ScoreRequest>(header, body, &frames);
     case MessageKind::kScoreResult: return decode_body<ScoreResult>(header, body, &frames);
+    case MessageKind::kSetThreads: return decode_body<SetThreads>(header, body, &frames);
   }
   return protocol_error("malformed message: unknown message kind");  // unreachable: decode_header checked
 }
@@ -244,6 +245,7 @@ RLRUN_INSTANTIATE_ENCODE(SaveCheckpoint)
 RLRUN_INSTANTIATE_ENCODE(CheckpointSaved)
 RLRUN_INSTANTIATE_ENCODE(ScoreRequest)
 RLRUN_INSTANTIATE_ENCODE(ScoreResult)
+RLRUN_INSTANTIATE_ENCODE(SetThreads)
 #undef RLRUN_INSTANTIATE_ENCODE
 
 }  // namespace rlrun

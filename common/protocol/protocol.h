@@ -54,8 +54,8 @@ inline constexpr uint32_t kWireMagic = 0x4E524C52;  // "RLRN" as bytes in memory
 // 2: rollout stats in Heartbeat, per-token weight versions; 3: SaveCheckpoint / CheckpointSaved;
 // 4: TrainBatch.supervised; 5: WeightSyncBegin.group_epoch; 7: Heartbeat.engine_step_costs;
 // 9: the KL reference on rollout workers (WeightSyncBegin.kl_reference, ScoreRequest / ScoreResult,
-// TrainBatch.ref_logprobs)
-inline constexpr uint16_t kProtocolVersion = 9;
+// TrainBatch.ref_logprobs); 10: SetThreads
+inline constexpr uint16_t kProtocolVersion = 10;
 inline constexpr size_t kHeaderPrefixBytes = 24;
 
 // Every limit of the wire format, in one place. The control plane also sets ZMQ_MAXMSGSIZE to
@@ -67,6 +67,7 @@ inline constexpr size_t kMaxMessageBytes = 1u << 30;        // all frames togeth
 inline constexpr uint32_t kMaxStringBytes = 64u << 10;      // one string field (64 KiB)
 inline constexpr uint32_t kMaxListElements = 1u << 16;      // one inline list or map
 inline constexpr uint64_t kMaxArrayElements = kMaxFrameBytes;  // one WireArray (bytes bound it too)
+inline constexpr uint32_t kMaxComputeThreads = 1024;        // SetThreads (cpu_threads_per_worker's bound)
 
 // ---------------------------------------------------------------- enums on the wire
 enum class MessageKind : uint16_t {
@@ -90,6 +91,7 @@ enum class MessageKind : uint16_t {
   kCheckpointSaved = 18,
   kScoreRequest = 19,
   kScoreResult = 20,
+  kSetThreads = 21,
 };
 const char* message_kind_name(MessageKind kind);  // "GenerateRequest"; "unknown" if out of range
 
@@ -506,10 +508,22 @@ struct ScoreResult {
   bool operator==(const ScoreResult&) const = default;
 };
 
+// orchestrator -> trainer or rollout worker (balance_cpu_threads, orchestrator/run/core_balance.h):
+// compute with `threads` threads from the next step on (the cores another process idles on).
+// Not answered; a worker that cannot answers ErrorReply.
+struct SetThreads {
+  static constexpr MessageKind kKind = MessageKind::kSetThreads;
+  uint32_t threads = 1;
+  std::string reason;  // for the worker's log
+
+  template <class V, class M> static void fields(V& v, M& m) { v.field("threads", m.threads); v.field("reason", m.reason); }
+  bool operator==(const SetThreads&) const = default;
+};
+
 using Payload = std::variant<Register, RegisterAck, Heartbeat, GenerateRequest, GenerateResult,
                              Cancel, TrainBatch, TrainResult, WeightSyncBegin, WeightBucket,
                              WeightSyncEnd, Shutdown, ErrorReply, StoreSet, StoreGet, StoreValue,
-                             SaveCheckpoint, CheckpointSaved, ScoreRequest, ScoreResult>;
+                             SaveCheckpoint, CheckpointSaved, ScoreRequest, ScoreResult, SetThreads>;
 
 template <class T>
 concept WireMessage = requires { T::kKind; } && std::is_constructible_v<Payload, T>;

@@ -29,6 +29,9 @@ class CpuBackend final : public Backend {
   // set 0 so that their small cases still run the multi-threaded code paths.
   void set_min_parallel_work(int64_t work) { min_parallel_work_ = work; }
 
+  int compute_threads() const override { return num_threads_; }
+  bool set_compute_threads(int n) override { set_num_threads(n); return true; }
+
   std::string name() const override { return "cpu"; }
   bool is_host() const override { return true; }
   DType compute_dtype() const override { return DType::kF32; }

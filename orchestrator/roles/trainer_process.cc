@@ -149,6 +149,8 @@ class TrainerLoop {
       send_weights(*begin, m.correlation_id);
     } else if (const SaveCheckpoint* save = m.get<SaveCheckpoint>()) {
       save_checkpoint(*save, m.correlation_id);
+    } else if (const SetThreads* t = m.get<SetThreads>()) {
+      set_threads(*t, m.correlation_id);
     } else if (const Shutdown* s = m.get<Shutdown>()) {
       log::info(str("trainer ", options_.rank, ": shutdown (", s->reason, ")"));
       return false;
@@ -179,7 +181,22 @@ class TrainerLoop {
     if (!batch.supervised) ++version_;  // warm-start steps come before version 0
     TrainResult result = trainer::train_result(batch, *report, version_);
     result.metrics["cpu_seconds"] = process_cpu_seconds() - cpu_start;  // the step's work (`rlrun tune`)
+    result.metrics["cpu_threads"] = rank_.backend->compute_threads();
     send(result, correlation_id);
+  }
+
+  // balance_cpu_threads (orchestrator/run/core_balance.h): the next steps compute with more (or
+  // fewer) threads.
+  void set_threads(const SetThreads& request, uint64_t correlation_id) {
+    if (request.threads < 1 || request.threads > kMaxComputeThreads ||
+        !rank_.backend->set_compute_threads(static_cast<int>(request.threads))) {
+      send(ErrorReply{StatusCode::kInvalidArgument, static_cast<uint16_t>(MessageKind::kSetThreads),
+                      str("trainer ", options_.rank, ": cannot compute with ", request.threads, " threads on ",
+                          rank_.backend->name())},
+           correlation_id);
+      return;
+    }
+    log::info(str("trainer ", options_.rank, ": computing with ", request.threads, " thread(s): ", request.reason));
   }
 
   void send_weights(const WeightSyncBegin& begin, uint64_t correlation_id) {

@@ -57,9 +57,12 @@ RunMetrics::RunMetrics(prometheus::Registry& r, const std::vector<std::string>& 
   weight_sync_bytes = &counter_family(r, "weight_sync_bytes_total", "weight bytes sent to rollout workers").Add({});
   auto& mem = gauge_family(r, "worker_resident_bytes", "resident memory per process, from heartbeats");
   auto& peak = gauge_family(r, "worker_peak_resident_bytes", "peak resident memory per process, from heartbeats");
+  auto& threads = gauge_family(r, "worker_compute_threads",
+                               "CPU threads a worker process computes with (changed by balance_cpu_threads)");
   for (const std::string& p : processes) {
     memory_bytes[p] = &mem.Add({{"process", p}});
     peak_memory_bytes[p] = &peak.Add({{"process", p}});
+    compute_threads[p] = &threads.Add({{"process", p}});
   }
   auto& running = gauge_family(r, "rollout_running_sequences", "sequences running in the worker's KV cache");
   auto& waiting = gauge_family(r, "rollout_waiting_sequences", "sequences queued in the worker (new or preempted)");

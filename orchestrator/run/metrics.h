@@ -48,6 +48,7 @@ struct RunMetrics {
   prometheus::Counter* weight_sync_bytes;
   std::map<std::string, prometheus::Gauge*> memory_bytes;       // by process, from heartbeats
   std::map<std::string, prometheus::Gauge*> peak_memory_bytes;  // by process
+  std::map<std::string, prometheus::Gauge*> compute_threads;    // by process: CPU threads it computes with
 
   // What a rollout worker reports of itself in its heartbeats, labelled {worker}.
   struct RolloutGauges {

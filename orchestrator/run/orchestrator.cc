@@ -118,6 +118,12 @@ void Orchestrator::handle_heartbeat(const Incoming& in, const Heartbeat& hb) {
     (void)profile_.on_heartbeat(in.peer, hb.engine_step_costs.span(), hb.last_weight_sync_seconds);  // malformed: ignored
   if (hb.kl_reference_tokens > 0)
     profile_.on_reference_scoring(in.peer, hb.kl_reference_seconds, static_cast<double>(hb.kl_reference_tokens));
+  if (WorkerSlot* w = worker_by_name(in.peer); w != nullptr && std::isfinite(hb.kl_reference_seconds)) {
+    // Cumulative per process: a replacement starts again from 0.
+    const double before = hb.kl_reference_seconds >= w->kl_reference_seconds ? w->kl_reference_seconds : 0.0;
+    rollout_scoring_cpu_ += std::max(0.0, hb.kl_reference_seconds - before);
+    w->kl_reference_seconds = hb.kl_reference_seconds;
+  }
 }
 
 Status Orchestrator::handle_register(const Incoming& in, const Register& reg) {
@@ -134,7 +140,12 @@ Status Orchestrator::handle_register(const Incoming& in, const Register& reg) {
   RegisterAck ack;
   ack.assigned_id = static_cast<uint32_t>(w - workers_.data());
   log::info(str(w->name, " registered (pid ", reg.pid, " on ", reg.host, ")"));
-  return server_.send(in.peer, ack, in.message.correlation_id);
+  RLRUN_RETURN_IF_ERROR(server_.send(in.peer, ack, in.message.correlation_id));
+  w->compute_threads = w->spec.cpus;  // a new process: the threads it was started with
+  w->kl_reference_seconds = 0;
+  note_threads(*w);
+  if (core_balance_) send_threads(*w);
+  return Status();
 }
 
 Status Orchestrator::handle(const Incoming& in) {
@@ -285,6 +296,7 @@ Status Orchestrator::run() {
   looping_ = true;
   loop_start_ = last_tick_ = Clock::now();
   loop_cpu_start_ = process_cpu_seconds();
+  start_core_balance();
   while (outcome_.steps_completed < config_.number_of_steps) {
     Status s = run_step();
     if (s.ok()) continue;

@@ -58,6 +58,7 @@
 #include "orchestrator/launch/launcher.h"
 #include "orchestrator/reward/http_reward.h"
 #include "orchestrator/reward/reward_function.h"
+#include "orchestrator/run/core_balance.h"
 #include "orchestrator/run/dispatch_count.h"
 #include "orchestrator/run/dispatcher.h"
 #include "orchestrator/run/metrics.h"
@@ -95,6 +96,15 @@ struct RunOutcome {
   // could not (the trainer scored them); both -1 when the trainer scores every group.
   int64_t kl_reference_scored_by_rollout = -1, kl_reference_scored_by_trainer = -1;
   std::map<std::string, int64_t> peak_memory_bytes;  // by process, from heartbeats
+  // balance_cpu_threads where it applies (run/core_balance.h): the threads each side started with,
+  // and every change.
+  struct CoreChange {
+    int64_t step = 0;  // after it
+    CoreShare share;
+    std::string reason;
+  };
+  std::optional<CoreShare> cores_base;  // none: not balanced
+  std::vector<CoreChange> core_changes;
   // Trainer processes: the backend's peak bytes per phase ("forward_backward", "optimizer"),
   // from TrainResult: what `rlrun plan --compare` sets beside the plan.
   std::map<std::string, std::map<std::string, int64_t>> phase_peak_bytes;
@@ -453,7 +463,8 @@ class Orchestrator {
   static constexpr int64_t kProfileEvery = 10;  // steps between profile.json writes
   static constexpr int64_t kAdviseEvery = 50;   // steps between advice refreshes (Prometheus gauges)
   static constexpr int64_t kAdviseSteps = 30;   // steps those refreshes simulate (the end: the run's own)
-  void profile_step(int64_t step);             // after a step: the profile file, the gauges
+  // After a step: its costs (rank 0's metrics), the profile file, the gauges.
+  void profile_step(int64_t step, const std::map<std::string, double>& rank0, double train_seconds);
   void save_profile();
   // Simulates the run's settings and the candidates; sets the gauges; at_end: summary.json's
   // "tuning" and, past advise_idle_threshold, the log line that says what to change.
@@ -461,6 +472,20 @@ class Orchestrator {
   tune::LoopProfile profile_;
   double loop_cpu_start_ = 0;  // the orchestrator's CPU seconds when the loop began
   bool profile_write_failed_ = false;
+
+  // ---- run/cores.cc: balance_cpu_threads (run/core_balance.h)
+  void start_core_balance();         // when the loop starts: on, where it applies
+  void balance_cores(int64_t step);  // after a step: a window's measures, a change sent
+  void send_threads(WorkerSlot& w);  // the threads its role computes with now, if it has others
+  void note_threads(const WorkerSlot& w);  // the rlrun_worker_compute_threads gauge
+  std::optional<CoreBalance> core_balance_;
+  struct CoreWindow {  // the measures' sums at the window's start
+    int64_t step = 0;
+    double loop = 0, trainer_idle = 0, rollout_idle = 0, rollout_scoring = 0;
+  };
+  CoreWindow core_window_;
+  CoreWindow core_sums(int64_t step) const;
+  double rollout_scoring_cpu_ = 0;  // CPU seconds of every rollout process scoring the KL reference
 
   RunOutcome outcome_;
   Clock::time_point last_tick_, loop_start_;

@@ -29,6 +29,18 @@ Json tenth_mean(const std::vector<double>& v, bool last) {
   return number(sum / static_cast<double>(k));
 }
 
+// balance_cpu_threads: the threads each side started with and every change (null where the run
+// does not balance: cpu_threads_per_worker set, a device backend, several nodes, or the key off).
+Json cpu_threads_json(const RunOutcome& o) {
+  if (!o.cores_base) return nullptr;
+  Json changes = Json::array();
+  for (const RunOutcome::CoreChange& c : o.core_changes)
+    changes.push_back({{"after_step", c.step}, {"trainer", c.share.trainer_threads},
+                       {"rollout", c.share.rollout_threads}, {"reason", c.reason}});
+  return {{"start", {{"trainer", o.cores_base->trainer_threads}, {"rollout", o.cores_base->rollout_threads}}},
+          {"changes", changes}};
+}
+
 // "processes": one entry per worker (`role`, `rank`, resident `peak_memory_bytes`, and for
 // trainers the backend's `backend_peak_bytes` and `phase_peak_bytes`), the keys `rlrun plan
 // --compare` reads (orchestrator/plan/memory_report.h).
@@ -172,6 +184,7 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
            ? Json(nullptr)
            : Json{{"scored_by_rollout", o.kl_reference_scored_by_rollout},
                   {"scored_by_trainer", o.kl_reference_scored_by_trainer}}},
+      {"cpu_threads", cpu_threads_json(o)},
       {"tuning", o.tuning},
       {"model", o.model_dir.empty() ? Json(nullptr) : Json(o.model_dir)},
       {"exit", o.exit}};

@@ -189,8 +189,8 @@ Status Orchestrator::run_step() {
     RLRUN_ASSIGN_OR_RETURN(accuracy, evaluate(str("at step ", step).c_str()));
   }
   write_step_line(train_results_[0].metrics, wait_s, train_s, last_sync_seconds_, done, accuracy);
-  profile_.on_train_step(train_results_[0].metrics, train_s, last_sync_seconds_);
-  profile_step(step);
+  profile_step(step, train_results_[0].metrics, train_s);
+  balance_cores(step);
   print_progress(done.reward_mean);
   last_step_state_ = capture_state();
   RLRUN_RETURN_IF_ERROR(checkpoint_if_due());

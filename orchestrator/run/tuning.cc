@@ -23,7 +23,13 @@ void Orchestrator::set_cluster_shape(int64_t nodes, int64_t slots_per_node) {
   profile_.parameters = model_config_from(config_.model).num_parameters();
 }
 
-void Orchestrator::profile_step(int64_t step) {
+void Orchestrator::profile_step(int64_t step, const std::map<std::string, double>& rank0, double train_seconds) {
+  // A step computed with threads lent by balance_cpu_threads (run/cores.cc) measured another
+  // configuration than the run's: its costs are left out, as the simulator gives each process its share.
+  const auto threads = rank0.find("cpu_threads");
+  if (core_balance_ == std::nullopt || threads == rank0.end() ||
+      static_cast<int>(threads->second) == core_balance_->base().trainer_threads)
+    profile_.on_train_step(rank0, train_seconds, last_sync_seconds_);
   if (step % kProfileEvery == 0) save_profile();
   if (step % kAdviseEvery == 0) advise(false);
 }

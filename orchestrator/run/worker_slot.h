@@ -26,6 +26,8 @@ struct WorkerSlot {
   std::string log_path;
   bool registered = false;
   double idle_seconds = 0;
+  int compute_threads = 0;           // CPU backend: the threads it computes with (spec.cpus, or SetThreads')
+  double kl_reference_seconds = 0;   // its process's CPU seconds scoring the KL reference, as last heard
   ProcessSpec spec{};    // how it was started: a replacement starts the same way
   WorkerState state = WorkerState::kStarting;
   int restarts = 0;

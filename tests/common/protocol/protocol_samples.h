@@ -106,6 +106,7 @@ inline std::vector<Message> sample_messages() {
   score.completion_lengths = {10, 0, 20};
   out.push_back({19, score});
   out.push_back({20, ScoreResult{7, std::vector<float>(30, -2.5f), ""}});
+  out.push_back({21, SetThreads{2, "the rollout workers idled 60%"}});
   return out;
 }
 

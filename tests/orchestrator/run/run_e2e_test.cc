@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <vector>
 #include <sstream>
 #include <string>
 
@@ -66,6 +67,7 @@ TEST_F(RunEndToEnd, TinyConfigRunsEveryStepAndAccountsForEverySample) {
     EXPECT_TRUE(summary.contains(key)) << key;
   EXPECT_EQ(summary["exit"], "ok");
   EXPECT_EQ(summary["steps_completed"], 3);
+  EXPECT_TRUE(summary["cpu_threads"].is_null()) << "tiny.yaml sets cpu_threads_per_worker: the run does not balance";
   const json& samples = summary["samples"];
   EXPECT_EQ(samples["lost"], 0);
   EXPECT_GT(samples["generated"].get<int64_t>(), 0);
@@ -220,6 +222,52 @@ TEST_F(RunEndToEnd, TheKlReferenceIsScoredOnTheRolloutWorker) {
   EXPECT_EQ(steps, 4);
   EXPECT_GT(ref_kl_after_first, 0.0) << "the KL term must see the policy move away from the reference";
   EXPECT_NE(read_file(run / "logs" / "rollout-0.log").find("KL reference = weight version 0"), std::string::npos);
+}
+
+// balance_cpu_threads: a loop whose trainer never waits while its rollout worker idles (two-token
+// completions of a wider model) lends the rollout's cores to the trainer, which computes the next
+// steps with more threads; the next window judges the lend by the steps' time and keeps or undoes it.
+TEST_F(RunEndToEnd, IdleRolloutCoresAreLentToTheBusyTrainerAndJudgedByTheStepTime) {
+  const fs::path run = dir_ / "cores";
+  const int code = run_rlrun("configs/tiny.yaml --run-dir '" + run.string() +
+                                 "' --set cpu_threads_per_worker=0 --set number_of_steps=40 --set max_tokens=2"
+                                 " --set prompts_batch_size_for_trainer=8 --set group_size=8 --set max_async_rollout=2"
+                                 " --set model.hidden_size=256 --set model.num_layers=4 --set model.intermediate_size=1024"
+                                 " --set model.num_heads=4 --set model.num_kv_heads=2 --set max_num_seqs=64"
+                                 " --set seq_len=512 --set heartbeat_timeout_seconds=60",
+                             dir_.string() + ".out");
+  ASSERT_EQ(code, 0) << read_file(dir_.string() + ".out");
+  const json summary = json::parse(read_file(run / "summary.json"));
+  EXPECT_EQ(summary["samples"]["lost"], 0);
+  const json& cores = summary["cpu_threads"];
+  ASSERT_TRUE(cores.is_object()) << summary.dump(2);
+  const int start = cores["start"]["trainer"].get<int>();
+  ASSERT_GE(start, 1);
+  const json& changes = cores["changes"];
+  ASSERT_GE(changes.size(), 1u) << cores.dump(2);
+  const int lent_after = changes[0]["after_step"].get<int>();
+  const int borrowed = changes[0]["trainer"].get<int>();
+  EXPECT_GT(borrowed, start) << cores.dump(2);
+  EXPECT_EQ(changes[0]["rollout"], cores["start"]["rollout"]);
+  EXPECT_NE(changes[0]["reason"].get<std::string>().find("each trainer rank takes"), std::string::npos);
+  // What each step computed with, as the trainer reported it.
+  std::vector<int> threads;
+  std::ifstream metrics(run / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);)
+    threads.push_back(static_cast<int>(json::parse(line)["trainer"]["cpu_threads"].get<double>()));
+  ASSERT_EQ(threads.size(), 40u);
+  for (int step = 1; step <= lent_after; ++step) EXPECT_EQ(threads[step - 1], start) << "step " << step;
+  EXPECT_EQ(threads[lent_after], borrowed) << "step " << lent_after + 1 << " computes with the borrowed threads";
+  if (changes.size() >= 2) {  // the trial's verdict, from the window after the lend
+    const std::string verdict = changes[1]["reason"];
+    const int judged_after = changes[1]["after_step"].get<int>();
+    ASSERT_LT(judged_after, 40);
+    const bool paid = verdict.find("lending pays") != std::string::npos;
+    EXPECT_TRUE(paid || verdict.find("lending did not pay") != std::string::npos) << verdict;
+    EXPECT_EQ(threads[judged_after], paid ? borrowed : start) << verdict;
+  }
+  EXPECT_NE(read_file(run / "logs" / "trainer-0.log").find("computing with " + std::to_string(borrowed) + " thread(s)"),
+            std::string::npos);
 }
 
 TEST_F(RunEndToEnd, CrashedWorkerWithoutRestartsStopsTheRunNamingItAndItsLog) {
