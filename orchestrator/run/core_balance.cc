@@ -27,25 +27,25 @@ CoreBalance::CoreBalance(CoreShare base, int trainer_ranks, int rollout_workers)
     : base_(base), current_(base), trainer_ranks_(std::max(1, trainer_ranks)),
       rollout_workers_(std::max(1, rollout_workers)) {}
 
+double CoreBalance::spare_for(const WindowLoad& load, bool to_trainer) const {
+  // The lenders' idle cores, per borrowing process.
+  return to_trainer ? load.rollout_idle * rollout_workers_ * base_.rollout_threads / trainer_ranks_
+                    : load.trainer_idle * trainer_ranks_ * base_.trainer_threads / rollout_workers_;
+}
+
 std::optional<CoreBalance::Change> CoreBalance::lend(const WindowLoad& load) {
-  // Idle cores of each side, per process of the other.
-  const double rollout_spare = load.rollout_idle * rollout_workers_ * base_.rollout_threads / trainer_ranks_;
-  const double trainer_spare = load.trainer_idle * trainer_ranks_ * base_.trainer_threads / rollout_workers_;
-  if (load.trainer_idle <= kBottleneckIdle && rollout_spare >= kLendAt) {
-    const int extra = lent_threads(rollout_spare);
+  for (const bool to_trainer : {true, false}) {
+    const double borrower_idle = to_trainer ? load.trainer_idle : load.rollout_idle;
+    const double spare = spare_for(load, to_trainer);
+    if (borrower_idle > kBottleneckIdle || spare < kLendAt) continue;
     CoreShare share = base_;
-    share.trainer_threads += extra;
-    return Change{share, str("the trainer idled ", percent(load.trainer_idle), "% and the rollout workers ",
-                             percent(load.rollout_idle), "% of the last steps: each trainer rank takes ",
-                             share.trainer_threads, " threads")};
-  }
-  if (load.rollout_idle <= kBottleneckIdle && trainer_spare >= kLendAt) {
-    const int extra = lent_threads(trainer_spare);
-    CoreShare share = base_;
-    share.rollout_threads += extra;
-    return Change{share, str("the rollout workers idled ", percent(load.rollout_idle), "% and the trainer ",
-                             percent(load.trainer_idle), "% of the last steps: each rollout worker takes ",
-                             share.rollout_threads, " threads")};
+    int& threads = to_trainer ? share.trainer_threads : share.rollout_threads;
+    threads += lent_threads(spare);
+    return Change{share, str("the ", to_trainer ? "trainer" : "rollout workers", " idled ", percent(borrower_idle),
+                             "% and the ", to_trainer ? "rollout workers " : "trainer ",
+                             percent(to_trainer ? load.rollout_idle : load.trainer_idle),
+                             "% of the last steps: each ", to_trainer ? "trainer rank" : "rollout worker", " takes ",
+                             threads, " threads")};
   }
   return std::nullopt;
 }
@@ -90,9 +90,7 @@ std::optional<CoreBalance::Change> CoreBalance::judge_trial(const WindowLoad& lo
 std::optional<CoreBalance::Change> CoreBalance::keep_or_return(const WindowLoad& load) {
   const bool to_trainer = current_.trainer_threads > base_.trainer_threads;
   const double borrower_idle = to_trainer ? load.trainer_idle : load.rollout_idle;
-  const double lender_spare = to_trainer
-      ? load.rollout_idle * rollout_workers_ * base_.rollout_threads / trainer_ranks_
-      : load.trainer_idle * trainer_ranks_ * base_.trainer_threads / rollout_workers_;
+  const double lender_spare = spare_for(load, to_trainer);
   const char* borrower = to_trainer ? "trainer" : "rollout workers";
   const char* lender = to_trainer ? "rollout workers" : "trainer";
   std::string why;

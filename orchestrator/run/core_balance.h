@@ -70,6 +70,7 @@ class CoreBalance {
   const CoreShare& current() const { return current_; }
 
  private:
+  double spare_for(const WindowLoad& load, bool to_trainer) const;
   std::optional<Change> lend(const WindowLoad& load);
   std::optional<Change> judge_trial(const WindowLoad& load);
   std::optional<Change> keep_or_return(const WindowLoad& load);
