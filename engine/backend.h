@@ -65,7 +65,7 @@ class Backend {
   virtual bool is_host() const = 0;       // memory directly addressable by the CPU
   virtual DType compute_dtype() const = 0;
   // Compute threads of a host backend (0 for a device), and changing them between steps
-  // (balance_cpu_threads): false where the backend has no such setting.
+  // (balance_cpu_threads): false where the backend has no such setting or `n` is out of its range.
   virtual int compute_threads() const { return 0; }
   virtual bool set_compute_threads(int n) { (void)n; return false; }
 

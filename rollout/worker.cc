@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "common/clock.h"
@@ -112,8 +113,7 @@ void Worker::handle_generate(const GenerateRequest& request, uint64_t correlatio
 // passes, compute with the new count.
 void Worker::set_threads(const SetThreads& request, uint64_t correlation_id) {
   engine::Backend& backend = scheduler_.model().backend();
-  if (request.threads < 1 || request.threads > kMaxComputeThreads ||
-      !backend.set_compute_threads(static_cast<int>(request.threads))) {
+  if (!backend.set_compute_threads(static_cast<int>(std::min<uint32_t>(request.threads, INT32_MAX)))) {
     send_error(StatusCode::kInvalidArgument, MessageKind::kSetThreads,
                str("rollout ", options_.index, ": cannot compute with ", request.threads, " threads on ", backend.name()),
                correlation_id);

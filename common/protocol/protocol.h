@@ -67,7 +67,6 @@ inline constexpr size_t kMaxMessageBytes = 1u << 30;        // all frames togeth
 inline constexpr uint32_t kMaxStringBytes = 64u << 10;      // one string field (64 KiB)
 inline constexpr uint32_t kMaxListElements = 1u << 16;      // one inline list or map
 inline constexpr uint64_t kMaxArrayElements = kMaxFrameBytes;  // one WireArray (bytes bound it too)
-inline constexpr uint32_t kMaxComputeThreads = 1024;        // SetThreads (cpu_threads_per_worker's bound)
 
 // ---------------------------------------------------------------- enums on the wire
 enum class MessageKind : uint16_t {

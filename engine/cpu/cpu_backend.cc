@@ -36,6 +36,12 @@ void CpuBackend::set_num_threads(int n) {
   openblas_set_num_threads(num_threads_);
 }
 
+bool CpuBackend::set_compute_threads(int n) {
+  if (n < 1 || n > kMaxThreads) return false;
+  set_num_threads(n);
+  return true;
+}
+
 // ---- memory -------------------------------------------------------------------------------------
 
 void* CpuBackend::raw_alloc(size_t bytes) {

@@ -15,6 +15,7 @@ namespace rlrun::engine::cpu {
 
 class CpuBackend final : public Backend {
  public:
+  static constexpr int kMaxThreads = 1024;   // cpu_threads_per_worker's bound
   explicit CpuBackend(int num_threads = 0);  // 0: all hardware threads
 
   // Threads for OpenBLAS and our loops. OpenBLAS's setting is process-wide: the last CpuBackend
@@ -30,7 +31,7 @@ class CpuBackend final : public Backend {
   void set_min_parallel_work(int64_t work) { min_parallel_work_ = work; }
 
   int compute_threads() const override { return num_threads_; }
-  bool set_compute_threads(int n) override { set_num_threads(n); return true; }
+  bool set_compute_threads(int n) override;  // 1 .. kMaxThreads
 
   std::string name() const override { return "cpu"; }
   bool is_host() const override { return true; }

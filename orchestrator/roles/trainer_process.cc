@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 
@@ -188,8 +190,7 @@ class TrainerLoop {
   // balance_cpu_threads (orchestrator/run/core_balance.h): the next steps compute with more (or
   // fewer) threads.
   void set_threads(const SetThreads& request, uint64_t correlation_id) {
-    if (request.threads < 1 || request.threads > kMaxComputeThreads ||
-        !rank_.backend->set_compute_threads(static_cast<int>(request.threads))) {
+    if (!rank_.backend->set_compute_threads(static_cast<int>(std::min<uint32_t>(request.threads, INT32_MAX)))) {
       send(ErrorReply{StatusCode::kInvalidArgument, static_cast<uint16_t>(MessageKind::kSetThreads),
                       str("trainer ", options_.rank, ": cannot compute with ", request.threads, " threads on ",
                           rank_.backend->name())},

@@ -119,9 +119,8 @@ void Orchestrator::handle_heartbeat(const Incoming& in, const Heartbeat& hb) {
   if (hb.kl_reference_tokens > 0)
     profile_.on_reference_scoring(in.peer, hb.kl_reference_seconds, static_cast<double>(hb.kl_reference_tokens));
   if (WorkerSlot* w = worker_by_name(in.peer); w != nullptr && std::isfinite(hb.kl_reference_seconds)) {
-    // Cumulative per process: a replacement starts again from 0.
-    const double before = hb.kl_reference_seconds >= w->kl_reference_seconds ? w->kl_reference_seconds : 0.0;
-    rollout_scoring_cpu_ += std::max(0.0, hb.kl_reference_seconds - before);
+    // Cumulative per process (handle_register resets it for a new one).
+    rollout_scoring_cpu_ += std::max(0.0, hb.kl_reference_seconds - w->kl_reference_seconds);
     w->kl_reference_seconds = hb.kl_reference_seconds;
   }
 }
