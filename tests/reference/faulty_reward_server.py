@@ -23,7 +23,7 @@ Modes (--mode):
   collapse     a policy that unlearns: the first --count SAMPLES (not requests) are rewarded
                1, 0, 1, 0, ... by position (every group has a spread), every later one 0
 --delay S delays every answer by S seconds (to hold requests in flight). Prints
-"faulty_reward_server: listening on http://HOST:PORT/" once the port is bound.
+"faulty_reward_server: listening on http://HOST:PORT/" once it accepts connections (mode down: at once, while it still refuses them).
 """
 
 import argparse
@@ -136,10 +136,16 @@ def main(argv=None):
     server = ThreadingHTTPServer((args.host, args.port), Handler, bind_and_activate=False)
     server.server_bind()  # bound, not listening: connections are refused until server_activate()
     host, port = server.server_address[:2]
-    print("faulty_reward_server: listening on http://%s:%d/" % (host, port), flush=True)
     if args.mode == "down":
+        # Say the address at once, and refuse connections to it for --down-seconds.
+        print("faulty_reward_server: listening on http://%s:%d/" % (host, port), flush=True)
         time.sleep(args.down_seconds)
-    server.server_activate()
+        server.server_activate()
+    else:
+        # Say the address only once it accepts connections: a client that connects as soon as it
+        # reads the line must never be refused (that would count as one more failed request).
+        server.server_activate()
+        print("faulty_reward_server: listening on http://%s:%d/" % (host, port), flush=True)
     server.serve_forever()
     return 0
 
