@@ -1,9 +1,14 @@
 // cpu_backend.h - the reference backend: fp32 on the host, OpenBLAS sgemm for every matmul, our
 // own OpenMP loops for everything else.
 //
-// Threads: the thread count is set once (constructor or set_num_threads) and configures both
-// OpenBLAS (openblas_set_num_threads, a process-wide setting) and every OpenMP region here, so the
-// two pools never oversubscribe the cores. Regions never nest and never run while sgemm runs.
+// Threads: the thread count is set once (constructor or set_num_threads, or set_compute_threads
+// between steps) and sizes every OpenMP region here. OpenBLAS itself runs single-threaded
+// (openblas_set_num_threads(1), process-wide): a matmul is split into blocks of rows or columns of
+// its output (matmul_blocks) that the region's threads take as they come free, each one
+// single-threaded sgemm call. BLAS's own threading splits a product evenly over its threads, so
+// one thread that shares its core with another process (the rollout worker beside the trainer)
+// holds back the whole product, and its pool spins between calls; blocks taken as threads come
+// free keep the process as fast as the cores it actually gets. Regions never nest.
 #pragma once
 
 #include <atomic>
@@ -13,13 +18,22 @@
 
 namespace rlrun::engine::cpu {
 
+// How a matmul (out m x n, inner dimension k) is split over `threads`: into `count` blocks of
+// `size` rows (split_rows) or columns of the output, the last one possibly smaller. count 1: one
+// call (small products, where waking threads would cost more than the product).
+struct MatmulBlocks {
+  bool split_rows = true;
+  int64_t size = 0;
+  int64_t count = 1;
+};
+MatmulBlocks matmul_blocks(int64_t m, int64_t n, int64_t k, int threads);
+
 class CpuBackend final : public Backend {
  public:
   static constexpr int kMaxThreads = 1024;   // cpu_threads_per_worker's bound
   explicit CpuBackend(int num_threads = 0);  // 0: all hardware threads
 
-  // Threads for OpenBLAS and our loops. OpenBLAS's setting is process-wide: the last CpuBackend
-  // to call this decides it. n <= 0 means all hardware threads.
+  // Threads for matmuls and our loops. n <= 0 means all hardware threads.
   void set_num_threads(int n);
   int num_threads() const { return num_threads_; }
   // Hot loops use AVX2 + FMA variants when the CPU has them (cpu_math.h). Tests call this with

@@ -33,6 +33,23 @@ TEST_P(OpsForward, MatmulAllTransposesAndDtypesWithAlphaBeta) {
     }
 }
 
+// Products large enough for the CPU backend to split into blocks of rows (m >= n) or columns,
+// each transpose, with alpha and beta, sizes not multiples of the blocks.
+TEST_P(OpsForward, MatmulLargeEnoughToSplitAllTransposes) {
+  struct Dims { int64_t m, n, k; };
+  for (const Dims d : {Dims{203, 75, 161}, Dims{41, 301, 199}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const Vec a = random_input(d.m * d.k, 4), b = random_input(d.k * d.n, 5), init = random_input(d.m * d.n, 6);
+        Tensor out = upload(Shape{d.m, d.n}, init);
+        be().matmul(out, upload(ta ? Shape{d.k, d.m} : Shape{d.m, d.k}, a),
+                    upload(tb ? Shape{d.n, d.k} : Shape{d.k, d.n}, b), ta, tb, 0.5f, 2.0f);
+        Vec want = ref_matmul(a, b, d.m, d.n, d.k, ta, tb);
+        for (size_t i = 0; i < want.size(); ++i) want[i] = 0.5 * want[i] + 2.0 * init[i];
+        EXPECT_CLOSE(download(out), want, tol(1e-5, kBf16Out)) << d.m << "x" << d.n << "x" << d.k << " ta=" << ta << " tb=" << tb;
+      }
+}
+
 TEST_P(OpsForward, MatmulFlattensLeadingDimsAndBetaZeroIgnoresGarbage) {
   const int64_t k = 4, n = 3;
   const Vec a = random_input(2 * 3 * k, 4), b = random_input(n * k, 5);

@@ -72,15 +72,38 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(-INFINITY)), -INFINITY);
 }
 
-TEST(CpuBackend, ThreadCountConfiguresOpenBlasToo) {
+TEST(CpuBackend, ThreadCountIsOursAndOpenBlasStaysSingleThreaded) {
   cpu::CpuBackend be(1);
   EXPECT_EQ(be.num_threads(), 1);
   EXPECT_EQ(openblas_get_num_threads(), 1);
   be.set_num_threads(2);
   EXPECT_EQ(be.num_threads(), 2);
-  EXPECT_EQ(openblas_get_num_threads(), 2);
+  EXPECT_EQ(openblas_get_num_threads(), 1);  // the backend's threads take a matmul's blocks
   be.set_num_threads(0);  // all hardware threads
   EXPECT_GE(be.num_threads(), 1);
+}
+
+TEST(CpuBackend, MatmulBlocksSplitTheLongerSideOfLargeProducts) {
+  // One thread, or a product too small to be worth waking threads for: one call.
+  EXPECT_EQ(cpu::matmul_blocks(1330, 576, 576, 1).count, 1);
+  EXPECT_EQ(cpu::matmul_blocks(1, 64, 576, 2).count, 1);
+  // A decode step at batch 1 (SmolLM2's 576 x 576): bound by streaming the weights, split.
+  EXPECT_EQ(cpu::matmul_blocks(1, 576, 576, 2).count, 4);
+  // Tokens x features: rows, two blocks a thread, whole vector widths.
+  cpu::MatmulBlocks b = cpu::matmul_blocks(1330, 576, 576, 2);
+  EXPECT_TRUE(b.split_rows);
+  EXPECT_EQ(b.count, 4);
+  EXPECT_EQ(b.size % 16, 0);
+  EXPECT_GE(b.size * b.count, 1330);
+  EXPECT_LT(b.size * (b.count - 1), 1330);
+  // A decode step against the output layer: its columns.
+  b = cpu::matmul_blocks(8, 49152, 576, 2);
+  EXPECT_FALSE(b.split_rows);
+  EXPECT_EQ(b.count, 4);
+  // Blocks never thinner than 32: a 64-row product on 16 threads makes 2.
+  b = cpu::matmul_blocks(64, 64, 4096, 16);
+  EXPECT_EQ(b.count, 2);
+  EXPECT_EQ(b.size, 32);
 }
 
 TEST(Backend, CreateKnownAndUnknown) {
