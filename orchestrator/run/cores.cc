@@ -39,7 +39,14 @@ Orchestrator::CoreWindow Orchestrator::core_sums(int64_t step) const {
 
 void Orchestrator::balance_cores(int64_t step) {
   if (!core_balance_ || step >= config_.number_of_steps) return;  // no step left to use a change
-  const CoreWindow now = core_sums(step);
+  CoreWindow now = core_sums(step);
+  now.opened = true;
+  if (!core_window_.opened) {
+    // The loop's first step waited for the rollout's first batch, which no share of threads
+    // changes (the trainer had nothing to do yet): windows start after it.
+    core_window_ = now;
+    return;
+  }
   const double loop = now.loop - core_window_.loop;
   if (now.step - core_window_.step < CoreBalance::kWindowSteps || loop < CoreBalance::kWindowSeconds) return;
   // The rollout workers' idle time, less the CPU they spent scoring the KL reference (done while

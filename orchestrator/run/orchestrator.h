@@ -482,6 +482,7 @@ class Orchestrator {
   struct CoreWindow {  // the measures' sums at the window's start
     int64_t step = 0;
     double loop = 0, trainer_idle = 0, rollout_idle = 0, rollout_scoring = 0;
+    bool opened = false;  // false until the loop's first step is done (windows start after it)
   };
   CoreWindow core_window_;
   CoreWindow core_sums(int64_t step) const;

@@ -246,6 +246,7 @@ TEST_F(RunEndToEnd, IdleRolloutCoresAreLentToTheBusyTrainerAndJudgedByTheStepTim
   const json& changes = cores["changes"];
   ASSERT_GE(changes.size(), 1u) << cores.dump(2);
   const int lent_after = changes[0]["after_step"].get<int>();
+  EXPECT_GE(lent_after, 3) << "windows of >= 2 steps start after the first step (its wait is the first batch's)";
   const int borrowed = changes[0]["trainer"].get<int>();
   EXPECT_GT(borrowed, start) << cores.dump(2);
   EXPECT_EQ(changes[0]["rollout"], cores["start"]["rollout"]);
