@@ -122,10 +122,12 @@ void expect_one_recovery(const json& summary, const std::string& reason_part, co
 
 TEST_F(WorkerFaults, KilledDuringGenerationIsReplacedAndTheRunFinishes) {
   BackgroundRun run(dir_, "");
-  ASSERT_TRUE(run.wait_steps(1)) << run.output();
-  // A random point of generation after the first step (the two workers are generating the next batch).
+  // A random point of generation in the first third of the run (the two workers are generating the
+  // next batch), counted in steps: a run on an idle machine takes ~20 ms a step, so a wait in
+  // wall time could land after the last step, with no request left for the replacement.
   std::mt19937 rng(rlrun::testing::test_seed());
-  std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 400)(rng)));
+  ASSERT_TRUE(run.wait_steps(std::uniform_int_distribution<int>(1, kSteps / 3)(rng))) << run.output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 10)(rng)));
   const int pid = run.pid_of("rollout-1");
   ASSERT_GT(pid, 0) << run.output();
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
