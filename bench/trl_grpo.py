@@ -9,17 +9,19 @@ writes (rlrun: task.name jsonl): the same training prompts (each side draws them
 shuffled order), and 64 held-out problems never trained on,
 scored greedily with the same rule (the last number in the answer, rlrun's `numeric`).
 
-rlrun's seconds per RL step: its loop time / steps (profile.json: generation overlaps training).
-TRL's: the median (and mean) of its optimizer steps (generation, reference and policy forward,
-backward, AdamW, in sequence). Prints both, their ratio, and one JSON line. Never fails on time.
+Seconds per RL step, the median (and mean) over the steps of each side: rlrun's step is its loop's
+wait for a batch + train + weight sync (metrics.jsonl; generation overlaps training, and the first
+step's wait is the first batch's generation), TRL's an optimizer step (generation, reference and
+policy forward, backward, AdamW, in sequence). Prints both, the ratio of the medians, and one JSON
+line. Never fails on time.
 
-Needs TRL beside torch: a venv over Debian's python3-torch 1.13 (TRL 0.14 is the newest GRPOTrainer
-that runs on it; newer TRL needs torch 2), made once:
-  /usr/bin/python3 -m venv --system-site-packages /tmp/trl-venv
-  /tmp/trl-venv/bin/pip install trl==0.14.0 transformers==4.46.3 tokenizers==0.20.3 accelerate==0.34.2 \
-      "datasets<3.3" "pandas<2.2" "pyarrow<16" numpy==1.24.2 "jinja2>=3.1" gguf
+Needs TRL beside a current torch: a venv with PyPI's torch 2.5.1 (its CPU kernels; the wheel pulls
+the CUDA libraries too, ~3 GB, unused here) and TRL 0.14, made once:
+  python3 -m venv /tmp/trl2
+  /tmp/trl2/bin/pip install torch==2.5.1 trl==0.14.0 transformers==4.46.3 tokenizers==0.20.3 \
+      accelerate==0.34.2 "datasets<3.3" "pandas<2.2" "pyarrow<16" "numpy<2" "jinja2>=3.1" gguf
 
-  TRL_PYTHON=/tmp/trl-venv/bin/python python3 bench/trl_grpo.py [--steps 30] [--threads 2]
+  TRL_PYTHON=/tmp/trl2/bin/python python3 bench/trl_grpo.py [--steps 30] [--threads 2]
       [--skip-rlrun] [--skip-trl] [--rlrun-set KEY=VALUE ...] [--keep-run DIR]
 """
 import argparse
@@ -87,10 +89,13 @@ def run_rlrun(a, data, run_dir):
         sys.exit(1)
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
-    with open(os.path.join(run_dir, "profile.json")) as f:
-        profile = json.load(f)
-    return {"seconds_per_step": profile["loop_seconds"] / max(1, profile["train_steps"]),
-            "steps": profile["train_steps"], "wall_seconds": time.time() - t0,
+    # The loop's seconds per step (waiting for a batch, training, weight sync), every step; not
+    # profile.json's, which leaves out steps trained with lent threads (balance_cpu_threads).
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    steps = [r["wait_seconds"] + r["train_seconds"] + r["weight_sync_seconds"] for r in rows]
+    return {"seconds_per_step": statistics.median(steps), "mean_seconds_per_step": statistics.mean(steps),
+            "steps": len(rows), "wall_seconds": time.time() - t0,
             "accuracy_before": summary["eval"]["accuracy_before"],
             "accuracy_after": summary["eval"]["accuracy_after"],
             "trainer_idle_fraction": summary.get("trainer_idle_fraction"),
@@ -163,7 +168,10 @@ def trl_side(a, data):
     before = accuracy()
     log(f"TRL: held-out accuracy before {before:.3f}")
     with tempfile.TemporaryDirectory(prefix="rlrun_trl_") as out:
+        # gradient_accumulation_steps=1: TRL 0.14 defaults to 8, which would make its optimizer step
+        # 8 x 8 prompts (and a step callback would time only the last of the 8 micro-batches).
         config = GRPOConfig(output_dir=out, learning_rate=1e-6, per_device_train_batch_size=8, num_generations=8,
+                            gradient_accumulation_steps=1,
                             max_completion_length=16, max_prompt_length=192, temperature=1.0, beta=a.beta,
                             max_grad_norm=1.0, max_steps=a.steps, logging_steps=1, save_strategy="no",
                             report_to="none", seed=a.seed, use_cpu=True, bf16=False, dataloader_num_workers=0)
@@ -217,9 +225,10 @@ def main():
             results["trl"] = json.loads(line[-1][6:])
     print(f"SmolLM2-135M, 8 prompts x 8 samples, <= 16 new tokens, lr 1e-6, beta {a.beta}, {a.steps} steps, "
           f"{a.threads} threads, {os.cpu_count()} cores")
-    print(f"{'':26}{'s/step':>10}{'accuracy before':>18}{'after':>8}")
+    print(f"{'':26}{'s/step (median)':>16}{'(mean)':>8}{'accuracy before':>18}{'after':>8}")
     for name, r in results.items():
-        print(f"{name:26}{r['seconds_per_step']:>10.2f}{r['accuracy_before']:>18.3f}{r['accuracy_after']:>8.3f}")
+        print(f"{name:26}{r['seconds_per_step']:>16.2f}{r['mean_seconds_per_step']:>8.2f}"
+              f"{r['accuracy_before']:>18.3f}{r['accuracy_after']:>8.3f}")
     if "rlrun" in results and "trl" in results:
         results["speedup"] = results["trl"]["seconds_per_step"] / results["rlrun"]["seconds_per_step"]
         print(f"rlrun is {results['speedup']:.2f}x faster per RL step than TRL's GRPOTrainer (median step)")
