@@ -20,7 +20,8 @@ namespace {
 const std::set<std::string> kTunable = {"inference_num_workers",  "trainer_num_workers",
                                         "max_async_rollout",      "number_of_minibatches",
                                         "prompts_batch_size_for_trainer", "max_concurrent_prompts_per_server",
-                                        "cpu_threads_per_worker", "kl_reference_on"};
+                                        "cpu_threads_per_worker", "kl_reference_on",
+                                        "balance_cpu_threads"};
 
 Status check_overrides(const std::vector<std::string>& overrides) {
   for (const std::string& o : overrides) {

@@ -30,6 +30,8 @@ void Orchestrator::profile_step(int64_t step, const std::map<std::string, double
   if (core_balance_ == std::nullopt || threads == rank0.end() ||
       static_cast<int>(threads->second) == core_balance_->base().trainer_threads)
     profile_.on_train_step(rank0, train_seconds, last_sync_seconds_);
+  else  // how much faster the lend made it: `rlrun tune` simulates the balancing with it
+    profile_.on_lent_train_step(rank0, static_cast<int64_t>(threads->second));
   if (step % kProfileEvery == 0) save_profile();
   if (step % kAdviseEvery == 0) advise(false);
 }

@@ -49,6 +49,11 @@ Result<LoopCosts> fit_costs(const LoopProfile& profile) {
                                  : 0.0;
   c.parameters = profile.parameters;
   c.measured_rollout_workers = std::max<int64_t>(1, profile.rollout_workers);
+  const LoopProfile::LentSums& lent = profile.lent_train();
+  if (lent.steps > 0 && lent.threads > 0 && lent.tokens > 0 && lent.compute_seconds > 0 && train.compute_seconds > 0) {
+    c.trainer_lent_threads = lent.threads;
+    c.trainer_lent_speed = (train.compute_seconds / train.tokens) / (lent.compute_seconds / lent.tokens);
+  }
   return c;
 }
 

@@ -34,6 +34,11 @@ struct LoopCosts {
   double group_discard_fraction = 0;       // finished groups discarded (no reward spread, errors)
   int64_t parameters = 0;                  // model parameters (gradient all-reduce bytes = 4 x)
   int64_t threads = 1;                     // threads per process when measured
+  // balance_cpu_threads: a trainer rank computing with `trainer_lent_threads` (lent by the rollout
+  // workers) ran `trainer_lent_speed` times as fast per token as with its own share, measured in
+  // the run, its neighbours' load included. 0: the run never computed with lent threads.
+  int64_t trainer_lent_threads = 0;
+  double trainer_lent_speed = 0;
   int64_t measured_rollout_workers = 1;
   bool on_devices = false;                 // measured on GPUs: work is wall time
 };

@@ -72,6 +72,14 @@ void LoopProfile::on_train_step(const std::map<std::string, double>& rank0, doub
   train_.sync_seconds += sync_seconds;
 }
 
+void LoopProfile::on_lent_train_step(const std::map<std::string, double>& rank0, int64_t threads) {
+  ++lent_train_.steps;
+  lent_train_.threads = threads;
+  lent_train_.compute_seconds += metric(rank0, "seconds_forward_backward") + metric(rank0, "seconds_recompute") +
+                                 metric(rank0, "seconds_reference");
+  lent_train_.tokens += metric(rank0, "tokens");
+}
+
 void LoopProfile::on_reference_scoring(const std::string& worker, double cpu_seconds, double tokens) {
   if (!std::isfinite(cpu_seconds) || !std::isfinite(tokens) || cpu_seconds < 0 || tokens < 0) return;
   auto it = reference_current_.find(worker);
@@ -123,6 +131,10 @@ Json LoopProfile::to_json() const {
           {"train_tokens", train_.tokens},
           {"optimizer_steps", train_.optimizer_steps},
           {"weight_sync_seconds", train_.sync_seconds},
+          {"lent_train_steps", lent_train_.steps},
+          {"lent_trainer_threads", lent_train_.threads},
+          {"lent_train_compute_seconds", lent_train_.compute_seconds},
+          {"lent_train_tokens", lent_train_.tokens},
           {"reward_seconds", reward_seconds_},
           {"loop_seconds", loop_seconds_},
           {"orchestrator_cpu_seconds", orchestrator_cpu_seconds_},
@@ -176,6 +188,13 @@ Result<LoopProfile> LoopProfile::from_json(const Json& j) {
   RLRUN_RETURN_IF_ERROR(read_count(j, "groups_discarded", p.groups_discarded_));
   RLRUN_RETURN_IF_ERROR(read_number(j, "prompt_tokens", p.prompt_tokens_));
   RLRUN_RETURN_IF_ERROR(read_number(j, "request_overhead_seconds", p.request_overhead_seconds_));
+  // The lent steps' sums came later still: a profile without them measured none.
+  if (j.contains("lent_train_steps")) {
+    RLRUN_RETURN_IF_ERROR(read_count(j, "lent_train_steps", p.lent_train_.steps));
+    RLRUN_RETURN_IF_ERROR(read_count(j, "lent_trainer_threads", p.lent_train_.threads));
+    RLRUN_RETURN_IF_ERROR(read_number(j, "lent_train_compute_seconds", p.lent_train_.compute_seconds));
+    RLRUN_RETURN_IF_ERROR(read_number(j, "lent_train_tokens", p.lent_train_.tokens));
+  }
   // The KL reference's sums came later: a profile without them measured none.
   for (const auto& [key, field] : {std::pair{"reference_trainer_seconds", &p.reference_retired_.trainer_seconds},
                                    {"reference_trainer_tokens", &p.reference_retired_.trainer_tokens},

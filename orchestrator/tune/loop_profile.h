@@ -62,6 +62,14 @@ class LoopProfile {
     double sync_seconds = 0;
   };
   const TrainSums& train() const { return train_; }
+  // Rank 0's steps computed with threads lent by balance_cpu_threads (left out of train()): their
+  // forward/backward wall seconds and tokens, at `threads` threads per rank.
+  struct LentSums {
+    int64_t steps = 0, threads = 0;
+    double compute_seconds = 0, tokens = 0;
+  };
+  const LentSums& lent_train() const { return lent_train_; }
+  void on_lent_train_step(const std::map<std::string, double>& rank0, int64_t threads);
   // The KL reference's forward passes: rank 0's wall seconds and tokens (kl_reference_on: trainer,
   // "seconds_reference", "reference_tokens"), the rollout workers' CPU seconds and tokens.
   struct ReferenceSums {
@@ -94,6 +102,7 @@ class LoopProfile {
   double load_seconds_ = 0;
   int64_t loads_ = 0;
   TrainSums train_;
+  LentSums lent_train_;
   ReferenceSums reference_retired_;                         // trainer sums, and replaced rollout processes'
   std::map<std::string, std::pair<double, double>> reference_current_;  // by rollout worker: (CPU seconds, tokens)
   double reward_seconds_ = 0, loop_seconds_ = 0, orchestrator_cpu_seconds_ = 0;

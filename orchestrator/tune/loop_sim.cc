@@ -5,10 +5,12 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "common/observe/log.h"
 #include "common/status.h"
+#include "orchestrator/run/core_balance.h"
 
 namespace rlrun::orchestrator::tune {
 namespace {
@@ -33,7 +35,8 @@ struct Seq {
 struct Proc {
   int node = 0;
   int64_t threads = 1;
-  double speed = 1;  // kind speed x thread speed
+  double kind_speed = 1;  // the cluster's generation or training speed
+  double speed = 1;       // kind speed x thread speed
   bool busy = false;
   double remaining = 0;
 };
@@ -77,6 +80,9 @@ class Sim {
   void end_engine_step(int w);
   void start_training();
   void finish_step();
+  void balance_cores();  // balance_cpu_threads: a window's measures, CoreBalance's decision
+  void set_threads(Proc& p, int64_t threads);
+  void apply_share(const CoreShare& share);
   void keep(uint64_t group);  // a group kept for training: queued for a batch, or first scored
   void settle();
   double advance();  // to the next event; returns dt (infinity when nothing can happen)
@@ -111,6 +117,14 @@ class Sim {
   double staleness_sum_ = 0;
   int64_t staleness_n_ = 0;
   int64_t generated_groups_ = 0;
+  // balance_cpu_threads, as the orchestrator does it (run/cores.cc): windows of steps from the
+  // end of the first step.
+  std::optional<CoreBalance> balance_;
+  int64_t lent_trainer_threads_ = 0, lent_rollout_threads_ = 0;  // the share in force (0: no balancing)
+  struct Window {
+    int64_t step = 0;
+    double at = 0, trainer_idle = 0, rollout_idle = 0;
+  } window_;
 };
 
 void Sim::place() {
@@ -119,8 +133,8 @@ void Sim::place() {
   auto make = [&](int64_t i, double kind_speed) {
     Proc p;
     p.node = node_of(i);
-    p.threads = threads_per_process(s_, cl_);
-    p.speed = kind_speed * (cl_.devices ? 1.0 : thread_speed(p.threads, c_.threads));
+    p.kind_speed = kind_speed;
+    set_threads(p, threads_per_process(s_, cl_));
     return p;
   };
   for (int64_t r = 0; r < s_.trainer_num_workers; ++r) ranks_.push_back(make(r, cl_.training_speed));
@@ -129,6 +143,53 @@ void Sim::place() {
     wk.proc = make(s_.trainer_num_workers + w, cl_.generation_speed);
     workers_.push_back(std::move(wk));
   }
+  if (s_.balance_cpu_threads && !cl_.devices && s_.cpu_threads_per_worker == 0 && cl_.nodes == 1) {
+    const int t = static_cast<int>(threads_per_process(s_, cl_));
+    balance_.emplace(CoreShare{t, t}, static_cast<int>(s_.trainer_num_workers), static_cast<int>(s_.inference_num_workers));
+    lent_trainer_threads_ = lent_rollout_threads_ = t;
+  }
+}
+
+void Sim::set_threads(Proc& p, int64_t threads) {
+  p.threads = threads;
+  p.speed = p.kind_speed * (cl_.devices ? 1.0 : thread_speed(threads, c_.threads));
+}
+
+void Sim::balance_cores() {
+  double rollout_idle = 0;
+  for (const Worker& wk : workers_) rollout_idle += wk.idle;
+  const Window now{step_, now_, trainer_idle_, rollout_idle};
+  if (step_ == 1) {  // the first step waited for the first batch: windows start after it
+    window_ = now;
+    return;
+  }
+  const double loop = now.at - window_.at;
+  if (now.step - window_.step < CoreBalance::kWindowSteps || loop < CoreBalance::kWindowSeconds) return;
+  WindowLoad load;  // the simulated rollout idle already leaves out KL scoring (advance())
+  load.trainer_idle = std::clamp((now.trainer_idle - window_.trainer_idle) / loop, 0.0, 1.0);
+  load.rollout_idle =
+      std::clamp((now.rollout_idle - window_.rollout_idle) / (loop * static_cast<double>(workers_.size())), 0.0, 1.0);
+  load.seconds_per_step = loop / static_cast<double>(now.step - window_.step);
+  window_ = now;
+  const std::optional<CoreBalance::Change> change = balance_->observe(load);
+  if (!change) return;
+  apply_share(change->share);
+}
+
+// A lent share: the borrower keeps its share's place in the processor sharing (its neighbours
+// slowing it is in what the run measured) and runs at the speed the run measured with the lent
+// threads; a lend the run never measured (the rollout side's, or another thread count) changes
+// nothing, so its trial undoes it as a lend that did not pay.
+void Sim::apply_share(const CoreShare& share) {
+  const CoreShare& base = balance_->base();
+  for (Proc& r : ranks_) {
+    set_threads(r, base.trainer_threads);
+    if (share.trainer_threads != base.trainer_threads && share.trainer_threads == c_.trainer_lent_threads &&
+        c_.trainer_lent_speed > 0)
+      r.speed *= c_.trainer_lent_speed;
+  }
+  lent_trainer_threads_ = share.trainer_threads;
+  lent_rollout_threads_ = share.rollout_threads;
 }
 
 void Sim::dispatch() {
@@ -261,6 +322,7 @@ void Sim::finish_step() {
   ++step_;
   outstanding_ -= s_.prompts_batch_size_for_trainer;
   trainer_ = Trainer::kWaiting;
+  if (balance_ && step_ < o_.steps) balance_cores();
 }
 
 double Sim::advance() {
@@ -378,6 +440,8 @@ Prediction Sim::run() {
   for (const Worker& wk : workers_) idle += wk.idle;
   out.rollout_idle_fraction = now_ > 0 ? idle / now_ / static_cast<double>(workers_.size()) : 0;
   out.groups_generated_per_step = static_cast<double>(generated_groups_) / static_cast<double>(step_);
+  out.trainer_threads = balance_ ? lent_trainer_threads_ : ranks_.front().threads;
+  out.rollout_threads = balance_ ? lent_rollout_threads_ : workers_.front().proc.threads;
   out.mean_staleness = staleness_n_ ? staleness_sum_ / static_cast<double>(staleness_n_) : 0;
   return out;
 }

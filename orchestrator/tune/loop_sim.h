@@ -20,6 +20,8 @@
 //    share of the tokens, every optimizer step its fixed cost and, with several ranks, the gradient
 //    all-reduce), then the weight sync takes its measured time, each rollout worker pauses to load
 //    the weights, and the step is done.
+//  - balance_cpu_threads: per window of steps the idle side's cores are lent to the busy side,
+//    kept only if the steps got faster (CoreBalance, the orchestrator's own rules).
 //  - Work is CPU-seconds of one process at the measured thread count. On a CPU node the busy
 //    processes share its cores (processor sharing: each runs at min(1, free cores / demand) of its
 //    speed, demand being the threads of the busy processes and the orchestrator's own use); on
@@ -53,6 +55,11 @@ struct LoopSettings {
   bool share_prompts_in_training = true;
   bool kl_reference = false;          // kl_coef > 0: the reference's forward pass over every trained group
   bool reference_on_rollout = false;  // kl_reference_on: rollout (the least busy worker scores each kept group)
+  // The orchestrator lends the idle side's cores to the busy one (run/core_balance.h), on one CPU
+  // node with cpu_threads_per_worker 0; simulated with the same rules, a trainer with lent threads
+  // running at the speed the run measured with them (LoopCosts::trainer_lent_speed; a lend never
+  // measured gains nothing and its trial undoes it).
+  bool balance_cpu_threads = false;
 };
 
 // Where the processes run. Local CPU runs: one node, cores = this machine's.
@@ -74,6 +81,8 @@ struct Prediction {
   double rollout_idle_fraction = 0;   // no lane in use, mean over rollout workers
   double groups_generated_per_step = 0;
   double mean_staleness = 0;          // steps between a sample's weights and the step training it
+  int64_t trainer_threads = 0;        // per process at the end (balance_cpu_threads may have lent)
+  int64_t rollout_threads = 0;
   int64_t steps = 0;
   bool feasible = true;               // false: the settings cannot run (reason says why)
   std::string reason;

@@ -33,6 +33,7 @@ Json candidate_json(const Candidate& c) {
   j["trainer_idle_fraction"] = c.prediction.trainer_idle_fraction;
   j["rollout_idle_fraction"] = c.prediction.rollout_idle_fraction;
   j["mean_staleness"] = c.prediction.mean_staleness;
+  j["threads"] = {{"trainer", c.prediction.trainer_threads}, {"rollout", c.prediction.rollout_threads}};
   return j;
 }
 
@@ -78,6 +79,7 @@ LoopSettings settings_from(const Config& c) {
   s.share_prompts_in_training = c.share_prompts_in_training;
   s.kl_reference = c.kl_coef > 0;
   s.reference_on_rollout = c.kl_reference_on == KlReferenceOn::kRollout;
+  s.balance_cpu_threads = c.balance_cpu_threads;
   return s;
 }
 

@@ -83,6 +83,34 @@ TEST(LoopProfile, TheKlReferencesCostIsItsOwn) {
   EXPECT_TRUE(LoopProfile::from_json(old).ok());
 }
 
+// Steps computed with threads lent by balance_cpu_threads are their own sums: the speed they
+// measured per token against the run's own share (1.5 s per 1000 tokens; lent: 2 s per 2000).
+TEST(LoopProfile, StepsWithLentThreadsMeasureTheLendsSpeed) {
+  LoopProfile p = measured_profile();
+  Result<LoopCosts> c = fit_costs(p);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->trainer_lent_threads, 0);
+  EXPECT_EQ(c->trainer_lent_speed, 0) << "no lent step measured";
+  p.on_lent_train_step({{"tokens", 1000}, {"seconds_forward_backward", 1.0}, {"seconds_optimizer", 0.5}}, 2);
+  p.on_lent_train_step({{"tokens", 1000}, {"seconds_forward_backward", 1.0}}, 2);
+  c = fit_costs(p);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->trainer_lent_threads, 2);
+  EXPECT_NEAR(c->trainer_lent_speed, 1.5, 1e-12);
+  EXPECT_NEAR(c->train_seconds_per_token, 1.5 / 1000, 1e-12) << "the run's own share's cost is unchanged";
+  Result<LoopProfile> back = LoopProfile::from_json(p.to_json());
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->lent_train().steps, 2);
+  EXPECT_EQ(back->lent_train().threads, 2);
+  EXPECT_NEAR(back->lent_train().tokens, 2000, 1e-9);
+  nlohmann::json old = p.to_json();  // a profile written before the lent sums
+  for (const char* key : {"lent_train_steps", "lent_trainer_threads", "lent_train_compute_seconds", "lent_train_tokens"})
+    old.erase(key);
+  Result<LoopProfile> older = LoopProfile::from_json(old);
+  ASSERT_TRUE(older.ok()) << older.status().message();
+  EXPECT_EQ(older->lent_train().steps, 0);
+}
+
 // The run's cluster: its node and cores, and on CPU the gradient all-reduce's rate taken from
 // the weight sync's (4 bytes x 1000 parameters to one receiver in 0.1 s: 40 kB/s).
 TEST(LoopProfile, TheClusterComesFromWhereTheRunRan) {

@@ -174,6 +174,46 @@ TEST(LoopSim, TheKlReferenceOnTheRolloutWorkerLeavesTheTrainersCriticalPath) {
   EXPECT_NEAR(s_r, s_t, 1e-6);
 }
 
+// balance_cpu_threads on two cores, one trainer and one rollout worker of one thread each: a
+// trainer-bound loop (1.6 s of training, 0.3 s of generation a step) lends the rollout's core to
+// the trainer after a window of >= 2 steps and 2 s. The run measured its trainer 1.5x as fast with
+// 2 threads: the lend pays at its trial, stays, and the loop runs up to 1.5x faster. Unmeasured,
+// a lend gains nothing and is undone; a balanced loop (both sides busy) lends nothing.
+TEST(LoopSim, BalancingLendsTheIdleRolloutsCoreToTheBusyTrainerAtTheSpeedTheRunMeasured) {
+  const Cluster two_cores{.nodes = 1, .slots_per_node = 2};
+  LoopCosts trainer_bound = simple_costs(6, 0.05, 0.01, 0.0);
+  trainer_bound.trainer_lent_threads = 2;
+  trainer_bound.trainer_lent_speed = 1.5;
+  LoopSettings s = settings(1);
+  const Prediction plain = simulate(trainer_bound, s, two_cores, {.steps = 200, .seed = 1});
+  s.balance_cpu_threads = true;
+  const Prediction balanced = simulate(trainer_bound, s, two_cores, {.steps = 200, .seed = 1});
+  ASSERT_TRUE(balanced.feasible) << balanced.reason;
+  EXPECT_NEAR(plain.seconds_per_step, kBatchTokens * 0.01, 0.01);
+  EXPECT_EQ(plain.trainer_threads, 1);
+  EXPECT_EQ(balanced.trainer_threads, 2);
+  EXPECT_EQ(balanced.rollout_threads, 1);
+  EXPECT_LT(balanced.seconds_per_step, 0.75 * plain.seconds_per_step);
+  EXPECT_GT(balanced.seconds_per_step, plain.seconds_per_step / 1.5 - 1e-9);
+
+  LoopCosts unmeasured = trainer_bound;
+  unmeasured.trainer_lent_speed = 0;
+  const Prediction tried = simulate(unmeasured, s, two_cores, {.steps = 200, .seed = 1});
+  EXPECT_EQ(tried.trainer_threads, 1) << "the trial undid it";
+  EXPECT_DOUBLE_EQ(tried.seconds_per_step, plain.seconds_per_step);
+
+  const LoopCosts even = simple_costs(32, 0.05, 0.0028, 0.0);  // 1.6 s of generation, 576 tokens: 1.61 s of training
+  s.balance_cpu_threads = false;
+  const Prediction even_plain = simulate(even, s, two_cores, {.steps = 100, .seed = 1});
+  s.balance_cpu_threads = true;
+  const Prediction even_balanced = simulate(even, s, two_cores, {.steps = 100, .seed = 1});
+  EXPECT_EQ(even_balanced.trainer_threads, 1);
+  EXPECT_EQ(even_balanced.rollout_threads, 1);
+  EXPECT_DOUBLE_EQ(even_balanced.seconds_per_step, even_plain.seconds_per_step);
+  // On devices nothing is lent.
+  EXPECT_EQ(simulate(trainer_bound, s, gpus(2), {.steps = 50, .seed = 1}).trainer_threads, 1);
+}
+
 TEST(Advisor, MovesTheKlReferenceToAnIdleRolloutWorker) {
   LoopCosts c = simple_costs(6, 0.01, 0.001, 0.05);
   c.reference_seconds_per_token = 0.0005;
