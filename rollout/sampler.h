@@ -12,9 +12,10 @@
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <span>
 #include <vector>
+
+#include "common/splitmix.h"
 
 namespace rlrun::rollout {
 
@@ -29,19 +30,21 @@ struct SampledToken {
 };
 
 // The random stream of one sample: reproducible from (seed, sample index), independent of how
-// sequences are batched together.
+// sequences are batched together. SplitMix64 from a key hashed from both: starting one per sample
+// is free (a sample of a few tokens spent more seeding an mt19937_64 than sampling).
 class SampleRng {
  public:
   SampleRng(uint64_t seed, uint64_t sample_index);
-  double uniform();  // [0, 1)
+  double uniform() { return stream_.uniform(); }  // (0, 1)
 
  private:
-  std::mt19937_64 engine_;
+  SplitMix64 stream_;
 };
 
 // Buffers reused between calls so sampling allocates nothing per token. One per thread.
 struct SamplerScratch {
   std::vector<float> scaled;   // logits / temperature (V)
+  std::vector<float> weights;  // exp(scaled - max scaled) (V)
   std::vector<int32_t> order;  // token ids, most likely first over the sorted prefix (V)
 };
 

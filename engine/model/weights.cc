@@ -4,24 +4,13 @@
 
 #include "common/check.h"
 #include "common/observe/log.h"
+#include "common/splitmix.h"
 
 namespace rlrun::engine {
 
 namespace {
 
 int64_t align_up(int64_t n) { return (n + kParamAlign - 1) / kParamAlign * kParamAlign; }
-
-// splitmix64: a tiny, well-mixed generator whose output is the same everywhere.
-struct SplitMix64 {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }  // (0, 1)
-};
 
 uint64_t stream_key(uint64_t seed, const std::string& name) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a of the name, then mixed with the seed

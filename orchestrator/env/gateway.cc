@@ -5,6 +5,7 @@
 #include <random>
 
 #include "common/observe/log.h"
+#include "common/splitmix.h"
 
 namespace rlrun::orchestrator {
 
@@ -13,13 +14,6 @@ namespace {
 using rollout::GenerationSink;
 using rollout::SampleOutput;
 namespace oai = rollout::openai;
-
-uint64_t mix(uint64_t x) {  // splitmix64's finalizer
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 std::string random_token() {
   std::random_device rd;
@@ -338,8 +332,8 @@ void EpisodeGateway::handle(const oai::HttpRequest& request, oai::HttpResponder&
     call.temperature = session.sampling.temperature;
     call.top_p = session.sampling.top_p;
     call.max_tokens = session.sampling.max_tokens;
-    const uint64_t base = session.sampling.seed != 0 ? session.sampling.seed : mix(known->second);
-    call.seed = mix(options_.seed ^ base ^ static_cast<uint64_t>(session.calls));
+    const uint64_t base = session.sampling.seed != 0 ? session.sampling.seed : splitmix64(known->second);
+    call.seed = splitmix64(options_.seed ^ base ^ static_cast<uint64_t>(session.calls));
   }
   const uint64_t id = call.tag;
   call.exact_prompt = [this, id](std::vector<int32_t> ids) { return exact_prompt(id, std::move(ids)); };
