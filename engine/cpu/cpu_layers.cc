@@ -5,11 +5,13 @@
 // reduced at the end (RMSNorm).
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "common/check.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/cpu_math.h"
 
 namespace rlrun::engine::cpu {
 
@@ -154,26 +156,69 @@ void CpuBackend::rope_backward_impl(const Tensor& dx, const Tensor& positions, f
 
 // ---- SwiGLU -------------------------------------------------------------------------------------------
 
+namespace {
+
+// sigmoid through fast_exp of a non-positive argument (its contract), exact to ~1e-7 both ways.
+RLRUN_CPU_INLINE float sigmoid(float x) {
+  const float e = fast_exp(x < 0.0f ? x : -x);
+  return (x < 0.0f ? e : 1.0f) / (1.0f + e);
+}
+
+RLRUN_CPU_INLINE void swiglu_forward_body(float* o, const float* g, const float* u, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = g[i] * sigmoid(g[i]) * u[i];
+}
+RLRUN_CPU_AVX2 void swiglu_forward_avx2(float* o, const float* g, const float* u, int64_t n) {
+  swiglu_forward_body(o, g, u, n);
+}
+void swiglu_forward_base(float* o, const float* g, const float* u, int64_t n) { swiglu_forward_body(o, g, u, n); }
+
+// d up = dout silu(g);  d gate = dout up sig(g) (1 + g (1 - sig(g))).
+RLRUN_CPU_INLINE void swiglu_backward_body(float* dg, float* du, const float* dy, const float* g, const float* u,
+                                           int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i], ui = u[i], dyi = dy[i];  // read before writing: dgate/dup may alias gate/up
+    const float sig = sigmoid(gi);
+    du[i] = dyi * gi * sig;
+    dg[i] = dyi * ui * sig * (1.0f + gi * (1.0f - sig));
+  }
+}
+RLRUN_CPU_AVX2 void swiglu_backward_avx2(float* dg, float* du, const float* dy, const float* g, const float* u,
+                                         int64_t n) {
+  swiglu_backward_body(dg, du, dy, g, u, n);
+}
+void swiglu_backward_base(float* dg, float* du, const float* dy, const float* g, const float* u, int64_t n) {
+  swiglu_backward_body(dg, du, dy, g, u, n);
+}
+
+constexpr int64_t kElementwiseChunk = 4096;  // elements per OpenMP task: vector loops, few tasks
+
+}  // namespace
+
 void CpuBackend::swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) {
   const float *g = gate.f32(), *u = up.f32();
   float* o = out.f32();
-  const int64_t n = gate.numel();
-#pragma omp parallel for simd num_threads(threads_for(n)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  const int64_t n = gate.numel(), chunks = (n + kElementwiseChunk - 1) / kElementwiseChunk;
+  const bool avx2 = avx2_;
+#pragma omp parallel for num_threads(threads_for(n)) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t at = c * kElementwiseChunk, len = std::min(kElementwiseChunk, n - at);
+    avx2 ? swiglu_forward_avx2(o + at, g + at, u + at, len) : swiglu_forward_base(o + at, g + at, u + at, len);
+  }
 }
 
-// d up = dout silu(g);  d gate = dout up sig(g) (1 + g (1 - sig(g))).
 void CpuBackend::swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                                       const Tensor& up) {
   const float *g = gate.f32(), *u = up.f32(), *dy = dout.f32();
   float *dg = dgate.f32(), *du = dup.f32();
-  const int64_t n = gate.numel();
-#pragma omp parallel for simd num_threads(threads_for(n)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i], ui = u[i], dyi = dy[i];  // read before writing: dgate/dup may alias gate/up
-    const float sig = 1.0f / (1.0f + std::exp(-gi));
-    du[i] = dyi * gi * sig;
-    dg[i] = dyi * ui * sig * (1.0f + gi * (1.0f - sig));
+  const int64_t n = gate.numel(), chunks = (n + kElementwiseChunk - 1) / kElementwiseChunk;
+  const bool avx2 = avx2_;
+#pragma omp parallel for num_threads(threads_for(n)) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t at = c * kElementwiseChunk, len = std::min(kElementwiseChunk, n - at);
+    avx2 ? swiglu_backward_avx2(dg + at, du + at, dy + at, g + at, u + at, len)
+         : swiglu_backward_base(dg + at, du + at, dy + at, g + at, u + at, len);
   }
 }
 

@@ -291,10 +291,12 @@ TEST_P(OpsForward, PagedAttentionMatchesContiguousAttention) {
   }
 }
 
-// A tiny case and one whose size is no multiple of a vector width.
+// A tiny case, one whose size is no multiple of a vector width, and one of several parallel
+// chunks (the CPU backend's are 4096 elements) with gates far into both tails of the sigmoid.
 TEST_P(OpsForward, SwiGlu) {
-  for (const Shape shape : {Shape{5, 6}, Shape{7, 143}}) {
-    const Vec g = random_input(shape.numel(), 22, -6, 6), u = random_input(shape.numel(), 23);
+  for (const Shape shape : {Shape{5, 6}, Shape{7, 143}, Shape{3, 4099}}) {
+    const double range = shape.numel() > 4096 ? 40 : 6;
+    const Vec g = random_input(shape.numel(), 22, -range, range), u = random_input(shape.numel(), 23);
     Tensor out = zeros(shape);
     be().swiglu_forward(out, upload(shape, g), upload(shape, u));
     EXPECT_CLOSE(download(out), ref_swiglu(g, u), tol(1e-6, kBf16Out)) << shape.str();

@@ -121,6 +121,24 @@ TEST_P(OpsGrad, SwiGluIncludingInPlace) {
   EXPECT_CLOSE(download(tu), want_u, tol(kTol, kBf16Out));
 }
 
+// Many parallel chunks (the CPU backend's are 4096 elements) and gates far into both tails,
+// against the closed form: d up = dy silu(g), d gate = dy up sig(g) (1 + g (1 - sig(g))).
+TEST_P(OpsGrad, SwiGluOverManyChunksMatchesClosedForm) {
+  const Shape shape{3, 4099};
+  const int64_t n = shape.numel();
+  const Vec g = random_input(n, 25, -40, 40), u = random_input(n, 26), dy = random_input(n, 27);
+  Vec want_g(n), want_u(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double sig = 1.0 / (1.0 + std::exp(-g[i]));
+    want_u[i] = dy[i] * g[i] * sig;
+    want_g[i] = dy[i] * u[i] * sig * (1.0 + g[i] * (1.0 - sig));
+  }
+  Tensor dg = zeros(shape), du = zeros(shape);
+  be().swiglu_backward(dg, du, upload(shape, dy), upload(shape, g), upload(shape, u));
+  EXPECT_CLOSE(download(dg), want_g, tol(1e-5, kBf16Out));
+  EXPECT_CLOSE(download(du), want_u, tol(1e-5, kBf16Out));
+}
+
 // L = sum a_n logprob_n + b_n entropy_n, with dlogits written over the logits (in place).
 TEST_P(OpsGrad, LogprobAndEntropyInPlace) {
   const int64_t n = 4, v = 9;
