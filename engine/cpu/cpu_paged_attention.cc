@@ -8,13 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "common/check.h"
 #include "engine/cpu/cpu_attention_tiles.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/cpu_math.h"
-
 
 namespace rlrun::engine::cpu {
 
@@ -62,10 +62,12 @@ RLRUN_CPU_INLINE void decode_row_body(const AttnDims& a, const float* q_row, con
   const float scale = 1.0f / std::sqrt(static_cast<float>(a.d));
   const float* q0 = q_row + g * a.group * a.d;
   float* o0 = out_row + g * a.group * a.d;
-  for (int64_t p = 0; p < ctx; ++p) {
-    const int64_t slot = static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
-    const float* k = kc + (slot * a.hkv + g) * a.d;
-    for (int64_t h = 0; h < a.group; ++h) scores[h * ctx + p] = scale * dot_row(q0 + h * a.d, k, a.d);
+  // Positions walk the block table a block at a time (no division per position).
+  for (int64_t p0 = 0, b = 0; p0 < ctx; p0 += block_size, ++b) {
+    const int64_t end = p0 + block_size < ctx ? p0 + block_size : ctx;
+    const float* k = kc + (static_cast<int64_t>(table[b]) * block_size * a.hkv + g) * a.d;
+    for (int64_t p = p0; p < end; ++p, k += a.hkv * a.d)
+      for (int64_t h = 0; h < a.group; ++h) scores[h * ctx + p] = scale * dot_row(q0 + h * a.d, k, a.d);
   }
   for (int64_t h = 0; h < a.group; ++h) {
     float* sh = scores + h * ctx;
@@ -81,10 +83,11 @@ RLRUN_CPU_INLINE void decode_row_body(const AttnDims& a, const float* q_row, con
     for (int64_t p = 0; p < ctx; ++p) sh[p] *= inv;
     for (int64_t c = 0; c < a.d; ++c) o0[h * a.d + c] = 0.0f;
   }
-  for (int64_t p = 0; p < ctx; ++p) {
-    const int64_t slot = static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
-    const float* v = vc + (slot * a.hkv + g) * a.d;
-    for (int64_t h = 0; h < a.group; ++h) axpy_row(o0 + h * a.d, scores[h * ctx + p], v, a.d);
+  for (int64_t p0 = 0, b = 0; p0 < ctx; p0 += block_size, ++b) {
+    const int64_t end = p0 + block_size < ctx ? p0 + block_size : ctx;
+    const float* v = vc + (static_cast<int64_t>(table[b]) * block_size * a.hkv + g) * a.d;
+    for (int64_t p = p0; p < end; ++p, v += a.hkv * a.d)
+      for (int64_t h = 0; h < a.group; ++h) axpy_row(o0 + h * a.d, scores[h * ctx + p], v, a.d);
   }
 }
 
@@ -151,8 +154,10 @@ void CpuBackend::paged_attention_forward_impl(const Tensor& out, const Tensor& q
   const bool avx2 = avx2_;
 #pragma omp parallel num_threads(threads_for(a.n * a.hq * max_context))
   {
-    Buffers buf(std::max<int64_t>(max_context, 1), a.d, false);
-    std::vector<float> scores(static_cast<size_t>(a.group * std::max<int64_t>(max_context, 1)));
+    // Scratch is made when first needed: a decode step (every task one row) needs only the scores,
+    // and tiles sized for max_context are large enough for malloc to map and unmap them each call.
+    std::optional<Buffers> buf;
+    std::vector<float> scores;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < num_tasks; ++t) {
       const int64_t s = tasks[t].seq, g = tasks[t].kv_head;
@@ -161,18 +166,20 @@ void CpuBackend::paged_attention_forward_impl(const Tensor& out, const Tensor& q
         const int32_t* table = tables + s * max_blocks;
         const float* q_row = q.f32() + int64_t{cu[s]} * a.hq * a.d;
         float* out_row = out.f32() + int64_t{cu[s]} * a.hq * a.d;
+        if (scores.empty()) scores.resize(static_cast<size_t>(a.group * std::max<int64_t>(max_context, 1)));
         if (avx2)
           decode_row_avx2(a, q_row, k_cache.f32(), v_cache.f32(), table, block_size, ctx, g, out_row, scores.data());
         else
           decode_row_base(a, q_row, k_cache.f32(), v_cache.f32(), table, block_size, ctx, g, out_row, scores.data());
         continue;
       }
-      gather_paged_transposed(buf.kt.data(), ld, k_cache.f32(), num_slots, tables + s * max_blocks, block_size, ctx,
+      if (!buf) buf.emplace(std::max<int64_t>(max_context, 1), a.d, false);
+      gather_paged_transposed(buf->kt.data(), ld, k_cache.f32(), num_slots, tables + s * max_blocks, block_size, ctx,
                               a.hkv, g, a.d);
-      gather_paged_transposed(buf.vt.data(), ld, v_cache.f32(), num_slots, tables + s * max_blocks, block_size, ctx,
+      gather_paged_transposed(buf->vt.data(), ld, v_cache.f32(), num_slots, tables + s * max_blocks, block_size, ctx,
                               a.hkv, g, a.d);
       // Row cu[s] + r is at position start[s] + r, so it sees tile columns [0, row - key0 + 1).
-      forward_rows(avx2, a, q.f32(), ld, int64_t{cu[s]} - start[s], cu[s], cu[s + 1], g, out.f32(), nullptr, buf);
+      forward_rows(avx2, a, q.f32(), ld, int64_t{cu[s]} - start[s], cu[s], cu[s + 1], g, out.f32(), nullptr, *buf);
     }
   }
 }
