@@ -35,6 +35,7 @@ double CoreBalance::spare_for(const WindowLoad& load, bool to_trainer) const {
 
 std::optional<CoreBalance::Change> CoreBalance::lend(const WindowLoad& load) {
   for (const bool to_trainer : {true, false}) {
+    if (cooldown_[to_trainer ? 0 : 1] > 0) continue;
     const double borrower_idle = to_trainer ? load.trainer_idle : load.rollout_idle;
     const double spare = spare_for(load, to_trainer);
     if (borrower_idle > kBottleneckIdle || spare < kLendAt) continue;
@@ -53,11 +54,8 @@ std::optional<CoreBalance::Change> CoreBalance::lend(const WindowLoad& load) {
 std::optional<CoreBalance::Change> CoreBalance::observe(const WindowLoad& load) {
   switch (state_) {
     case State::kBase: {
-      if (cooldown_ > 0) {
-        --cooldown_;
-        return std::nullopt;
-      }
       std::optional<Change> change = lend(load);
+      for (int& windows : cooldown_) windows = std::max(0, windows - 1);
       if (!change) return std::nullopt;
       current_ = change->share;
       state_ = State::kTrial;
@@ -82,9 +80,10 @@ std::optional<CoreBalance::Change> CoreBalance::judge_trial(const WindowLoad& lo
   }
   current_ = base_;
   state_ = State::kBase;
-  cooldown_ = kRetryWindows;
+  cooldown_[to_trainer ? 0 : 1] = kRetryWindows;
   return Change{base_, str("lending did not pay (", figures, "): the ", borrower, " give", to_trainer ? "s" : "",
-                           " the borrowed threads back; tried again after ", kRetryWindows, " windows")};
+                           " the borrowed threads back; not lent to ", to_trainer ? "it" : "them", " again for ", kRetryWindows,
+                           " windows")};
 }
 
 std::optional<CoreBalance::Change> CoreBalance::keep_or_return(const WindowLoad& load) {

@@ -18,7 +18,9 @@
 //  - the window after a lend is its trial: unless the steps got at least kMinGain faster, the
 //    threads go back (a process whose extra threads share cores with a busy neighbour can be slower
 //    than with its own share: BLAS splits its work evenly and waits for the slowest thread), and no
-//    lend is tried for kRetryWindows windows.
+//    lend in that direction is tried for kRetryWindows windows (the other way stays open: a loop
+//    whose bottleneck moves, as the quickstart's does once most groups carry a reward, is
+//    balanced the other way at once).
 //  - lent: given back when the borrower idles more than kReturnIdle, or the lender's idle cores per
 //    borrower fall below kReturnBelow (the lender is busy now: both would be slowed).
 // The gap between kLendAt and kReturnBelow keeps a borderline loop from flipping every window.
@@ -47,7 +49,7 @@ struct WindowLoad {
 class CoreBalance {
  public:
   static constexpr int64_t kWindowSteps = 2;
-  static constexpr double kWindowSeconds = 2.0;
+  static constexpr double kWindowSeconds = 1.0;
   static constexpr double kBottleneckIdle = 0.10;
   static constexpr double kLendAt = 0.35;
   static constexpr double kReturnIdle = 0.25;
@@ -80,7 +82,7 @@ class CoreBalance {
   int trainer_ranks_, rollout_workers_;
   State state_ = State::kBase;
   double before_seconds_per_step_ = 0;  // the window that decided the lend
-  int cooldown_ = 0;                    // windows before the next lend may be tried
+  int cooldown_[2] = {0, 0};            // windows before a lend may be tried again: [to the trainer, to the rollouts]
 };
 
 }  // namespace rlrun::orchestrator

@@ -60,6 +60,8 @@ void Orchestrator::balance_cores(int64_t step) {
   load.rollout_idle = std::clamp(idle - scoring, 0.0, 1.0);
   load.seconds_per_step = loop / static_cast<double>(now.step - core_window_.step);
   core_window_ = now;
+  log::debug(str("cores window to step ", step, ": trainer idle ", load.trainer_idle, ", rollout idle ",
+                 load.rollout_idle, ", ", load.seconds_per_step, " s/step"));
   const std::optional<CoreBalance::Change> change = core_balance_->observe(load);
   if (!change) return;
   log::info(str("cores after step ", step, ": ", change->reason));

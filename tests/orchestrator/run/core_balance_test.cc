@@ -129,5 +129,21 @@ TEST(CoreBalance, ALendThatDoesNotPayIsUndoneAndNotRetriedAtOnce) {
   EXPECT_EQ(balance.current(), (CoreShare{2, 1}));
 }
 
+TEST(CoreBalance, AfterALendThatDidNotPayTheOtherWayStaysOpen) {
+  // The quickstart: while most groups are discarded the rollout worker is the bottleneck, and its
+  // second thread does not pay on so small a model; once rewards spread, the trainer is. Its lend
+  // is not held back by the rollout's failed trial.
+  CoreBalance balance(kOneEach, 1, 1);
+  ASSERT_TRUE(balance.observe({0.48, 0.0, 0.155}).has_value());
+  EXPECT_EQ(balance.current(), (CoreShare{1, 2}));
+  ASSERT_TRUE(balance.observe({0.45, 0.0, 0.152}).has_value());  // not 3% faster: undone
+  EXPECT_EQ(balance.current(), kOneEach);
+  EXPECT_FALSE(balance.observe({0.48, 0.0, 0.155}).has_value());  // the rollouts wait their turn
+  const std::optional<CoreBalance::Change> change = balance.observe({0.0, 0.40, 0.068});
+  ASSERT_TRUE(change.has_value());
+  EXPECT_EQ(change->share, (CoreShare{2, 1}));
+  EXPECT_THAT(change->reason, HasSubstr("each trainer rank takes 2 threads"));
+}
+
 }  // namespace
 }  // namespace rlrun::orchestrator
