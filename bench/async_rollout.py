@@ -6,6 +6,7 @@ Medians over --repeats runs of each, alternated so that machine load hits both a
 figures; never fails on time.
 
   python3 bench/async_rollout.py [--config configs/quickstart.yaml] [--steps 200] [--repeats 3]
+                                 [--set KEY=VALUE ...]   (both sides, e.g. inference_num_workers=2)
 """
 import argparse
 import json
@@ -19,10 +20,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(binary, config, steps, asynchrony, run_dir):
+def run(binary, config, steps, asynchrony, run_dir, overrides):
     args = [binary, config, "--run-dir", run_dir, "--set", f"max_async_rollout={asynchrony}",
             "--set", f"number_of_steps={steps}", "--set", "task.eval_every=0",
             "--set", "metrics_bind=127.0.0.1:0"]
+    for kv in overrides:
+        args += ["--set", kv]
     subprocess.run(args, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(os.path.join(run_dir, "summary.json")) as f:
         s = json.load(f)
@@ -44,6 +47,8 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--binary", default=os.path.join(ROOT, "build", "rlrun"))
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override for both sides (repeatable)")
     a = p.parse_args()
     results = {0: [], 2: []}
     with tempfile.TemporaryDirectory(prefix="rlrun_bench_async_") as tmp:
@@ -51,11 +56,12 @@ def main():
             for asynchrony in (0, 2):
                 start = time.time()
                 results[asynchrony].append(run(a.binary, a.config, a.steps, asynchrony,
-                                               os.path.join(tmp, f"a{asynchrony}-{i}")))
+                                               os.path.join(tmp, f"a{asynchrony}-{i}"), a.overrides))
                 print(f"  run {i + 1}/{a.repeats} max_async_rollout={asynchrony}: "
                       f"{time.time() - start:.0f} s", file=sys.stderr)
     med = {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in results.items()}
-    print(f"{a.config}, {a.steps} steps, median of {a.repeats} runs each")
+    print(f"{a.config}{''.join(' --set ' + kv for kv in a.overrides)}, {a.steps} steps, "
+          f"median of {a.repeats} runs each")
     print(f"{'max_async_rollout':>18} {'s/step':>8} {'trainer idle':>13} {'rollout idle':>13} "
           f"{'reward (last 10%)':>18} {'accuracy after':>15}")
     for k in (0, 2):
