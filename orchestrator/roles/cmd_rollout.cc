@@ -1,5 +1,10 @@
 // `rlrun rollout`: one rollout worker process (started by the orchestrator's launcher).
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 
 #include "common/config/config.h"
 #include "common/observe/log.h"
@@ -19,6 +24,22 @@
 namespace rlrun::orchestrator {
 
 namespace {
+
+// rollout_cpu_nice: before any other thread exists (Linux keeps a nice value per thread, and new
+// threads inherit it), so the OpenMP and ZeroMQ threads run at it too. Lowering one's own priority
+// needs no privilege; a failure is only logged.
+void lower_cpu_priority(int index, int by) {
+  errno = 0;
+  if (::nice(by) == -1 && errno != 0) {
+    log::warn(str("rollout ", index, ": could not lower its CPU priority (rollout_cpu_nice ", by, "): ",
+                  std::strerror(errno)));
+    return;
+  }
+  errno = 0;
+  const int now = ::getpriority(PRIO_PROCESS, 0);
+  log::info(str("rollout ", index, ": runs at nice ", errno == 0 ? std::to_string(now) : std::string("?"),
+                " (rollout_cpu_nice: the trainer gets shared cores first)"));
+}
 
 RolloutHooksFactory& hooks_factory() {
   static RolloutHooksFactory factory;
@@ -102,6 +123,8 @@ int cmd_rollout(const Args& args) {
   Result<Config> config = load_config(*path, parsed->overrides);
   if (!config.ok()) return report_config_errors("rollout", config.status());
   log::set_min_level(config->log_level);
+  if (config->backend == BackendKind::kCpu && config->rollout_cpu_nice > 0)
+    lower_cpu_priority(static_cast<int>(*index), static_cast<int>(config->rollout_cpu_nice));
   rollout::WorkerOptions options;
   options.orchestrator = parsed->value("--orchestrator");
   options.index = static_cast<int32_t>(*index);

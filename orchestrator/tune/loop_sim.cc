@@ -35,6 +35,7 @@ struct Seq {
 struct Proc {
   int node = 0;
   int64_t threads = 1;
+  double weight = 1;      // each thread's CPU weight where cores are contended (1.25^-nice)
   double kind_speed = 1;  // the cluster's generation or training speed
   double speed = 1;       // kind speed x thread speed
   bool busy = false;
@@ -141,6 +142,7 @@ void Sim::place() {
   for (int64_t w = 0; w < s_.inference_num_workers; ++w) {
     Worker wk;
     wk.proc = make(s_.trainer_num_workers + w, cl_.generation_speed);
+    wk.proc.weight = std::pow(1.25, -static_cast<double>(s_.rollout_cpu_nice));
     workers_.push_back(std::move(wk));
   }
   if (s_.balance_cpu_threads && !cl_.devices && s_.cpu_threads_per_worker == 0 && cl_.nodes == 1) {
@@ -325,19 +327,56 @@ void Sim::finish_step() {
   if (balance_ && step_ < o_.steps) balance_cores();
 }
 
+// The cores each busy thread of a node gets under weighted fair sharing: a share of the node's
+// slots proportional to its weight, at most one core; what a thread cannot use goes to the others
+// (water-filling). Per process: the core fraction of each of its threads.
+std::vector<double> fair_shares(const std::vector<const Proc*>& procs, double orchestrator_cores, double slots) {
+  std::vector<double> share(procs.size(), 0.0);
+  std::vector<bool> capped(procs.size(), false);
+  double orchestrator = orchestrator_cores;  // one thread's worth of demand or less, weight 1
+  bool orchestrator_capped = false;
+  while (true) {
+    double weights = orchestrator_capped ? 0.0 : orchestrator;
+    for (size_t i = 0; i < procs.size(); ++i)
+      if (!capped[i]) weights += procs[i]->weight * static_cast<double>(procs[i]->threads);
+    if (weights <= kEpsilon) break;
+    const double per_weight = slots / weights;
+    bool changed = false;
+    for (size_t i = 0; i < procs.size(); ++i) {
+      if (capped[i] || per_weight * procs[i]->weight < 1.0) continue;
+      capped[i] = changed = true;
+      share[i] = 1.0;
+      slots -= static_cast<double>(procs[i]->threads);
+    }
+    if (!orchestrator_capped && per_weight >= 1.0) {
+      orchestrator_capped = changed = true;
+      slots -= orchestrator;
+    }
+    if (!changed) {
+      for (size_t i = 0; i < procs.size(); ++i)
+        if (!capped[i]) share[i] = per_weight * procs[i]->weight;
+      break;
+    }
+  }
+  return share;
+}
+
 double Sim::advance() {
-  // Rates under processor sharing, per node.
-  std::vector<double> demand(static_cast<size_t>(cl_.nodes), 0.0);
-  if (!cl_.devices) demand[0] += c_.orchestrator_cores;
+  // Rates under weighted processor sharing, per node (the orchestrator's own load on node 0).
   std::vector<Proc*> busy;
   for (Proc& r : ranks_) if (r.busy) busy.push_back(&r);
   for (Worker& wk : workers_) if (wk.proc.busy) busy.push_back(&wk.proc);
-  for (Proc* p : busy) demand[static_cast<size_t>(p->node)] += static_cast<double>(p->threads);
-  auto rate = [&](const Proc& p) {
-    if (cl_.devices) return p.speed;
-    const double d = demand[static_cast<size_t>(p.node)];
-    return p.speed * std::min(1.0, static_cast<double>(cl_.slots_per_node) / std::max(d, kEpsilon));
-  };
+  std::map<const Proc*, double> core_share;  // per thread, in [0, 1]
+  if (!cl_.devices) {
+    for (int64_t node = 0; node < cl_.nodes; ++node) {
+      std::vector<const Proc*> here;
+      for (const Proc* p : busy) if (p->node == node) here.push_back(p);
+      const std::vector<double> share =
+          fair_shares(here, node == 0 ? c_.orchestrator_cores : 0.0, static_cast<double>(cl_.slots_per_node));
+      for (size_t i = 0; i < here.size(); ++i) core_share[here[i]] = share[i];
+    }
+  }
+  auto rate = [&](const Proc& p) { return cl_.devices ? p.speed : p.speed * core_share.at(&p); };
   double dt = std::numeric_limits<double>::infinity();
   for (Proc* p : busy) dt = std::min(dt, p->remaining / rate(*p));
   for (const auto& [at, g] : rewards_) dt = std::min(dt, at - now_);

@@ -1,6 +1,7 @@
 // `rlrun CONFIG` end to end: the real binary on configs/tiny.yaml, with its trainer and rollout
 // worker processes, on loopback. Checks the outputs a user and a dashboard rely on.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include "tests/common/eventually.h"
 #include "tests/orchestrator/cli_test_util.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -227,10 +229,13 @@ TEST_F(RunEndToEnd, TheKlReferenceIsScoredOnTheRolloutWorker) {
 // balance_cpu_threads: a loop whose trainer never waits while its rollout worker idles (two-token
 // completions of a wider model) lends the rollout's cores to the trainer, which computes the next
 // steps with more threads; the next window judges the lend by the steps' time and keeps or undoes it.
+// rollout_cpu_nice: the rollout worker runs at a lower CPU priority than the trainer (its log says
+// the nice value it read back from the kernel; this test's own nice is inherited).
 TEST_F(RunEndToEnd, IdleRolloutCoresAreLentToTheBusyTrainerAndJudgedByTheStepTime) {
   const fs::path run = dir_ / "cores";
   const int code = run_rlrun("configs/tiny.yaml --run-dir '" + run.string() +
-                                 "' --set cpu_threads_per_worker=0 --set number_of_steps=40 --set max_tokens=2"
+                                 "' --set rollout_cpu_nice=3"
+                                 " --set cpu_threads_per_worker=0 --set number_of_steps=40 --set max_tokens=2"
                                  " --set prompts_batch_size_for_trainer=8 --set group_size=8 --set max_async_rollout=2"
                                  " --set model.hidden_size=256 --set model.num_layers=4 --set model.intermediate_size=1024"
                                  " --set model.num_heads=4 --set model.num_kv_heads=2 --set max_num_seqs=64"
@@ -269,6 +274,10 @@ TEST_F(RunEndToEnd, IdleRolloutCoresAreLentToTheBusyTrainerAndJudgedByTheStepTim
   }
   EXPECT_NE(read_file(run / "logs" / "trainer-0.log").find("computing with " + std::to_string(borrowed) + " thread(s)"),
             std::string::npos);
+  const int nice_here = ::getpriority(PRIO_PROCESS, 0);
+  EXPECT_NE(read_file(run / "logs" / "rollout-0.log").find(str("runs at nice ", std::min(19, nice_here + 3), " ")),
+            std::string::npos);
+  EXPECT_EQ(read_file(run / "logs" / "trainer-0.log").find("runs at nice"), std::string::npos);
 }
 
 TEST_F(RunEndToEnd, CrashedWorkerWithoutRestartsStopsTheRunNamingItAndItsLog) {

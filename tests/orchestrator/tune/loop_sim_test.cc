@@ -114,6 +114,22 @@ TEST(LoopSim, ProcessesOnTooFewCoresShareThem) {
   EXPECT_NEAR(simulate(c, settings(1), two_cores, {.steps = 100, .seed = 1}).seconds_per_step, 0.16, 0.01);
 }
 
+// rollout_cpu_nice: a trainer and two rollout workers on two cores, the trainer the bottleneck
+// (300 ms of training per step, 2 x 100 ms of generation). With equal weights the three share the
+// cores while all are busy and the trainer gets 2/3 of one; niced rollout workers leave it a whole
+// core and share the other, so the step takes its training alone.
+TEST(LoopSim, NicedRolloutWorkersLeaveTheTrainerItsCore) {
+  const LoopCosts c = simple_costs(6, 0.1 / 6, 0.3 / kBatchTokens, 0.0);
+  const Cluster two_cores{.nodes = 1, .slots_per_node = 2};
+  LoopSettings s = settings(2);
+  s.inference_num_workers = 2;
+  const double equal = simulate(c, s, two_cores, {.steps = 100, .seed = 1}).seconds_per_step;
+  s.rollout_cpu_nice = 10;
+  const double niced = simulate(c, s, two_cores, {.steps = 100, .seed = 1}).seconds_per_step;
+  EXPECT_NEAR(niced, 0.30, 0.02);
+  EXPECT_GT(equal, 1.1 * niced) << "equal " << equal << ", niced " << niced;
+}
+
 // Shared prompts: a group of 4 trains its 4-token prompt once (3 tokens, then the last one before
 // each completion): 4 x (3 + 4 x 7) = 124 tokens instead of 160. In generation (always, whatever
 // the training does) the first sample prefills the prompt and the others compute its last token
