@@ -48,7 +48,7 @@ std::vector<Seq> make_sequences() {
 TEST(Batcher, LayoutRestartsPositionsMasksCompletionsAndConservesTokens) {
   const std::vector<Seq> seqs = make_sequences();
   std::vector<TrainSequence> in;
-  for (const Seq& s : seqs) in.push_back({s.prompt, s.completion, s.logprobs, s.advantage});
+  for (const Seq& s : seqs) in.push_back({.prompt = s.prompt, .completion = s.completion, .logprobs = s.logprobs, .advantage = s.advantage});
   PackOptions options{/*seq_len=*/24, /*pad_to_multiple_of=*/4, /*num_ranks=*/2, /*micro_batch_rows=*/1};
   const BatchBuild b = build_train_batches(in, options, 5);
   ASSERT_EQ(b.dropped_too_long, std::vector<int>{7});
@@ -126,7 +126,7 @@ std::vector<Seq> grouped_sequences() {
 
 std::vector<TrainSequence> views(const std::vector<Seq>& seqs) {
   std::vector<TrainSequence> in;
-  for (const Seq& s : seqs) in.push_back({s.prompt, s.completion, s.logprobs, s.advantage});
+  for (const Seq& s : seqs) in.push_back({.prompt = s.prompt, .completion = s.completion, .logprobs = s.logprobs, .advantage = s.advantage});
   return in;
 }
 

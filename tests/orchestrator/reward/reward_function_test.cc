@@ -39,7 +39,14 @@ struct Fixture {
   }
 };
 
-Problem gsm8k(const std::string& answer) { return {"How many?", "They have 3 + 4 = 7.\n#### " + answer, {}, 0}; }
+Problem problem(std::string prompt, std::string answer) {
+  Problem p;
+  p.prompt = std::move(prompt);
+  p.answer = std::move(answer);
+  return p;
+}
+
+Problem gsm8k(const std::string& answer) { return problem("How many?", "They have 3 + 4 = 7.\n#### " + answer); }
 
 double term_value(const LocalReward& r, RewardTerm term) {
   for (const TermValue& t : r.terms)
@@ -90,7 +97,7 @@ TEST(RewardFunction, ExactAndRegexTerms) {
   f.keys.reward_regex = "answer: {answer}$";
   Result<RewardFunction> fn = f.make("exact + 3*regex");
   ASSERT_TRUE(fn.ok()) << fn.status().message();
-  const Problem p{"Reverse abc", "cba", {}, 0};
+  const Problem p = problem("Reverse abc", "cba");
   LocalReward r = fn->local(p, {" cba \nso the answer: cba", 5, 10});
   EXPECT_DOUBLE_EQ(term_value(r, RewardTerm::kExact), 1.0);
   EXPECT_DOUBLE_EQ(term_value(r, RewardTerm::kRegex), 1.0);
@@ -125,7 +132,7 @@ TEST(RewardFunction, CorrectUsesTheVerifierTerm) {
   Result<RewardFunction> exact = f.make("exact + numeric");
   ASSERT_TRUE(exact.ok());
   EXPECT_FALSE(exact->correct(gsm8k("7"), "the answer is 7"));
-  EXPECT_TRUE(exact->correct({"q", "7", {}, 0}, "7\nbecause"));
+  EXPECT_TRUE(exact->correct(problem("q", "7"), "7\nbecause"));
   // task: Task::correct, not reward >= 1 (FakeTask rewards 0.25 but is correct only for "right").
   Result<RewardFunction> task = f.make("length");
   ASSERT_TRUE(task.ok());
@@ -135,8 +142,8 @@ TEST(RewardFunction, CorrectUsesTheVerifierTerm) {
   f.keys.reward_regex = "= {answer}\\.";
   Result<RewardFunction> regex = f.make("0.2*length + regex");
   ASSERT_TRUE(regex.ok());
-  EXPECT_TRUE(regex->correct({"q", "42", {}, 0}, "x = 42."));
-  EXPECT_FALSE(regex->correct({"q", "42", {}, 0}, "x = 42"));
+  EXPECT_TRUE(regex->correct(problem("q", "42"), "x = 42."));
+  EXPECT_FALSE(regex->correct(problem("q", "42"), "x = 42"));
 }
 
 // task.accuracy names the check held-out accuracy makes, whatever task.reward says: a reward from
@@ -153,7 +160,7 @@ TEST(RewardFunction, AccuracyKeyOverridesTheVerifier) {
   f.keys.reward_regex = "is {answer}$";
   Result<RewardFunction> regex = f.make("http");
   ASSERT_TRUE(regex.ok()) << regex.status().message();
-  EXPECT_TRUE(regex->correct({"q", "42", {}, 0}, "it is 42"));
+  EXPECT_TRUE(regex->correct(problem("q", "42"), "it is 42"));
   f.keys.accuracy = "length";
   EXPECT_NE(f.make("http").status().message().find("task.accuracy \"length\" is not one of"), std::string::npos);
 }

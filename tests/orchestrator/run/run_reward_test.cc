@@ -121,8 +121,12 @@ TEST(RunReward, SamplesJsonlAndTheLogFileShowEveryStep) {
     ++seen[{j["kind"].get<std::string>(), j["step"].get<int64_t>()}];
     EXPECT_TRUE(j["prompt"].is_string() && j["completion"].is_string() && j["answer"].is_string()) << line;
     EXPECT_TRUE(j["reward"].is_number()) << line;
-    if (j["kind"] == "train") EXPECT_TRUE(j["advantage"].is_number()) << line;
-    if (j["kind"] == "eval") EXPECT_TRUE(j["correct"].is_boolean()) << line;
+    if (j["kind"] == "train") {
+      EXPECT_TRUE(j["advantage"].is_number()) << line;
+    }
+    if (j["kind"] == "eval") {
+      EXPECT_TRUE(j["correct"].is_boolean()) << line;
+    }
   }
   const std::map<std::pair<std::string, int64_t>, int> want = {
       {{"eval", 0}, 4}, {{"train", 1}, 4}, {{"train", 2}, 4}, {{"train", 3}, 4}, {{"eval", 3}, 4}};
