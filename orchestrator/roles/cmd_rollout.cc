@@ -123,7 +123,8 @@ int cmd_rollout(const Args& args) {
   Result<Config> config = load_config(*path, parsed->overrides);
   if (!config.ok()) return report_config_errors("rollout", config.status());
   log::set_min_level(config->log_level);
-  if (config->backend == BackendKind::kCpu && config->rollout_cpu_nice > 0)
+  // A synchronous loop never computes both at once: the priority would only slow its hand-offs.
+  if (config->backend == BackendKind::kCpu && config->max_async_rollout > 0 && config->rollout_cpu_nice > 0)
     lower_cpu_priority(static_cast<int>(*index), static_cast<int>(config->rollout_cpu_nice));
   rollout::WorkerOptions options;
   options.orchestrator = parsed->value("--orchestrator");

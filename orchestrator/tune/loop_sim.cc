@@ -142,7 +142,7 @@ void Sim::place() {
   for (int64_t w = 0; w < s_.inference_num_workers; ++w) {
     Worker wk;
     wk.proc = make(s_.trainer_num_workers + w, cl_.generation_speed);
-    wk.proc.weight = std::pow(1.25, -static_cast<double>(s_.rollout_cpu_nice));
+    if (s_.max_async_rollout > 0) wk.proc.weight = std::pow(1.25, -static_cast<double>(s_.rollout_cpu_nice));
     workers_.push_back(std::move(wk));
   }
   if (s_.balance_cpu_threads && !cl_.devices && s_.cpu_threads_per_worker == 0 && cl_.nodes == 1) {

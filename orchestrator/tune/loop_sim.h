@@ -60,9 +60,9 @@ struct LoopSettings {
   // running at the speed the run measured with them (LoopCosts::trainer_lent_speed; a lend never
   // measured gains nothing and its trial undoes it).
   bool balance_cpu_threads = false;
-  // rollout_cpu_nice (backend cpu): rollout workers run at this nice, so where busy processes
-  // share a node's cores the kernel weighs each thread by 1.25^-nice (CFS) and the trainer's
-  // threads get most of a contended core.
+  // rollout_cpu_nice (backend cpu, max_async_rollout > 0): rollout workers run at this nice, so
+  // where busy processes share a node's cores the kernel weighs each thread by 1.25^-nice (CFS)
+  // and the trainer's threads get most of a contended core.
   int64_t rollout_cpu_nice = 0;
 };
 
