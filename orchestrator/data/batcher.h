@@ -39,7 +39,7 @@ struct TrainSequence {
   float advantage = 0;
   // One per completion token, 1 = trained; empty: all are. An episode's completion holds the
   // environment's tokens (tool outputs, user turns) between the policy's turns, with 0 here.
-  std::span<const uint8_t> mask;
+  std::span<const uint8_t> mask = {};
   // One per completion token: the KL reference's log-probs as a rollout worker scored them; empty:
   // not scored (the trainer scores a rank's batch itself unless every sequence in it has them).
   std::span<const float> ref_logprobs = {};

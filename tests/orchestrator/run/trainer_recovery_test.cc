@@ -59,7 +59,9 @@ class TrainerRecovery : public RunResume {
     const int pid = logged_pid(out(), worker);
     EXPECT_GT(pid, 0) << out();
     signalled_at_ = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    if (pid > 0) EXPECT_EQ(::kill(pid, signal), 0);
+    if (pid > 0) {
+      EXPECT_EQ(::kill(pid, signal), 0);
+    }
     return pid;
   }
   std::string out() const { return read_file(dir_ / "bg" / "out"); }
@@ -131,12 +133,16 @@ void expect_redone_lines(const fs::path& run, int64_t restored_step) {
       for (const char* metric : {"loss", "grad_norm"})
         EXPECT_EQ(line["trainer"][metric], first["trainer"][metric]) << "step " << step << " redone: " << metric;
     }
-    if (went_back) EXPECT_EQ(line.value("trainer_restarts", 0), 1) << line.dump();
+    if (went_back) {
+      EXPECT_EQ(line.value("trainer_restarts", 0), 1) << line.dump();
+    }
     first_of.emplace(step, line);
   }
   EXPECT_EQ(previous, kSteps);
   EXPECT_EQ(first_of.size(), static_cast<size_t>(kSteps));
-  if (went_back) EXPECT_GT(redone, 0);
+  if (went_back) {
+    EXPECT_GT(redone, 0);
+  }
 }
 
 TEST_F(TrainerRecovery, KilledAfterACheckpointRestartsFromItAndEndsWithTheSameWeights) {
