@@ -82,8 +82,8 @@ std::optional<CoreBalance::Change> CoreBalance::judge_trial(const WindowLoad& lo
   state_ = State::kBase;
   cooldown_[to_trainer ? 0 : 1] = kRetryWindows;
   return Change{base_, str("lending did not pay (", figures, "): the ", borrower, " give", to_trainer ? "s" : "",
-                           " the borrowed threads back; not lent to ", to_trainer ? "it" : "them", " again for ", kRetryWindows,
-                           " windows")};
+                           " the borrowed threads back; not lent to ", to_trainer ? "it" : "them", " again for ",
+                           kRetryWindows, " windows")};
 }
 
 std::optional<CoreBalance::Change> CoreBalance::keep_or_return(const WindowLoad& load) {
