@@ -23,6 +23,25 @@ int lent_threads(double spare) { return static_cast<int>(std::floor(spare + 1 - 
 
 }  // namespace
 
+std::optional<WindowLoad> LoadWindows::at_step_end(const LoopTotals& now, int rollout_workers, int rollout_threads) {
+  if (!start_) {
+    start_ = now;
+    return std::nullopt;
+  }
+  const LoopTotals& from = *start_;
+  const double loop = now.loop_seconds - from.loop_seconds;
+  if (now.step - from.step < CoreBalance::kWindowSteps || loop < CoreBalance::kWindowSeconds) return std::nullopt;
+  const double workers = std::max(1, rollout_workers), threads = std::max(1, rollout_threads);
+  const double idle = (now.rollout_idle_seconds - from.rollout_idle_seconds) / (workers * loop);
+  const double scoring = (now.rollout_scoring_cpu - from.rollout_scoring_cpu) / (workers * threads * loop);
+  WindowLoad load;
+  load.trainer_idle = std::clamp((now.trainer_idle_seconds - from.trainer_idle_seconds) / loop, 0.0, 1.0);
+  load.rollout_idle = std::clamp(idle - scoring, 0.0, 1.0);
+  load.seconds_per_step = loop / static_cast<double>(now.step - from.step);
+  start_ = now;
+  return load;
+}
+
 CoreBalance::CoreBalance(CoreShare base, int trainer_ranks, int rollout_workers)
     : base_(base), current_(base), trainer_ranks_(std::max(1, trainer_ranks)),
       rollout_workers_(std::max(1, rollout_workers)) {}

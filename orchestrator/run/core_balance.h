@@ -46,6 +46,30 @@ struct WindowLoad {
   double seconds_per_step = 0;
 };
 
+// The loop's running totals at the end of a step; a window's load is the difference of two.
+struct LoopTotals {
+  int64_t step = 0;
+  double loop_seconds = 0;
+  double trainer_idle_seconds = 0;
+  double rollout_idle_seconds = 0;     // summed over the rollout workers
+  double rollout_scoring_cpu = 0;      // CPU seconds the rollout workers spent scoring the KL reference
+};
+
+// Cuts the loop into windows of at least kWindowSteps steps and kWindowSeconds of loop time,
+// starting after the loop's first step (its wait is the first batch's generation, which no share
+// of threads changes). Used by the run (run/cores.cc) and by rlrun tune's simulation alike.
+class LoadWindows {
+ public:
+  // Called at the end of every step with the loop's totals: the load of the window that ends
+  // here, or nothing. rollout_threads: each rollout worker's threads in the window (a change of
+  // threads ends a window, so one value holds for all of it); its KL scoring, done while no lane
+  // is in use, is taken out of its idle time.
+  std::optional<WindowLoad> at_step_end(const LoopTotals& now, int rollout_workers, int rollout_threads);
+
+ private:
+  std::optional<LoopTotals> start_;
+};
+
 class CoreBalance {
  public:
   static constexpr int64_t kWindowSteps = 2;

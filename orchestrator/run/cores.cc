@@ -23,43 +23,25 @@ void Orchestrator::start_core_balance() {
   core_balance_.emplace(base, static_cast<int>(config_.trainer_num_workers),
                         static_cast<int>(config_.inference_num_workers));
   outcome_.cores_base = base;
-  core_window_ = core_sums(outcome_.steps_completed);
 }
 
-Orchestrator::CoreWindow Orchestrator::core_sums(int64_t step) const {
-  CoreWindow sums;
-  sums.step = step;
-  sums.loop = loop_seconds();
-  sums.trainer_idle = outcome_.trainer_idle_seconds;
+LoopTotals Orchestrator::loop_totals(int64_t step) const {
+  LoopTotals totals;
+  totals.step = step;
+  totals.loop_seconds = loop_seconds();
+  totals.trainer_idle_seconds = outcome_.trainer_idle_seconds;
   for (const WorkerSlot& w : workers_)
-    if (w.role == Role::kRollout) sums.rollout_idle += w.idle_seconds;
-  sums.rollout_scoring = rollout_scoring_cpu_;
-  return sums;
+    if (w.role == Role::kRollout) totals.rollout_idle_seconds += w.idle_seconds;
+  totals.rollout_scoring_cpu = rollout_scoring_cpu_;
+  return totals;
 }
 
 void Orchestrator::balance_cores(int64_t step) {
   if (!core_balance_ || step >= config_.number_of_steps) return;  // no step left to use a change
-  CoreWindow now = core_sums(step);
-  now.opened = true;
-  if (!core_window_.opened) {
-    // The loop's first step waited for the rollout's first batch, which no share of threads
-    // changes (the trainer had nothing to do yet): windows start after it.
-    core_window_ = now;
-    return;
-  }
-  const double loop = now.loop - core_window_.loop;
-  if (now.step - core_window_.step < CoreBalance::kWindowSteps || loop < CoreBalance::kWindowSeconds) return;
-  // The rollout workers' idle time, less the CPU they spent scoring the KL reference (done while
-  // no lane is in use): per worker, as a fraction of the window.
-  const double rollouts = static_cast<double>(config_.inference_num_workers);
-  const double rollout_threads = static_cast<double>(core_balance_->current().rollout_threads);
-  const double idle = (now.rollout_idle - core_window_.rollout_idle) / (rollouts * loop);
-  const double scoring = (now.rollout_scoring - core_window_.rollout_scoring) / (rollouts * rollout_threads * loop);
-  WindowLoad load;
-  load.trainer_idle = std::clamp((now.trainer_idle - core_window_.trainer_idle) / loop, 0.0, 1.0);
-  load.rollout_idle = std::clamp(idle - scoring, 0.0, 1.0);
-  load.seconds_per_step = loop / static_cast<double>(now.step - core_window_.step);
-  core_window_ = now;
+  const std::optional<WindowLoad> window = load_windows_.at_step_end(
+      loop_totals(step), static_cast<int>(config_.inference_num_workers), core_balance_->current().rollout_threads);
+  if (!window) return;
+  const WindowLoad& load = *window;
   log::debug(str("cores window to step ", step, ": trainer idle ", load.trainer_idle, ", rollout idle ",
                  load.rollout_idle, ", ", load.seconds_per_step, " s/step"));
   const std::optional<CoreBalance::Change> change = core_balance_->observe(load);

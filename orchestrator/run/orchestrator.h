@@ -479,13 +479,8 @@ class Orchestrator {
   void send_threads(WorkerSlot& w);  // the threads its role computes with now, if it has others
   void note_threads(const WorkerSlot& w);  // the rlrun_worker_compute_threads gauge
   std::optional<CoreBalance> core_balance_;
-  struct CoreWindow {  // the measures' sums at the window's start
-    int64_t step = 0;
-    double loop = 0, trainer_idle = 0, rollout_idle = 0, rollout_scoring = 0;
-    bool opened = false;  // false until the loop's first step is done (windows start after it)
-  };
-  CoreWindow core_window_;
-  CoreWindow core_sums(int64_t step) const;
+  LoadWindows load_windows_;
+  LoopTotals loop_totals(int64_t step) const;
   double rollout_scoring_cpu_ = 0;  // CPU seconds of every rollout process scoring the KL reference
 
   RunOutcome outcome_;

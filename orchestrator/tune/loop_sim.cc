@@ -118,14 +118,10 @@ class Sim {
   double staleness_sum_ = 0;
   int64_t staleness_n_ = 0;
   int64_t generated_groups_ = 0;
-  // balance_cpu_threads, as the orchestrator does it (run/cores.cc): windows of steps from the
-  // end of the first step.
+  // balance_cpu_threads, as the orchestrator does it (run/cores.cc): the same windows and rules.
   std::optional<CoreBalance> balance_;
+  LoadWindows load_windows_;
   int64_t lent_trainer_threads_ = 0, lent_rollout_threads_ = 0;  // the share in force (0: no balancing)
-  struct Window {
-    int64_t step = 0;
-    double at = 0, trainer_idle = 0, rollout_idle = 0;
-  } window_;
 };
 
 void Sim::place() {
@@ -158,24 +154,16 @@ void Sim::set_threads(Proc& p, int64_t threads) {
 }
 
 void Sim::balance_cores() {
-  double rollout_idle = 0;
-  for (const Worker& wk : workers_) rollout_idle += wk.idle;
-  const Window now{step_, now_, trainer_idle_, rollout_idle};
-  if (step_ == 1) {  // the first step waited for the first batch: windows start after it
-    window_ = now;
-    return;
-  }
-  const double loop = now.at - window_.at;
-  if (now.step - window_.step < CoreBalance::kWindowSteps || loop < CoreBalance::kWindowSeconds) return;
-  WindowLoad load;  // the simulated rollout idle already leaves out KL scoring (advance())
-  load.trainer_idle = std::clamp((now.trainer_idle - window_.trainer_idle) / loop, 0.0, 1.0);
-  load.rollout_idle =
-      std::clamp((now.rollout_idle - window_.rollout_idle) / (loop * static_cast<double>(workers_.size())), 0.0, 1.0);
-  load.seconds_per_step = loop / static_cast<double>(now.step - window_.step);
-  window_ = now;
-  const std::optional<CoreBalance::Change> change = balance_->observe(load);
-  if (!change) return;
-  apply_share(change->share);
+  LoopTotals now;  // the simulated rollout idle already leaves out KL scoring (advance())
+  now.step = step_;
+  now.loop_seconds = now_;
+  now.trainer_idle_seconds = trainer_idle_;
+  for (const Worker& wk : workers_) now.rollout_idle_seconds += wk.idle;
+  const std::optional<WindowLoad> load =
+      load_windows_.at_step_end(now, static_cast<int>(workers_.size()), static_cast<int>(lent_rollout_threads_));
+  if (!load) return;
+  const std::optional<CoreBalance::Change> change = balance_->observe(*load);
+  if (change) apply_share(change->share);
 }
 
 // A lent share: the borrower keeps its share's place in the processor sharing (its neighbours
@@ -327,38 +315,37 @@ void Sim::finish_step() {
   if (balance_ && step_ < o_.steps) balance_cores();
 }
 
-// The cores each busy thread of a node gets under weighted fair sharing: a share of the node's
-// slots proportional to its weight, at most one core; what a thread cannot use goes to the others
-// (water-filling). Per process: the core fraction of each of its threads.
-std::vector<double> fair_shares(const std::vector<const Proc*>& procs, double orchestrator_cores, double slots) {
-  std::vector<double> share(procs.size(), 0.0);
-  std::vector<bool> capped(procs.size(), false);
-  double orchestrator = orchestrator_cores;  // one thread's worth of demand or less, weight 1
-  bool orchestrator_capped = false;
+// Demand on a node's cores: threads (or a fraction of one, the orchestrator's load), each of a
+// CPU weight.
+struct Demand {
+  double threads;
+  double weight;
+};
+
+// The core fraction each thread of a demand gets under weighted fair sharing: a share of the
+// node's slots proportional to its weight, at most one core; what a capped thread cannot use goes
+// to the others (water-filling).
+std::vector<double> fair_shares(const std::vector<Demand>& demands, double slots) {
+  std::vector<double> share(demands.size(), -1.0);  // -1: not capped yet
   while (true) {
-    double weights = orchestrator_capped ? 0.0 : orchestrator;
-    for (size_t i = 0; i < procs.size(); ++i)
-      if (!capped[i]) weights += procs[i]->weight * static_cast<double>(procs[i]->threads);
-    if (weights <= kEpsilon) break;
+    double weights = 0;
+    for (size_t i = 0; i < demands.size(); ++i)
+      if (share[i] < 0) weights += demands[i].weight * demands[i].threads;
+    if (weights <= kEpsilon) return share;
     const double per_weight = slots / weights;
-    bool changed = false;
-    for (size_t i = 0; i < procs.size(); ++i) {
-      if (capped[i] || per_weight * procs[i]->weight < 1.0) continue;
-      capped[i] = changed = true;
+    bool capped = false;
+    for (size_t i = 0; i < demands.size(); ++i) {
+      if (share[i] >= 0 || per_weight * demands[i].weight < 1.0) continue;
       share[i] = 1.0;
-      slots -= static_cast<double>(procs[i]->threads);
+      slots -= demands[i].threads;
+      capped = true;
     }
-    if (!orchestrator_capped && per_weight >= 1.0) {
-      orchestrator_capped = changed = true;
-      slots -= orchestrator;
-    }
-    if (!changed) {
-      for (size_t i = 0; i < procs.size(); ++i)
-        if (!capped[i]) share[i] = per_weight * procs[i]->weight;
-      break;
+    if (!capped) {
+      for (size_t i = 0; i < demands.size(); ++i)
+        if (share[i] < 0) share[i] = per_weight * demands[i].weight;
+      return share;
     }
   }
-  return share;
 }
 
 double Sim::advance() {
@@ -370,9 +357,14 @@ double Sim::advance() {
   if (!cl_.devices) {
     for (int64_t node = 0; node < cl_.nodes; ++node) {
       std::vector<const Proc*> here;
-      for (const Proc* p : busy) if (p->node == node) here.push_back(p);
-      const std::vector<double> share =
-          fair_shares(here, node == 0 ? c_.orchestrator_cores : 0.0, static_cast<double>(cl_.slots_per_node));
+      std::vector<Demand> demands;
+      for (const Proc* p : busy)
+        if (p->node == node) {
+          here.push_back(p);
+          demands.push_back({static_cast<double>(p->threads), p->weight});
+        }
+      if (node == 0) demands.push_back({c_.orchestrator_cores, 1.0});
+      const std::vector<double> share = fair_shares(demands, static_cast<double>(cl_.slots_per_node));
       for (size_t i = 0; i < here.size(); ++i) core_share[here[i]] = share[i];
     }
   }

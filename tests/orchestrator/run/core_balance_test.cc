@@ -145,5 +145,23 @@ TEST(CoreBalance, AfterALendThatDidNotPayTheOtherWayStaysOpen) {
   EXPECT_THAT(change->reason, HasSubstr("each trainer rank takes 2 threads"));
 }
 
+TEST(LoadWindows, StartAfterTheFirstStepSpanEnoughStepsAndSecondsAndLeaveOutKlScoring) {
+  LoadWindows windows;
+  // The first step only opens the first window.
+  EXPECT_FALSE(windows.at_step_end({1, 10.0, 8.0, 1.0, 0.0}, 2, 1).has_value());
+  // Too few steps, then too little time: the window goes on.
+  EXPECT_FALSE(windows.at_step_end({2, 12.0, 8.5, 2.0, 0.0}, 2, 1).has_value());
+  EXPECT_FALSE(windows.at_step_end({3, 10.0 + CoreBalance::kWindowSeconds / 2, 8.6, 2.1, 0.0}, 2, 1).has_value());
+  // Steps 2-5 over 4 s: the trainer idled 1 s; two rollout workers idled 4 s together, of which
+  // 0.8 CPU s on 2 threads each scoring the KL reference (0.4 s of their idle time).
+  const std::optional<WindowLoad> load = windows.at_step_end({5, 14.0, 9.0, 5.0, 0.8}, 2, 2);
+  ASSERT_TRUE(load.has_value());
+  EXPECT_NEAR(load->trainer_idle, 0.25, 1e-12);
+  EXPECT_NEAR(load->rollout_idle, (4.0 - 0.4) / (2 * 4.0), 1e-12);
+  EXPECT_NEAR(load->seconds_per_step, 1.0, 1e-12);
+  // The next window starts where that one ended.
+  EXPECT_FALSE(windows.at_step_end({6, 20.0, 9.0, 5.0, 0.8}, 2, 2).has_value());
+}
+
 }  // namespace
 }  // namespace rlrun::orchestrator
