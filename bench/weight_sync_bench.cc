@@ -1,10 +1,12 @@
 // weight_sync_bench - what authenticating the weights costs. One weight sync is trainer rank 0
 // sending its flat f32 parameters to every rollout worker with the product's WeightSender and
 // WeightReceiver (buckets of weight_broadcast_bucket_mb), over loopback TCP between threads of this
-// process, on Gloo (control_plane_security: none: plain TCP) and on the CURVE transport (curve,
-// the default: encrypted and authenticated with the run's keys), measured in the same run.
+// process, on Gloo (control_plane_security: none: plain TCP), on the CURVE transport (curve, the
+// default: encrypted and authenticated with the run's keys) between hosts, and on the same
+// transport between processes of one host (local: a Unix socket in the keys' private folder,
+// unencrypted), measured in the same run.
 // A sync's time runs from the sender's start to the last receiver's end. Prints seconds per sync,
-// MB/s of parameters and the CURVE/Gloo ratio; never fails on time.
+// MB/s of parameters and the ratios between the transports; never fails on time.
 //
 //   weight_sync_bench [--receivers N] [--syncs K] [--bucket-mb M] [--params P1,P2,...]
 //   (defaults: 1 receiver, 3 timed syncs after one untimed, 256 MiB buckets, 1M and 135M params)
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -132,16 +135,24 @@ int main(int argc, char** argv) {
               o.receivers, static_cast<long long>(o.bucket_mb), o.syncs, std::thread::hardware_concurrency());
   std::printf("%12s %10s  %-6s %10s %10s %10s\n", "params", "MB", "via", "s/sync", "min s", "MB/s");
   int group = 0;
+  std::string folder = (std::filesystem::temp_directory_path() / "rlrun-bench-keysXXXXXX").string();
+  if (::mkdtemp(folder.data()) == nullptr) return std::perror("mkdtemp"), 1;  // mode 0700, like <run_dir>/keys
+  SecurityOptions same_host = client_security(keys);
+  same_host.private_dir = folder;
+  const std::pair<const char*, SecurityOptions> transports[] = {
+      {"gloo", SecurityOptions{}}, {"curve", client_security(keys)}, {"local", same_host}};
   for (const int64_t params : o.params) {
     const double mb = static_cast<double>(params) * 4 / 1e6;
-    Timing by[2];
-    for (int curve = 0; curve < 2; ++curve) {
-      by[curve] = measure(o, params, curve ? client_security(keys) : SecurityOptions{}, str("b", group++));
+    Timing by[3];
+    for (int t = 0; t < 3; ++t) {
+      by[t] = measure(o, params, transports[t].second, str("b", group++));
       std::printf("%12lld %10.1f  %-6s %10.4f %10.4f %10.0f%s\n", static_cast<long long>(params), mb,
-                  curve ? "curve" : "gloo", by[curve].mean_s, by[curve].min_s, mb / by[curve].mean_s,
-                  by[curve].ok ? "" : "  (FAILED: see above)");
+                  transports[t].first, by[t].mean_s, by[t].min_s, mb / by[t].mean_s,
+                  by[t].ok ? "" : "  (FAILED: see above)");
     }
-    std::printf("%12s %10s  curve/gloo time ratio %.2fx\n", "", "", by[1].mean_s / by[0].mean_s);
+    std::printf("%12s %10s  curve/gloo time ratio %.2fx, local/curve %.2fx\n", "", "", by[1].mean_s / by[0].mean_s,
+                by[2].mean_s / by[1].mean_s);
   }
+  std::filesystem::remove_all(folder);
   return 0;
 }

@@ -168,7 +168,7 @@ struct Heartbeat {
   uint64_t preemptions = 0;            // since the worker started
   double idle_seconds = 0;             // since the worker started: time with no sequence to run
   double last_weight_sync_seconds = 0; // duration of the last weight update (0 = none yet)
-  WireArray<double> engine_step_costs; // rollout: rollout/step_cost.h's StepCostSums::flat(), cumulative
+  WireArray<double> engine_step_costs = {};  // rollout: rollout/step_cost.h's StepCostSums::flat(), cumulative
   double kl_reference_seconds = 0;     // rollout: CPU seconds scoring ScoreRequests, cumulative
   uint64_t kl_reference_tokens = 0;    // rollout: tokens those forward passes computed, cumulative
 

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "common/observe/log.h"
 #include "common/protocol/curve_keys.h"
@@ -55,7 +56,9 @@ Result<SecurityOptions> worker_control_security(const std::string& keys_path) {
                                             " (the orchestrator writes it at the start of the run, mode 0600; "
                                             "this process must run as the same user and see the run folder)"));
   }
-  return client_security(*keys);
+  SecurityOptions security = client_security(*keys);
+  security.private_dir = std::filesystem::path(keys_path).parent_path().string();  // 0700: run_control_plane()
+  return security;
 }
 
 }  // namespace rlrun::orchestrator

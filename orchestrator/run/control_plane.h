@@ -7,6 +7,8 @@
 // read the file cannot complete the handshake: it cannot register, submit results, use the
 // rendezvous store or receive anything (weights included). With `none` the socket admits anyone
 // who reaches the port, and workers are started without --control-keys.
+// The workers' SecurityOptions also name the keys' folder as their private_dir (security.h):
+// weight syncs between processes of one host go through a Unix socket there, unencrypted.
 //
 // `rlrun CONFIG` and the tests that check the closed control plane both go through
 // bind_run_control_plane(), so what is tested is what runs.

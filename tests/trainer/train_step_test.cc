@@ -279,8 +279,11 @@ TEST(MicroBatch, ExpandingSharedPrefixesGivesTheRepeatedLayout) {
   EXPECT_EQ(expanded.loss_mask, repeated->loss_mask);
   EXPECT_EQ(expanded.rollout_logprobs, repeated->rollout_logprobs);
   EXPECT_EQ(expanded.advantages, repeated->advantages);
-  for (size_t t = 0; t < expanded.targets.size(); ++t)
-    if (repeated->loss_mask[t]) EXPECT_EQ(expanded.targets[t], repeated->targets[t]) << t;
+  for (size_t t = 0; t < expanded.targets.size(); ++t) {
+    if (repeated->loss_mask[t]) {
+      EXPECT_EQ(expanded.targets[t], repeated->targets[t]) << t;
+    }
+  }
 
   MicroBatch bad = *shared;
   bad.loss_mask[0] = 1;  // the prefix trains a token

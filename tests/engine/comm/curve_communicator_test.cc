@@ -3,7 +3,9 @@
 // nothing and put nothing in, a fake rank 0 feeds a member nothing, and a dead peer is an error
 // within the bounds, never a hang.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <numeric>
@@ -37,12 +39,16 @@ GroupOptions group(const std::string& name, int rank, int size, SecurityOptions 
 }
 
 // Runs body(rank, comm) on `size` threads forming one group through an in-process store.
-void run_group(int size, const std::function<void(int, Communicator&)>& body, const std::string& name = "g") {
+// private_dir: every rank's SecurityOptions::private_dir.
+void run_group(int size, const std::function<void(int, Communicator&)>& body, const std::string& name = "g",
+               const std::string& private_dir = "") {
   auto store = make_in_process_store();
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
-      auto comm = make_communicator(store, group(name, r, size));
+      GroupOptions o = group(name, r, size);
+      o.security.private_dir = private_dir;
+      auto comm = make_communicator(store, o);
       ASSERT_TRUE(comm.ok()) << comm.status().message();
       body(r, **comm);
     });
@@ -200,6 +206,113 @@ TEST(CurveCommunicator, RankZeroThatLeavesFailsTheMembersAtOnce) {
   EXPECT_LT(Clock::now() - start, 3s) << s.message();
   EXPECT_NE(s.message().find("closed"), std::string::npos) << s.message();
   root.join();
+}
+
+// Test double: the run's store, except that it hands members a TCP endpoint nobody listens on, so
+// a member that gets rank 0's bytes got them through the Unix socket.
+class DeadTcpStore : public RendezvousStore {
+ public:
+  explicit DeadTcpStore(std::shared_ptr<RendezvousStore> inner) : inner_(std::move(inner)) {}
+  Status set(const std::string& key, const std::vector<char>& value) override { return inner_->set(key, value); }
+  Result<std::vector<char>> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    Result<std::vector<char>> value = inner_->get(key, timeout);
+    if (!value.ok() || !key.ends_with("/curve/endpoint")) return value;
+    const std::string dead = "tcp://127.0.0.1:9";  // discard: closed here
+    return std::vector<char>(dead.begin(), dead.end());
+  }
+
+ private:
+  std::shared_ptr<RendezvousStore> inner_;
+};
+
+std::string private_folder() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "rlrun-keysXXXXXX").string();
+  EXPECT_NE(::mkdtemp(pattern.data()), nullptr);  // mode 0700
+  return pattern;
+}
+
+int sockets_in(const std::string& dir) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) n += entry.is_socket();
+  return n;
+}
+
+GroupOptions in_folder(GroupOptions o, const std::string& dir) {
+  o.security.private_dir = dir;
+  return o;
+}
+
+// With the keys' folder as private_dir, a member on rank 0's host gets the bytes through a Unix
+// socket there (its TCP endpoint is dead), a member without the folder still through TCP and
+// CURVE, and rank 0's TCP port still admits no stranger. The socket's name goes once all joined.
+TEST(CurveCommunicator, MembersOnRankZerosHostMeetInThePrivateFolder) {
+  const std::string dir = private_folder();
+  auto store = make_in_process_store();
+  auto dead_tcp = std::make_shared<DeadTcpStore>(store);
+  const std::vector<uint8_t> sent = pattern(5 * kCurveChunkBytes / 2, 5);
+  std::promise<void> formed;
+  std::jthread root([&] {
+    auto comm = make_communicator(store, in_folder(group("p", 0, 3), dir));
+    ASSERT_TRUE(comm.ok()) << comm.status().message();
+    formed.set_value();
+    std::vector<uint8_t> bytes = sent;
+    EXPECT_TRUE((*comm)->broadcast(bytes.data(), bytes.size(), CommDType::kU8, 0).ok());
+    EXPECT_TRUE((*comm)->barrier().ok());
+  });
+  auto endpoint = store->get("p/curve/endpoint", 10s);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status().message();
+  EXPECT_EQ(sockets_in(dir), 1);
+  auto stranger = std::async(std::launch::async, testing::probe_curve_transport,
+                             std::string(endpoint->begin(), endpoint->end()), SecurityOptions{}, 2, 1000ms);
+  std::vector<uint8_t> got_local(sent.size()), got_tcp(sent.size());
+  std::jthread over_tcp([&] {
+    auto comm = make_communicator(store, group("p", 2, 3));
+    ASSERT_TRUE(comm.ok()) << comm.status().message();
+    EXPECT_TRUE((*comm)->broadcast(got_tcp.data(), got_tcp.size(), CommDType::kU8, 0).ok());
+    EXPECT_TRUE((*comm)->barrier().ok());
+  });
+  auto local = make_communicator(dead_tcp, in_folder(group("p", 1, 3), dir));
+  ASSERT_TRUE(local.ok()) << local.status().message();
+  EXPECT_TRUE((*local)->broadcast(got_local.data(), got_local.size(), CommDType::kU8, 0).ok());
+  EXPECT_TRUE((*local)->barrier().ok());
+  over_tcp.join();
+  root.join();
+  EXPECT_EQ(got_local, sent);
+  EXPECT_EQ(got_tcp, sent);
+  EXPECT_EQ(stranger.get(), 0) << "the TCP port admitted a peer without the keys";
+  EXPECT_EQ(sockets_in(dir), 0) << "rank 0's socket outlived the group's formation";
+  std::filesystem::remove_all(dir);
+}
+
+// A folder others may open is not private: rank 0 binds no socket there and everyone uses TCP.
+// A member whose own folder is another (another run's keys) does not use rank 0's socket.
+TEST(CurveCommunicator, OnlyAFolderPrivateToBothSidesCarriesTheWeights) {
+  const std::string dir = private_folder();
+  ::chmod(dir.c_str(), 0755);
+  run_group(2, [&](int rank, Communicator& comm) {
+    if (rank == 0) {
+      EXPECT_EQ(sockets_in(dir), 0) << "a socket in a folder others may open";
+    }
+    std::vector<uint8_t> bytes = rank == 0 ? pattern(1000, 1) : std::vector<uint8_t>(1000);
+    EXPECT_TRUE(comm.broadcast(bytes.data(), bytes.size(), CommDType::kU8, 0).ok());
+    EXPECT_EQ(bytes, pattern(1000, 1));
+  }, "loose", dir);
+  ::chmod(dir.c_str(), 0700);
+
+  const std::string other = private_folder();
+  auto store = make_in_process_store();
+  std::jthread root([&] {
+    GroupOptions o = in_folder(group("o", 0, 2), dir);
+    o.timeout = 1s;
+    EXPECT_FALSE(make_communicator(store, o).ok());
+  });
+  GroupOptions o = in_folder(group("o", 1, 2), other);
+  o.timeout = 1s;
+  EXPECT_FALSE(make_communicator(std::make_shared<DeadTcpStore>(store), o).ok())
+      << "joined through a socket outside its own private folder";
+  root.join();
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(other);
 }
 
 TEST(CurveCommunicator, MissingMemberIsATimeoutNamingTheGroup) {
