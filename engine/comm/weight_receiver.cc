@@ -52,10 +52,11 @@ Status WeightReceiver::receive_buckets(const WeightSyncHeader& header, const Ten
     return protocol_error(str("weight sync: bucket of ", header.bucket_elements, " elements exceeds this worker's limit of ",
                               max_bucket_bytes_, " bytes"));
   }
-  std::vector<float> host(host_staging_ ? bucket : 0);
+  // On a host backend an f32 destination is host memory: the buckets land in it, no copy.
+  const bool direct = host_staging_ && dst != nullptr && backend_.is_host() && dst->dtype() == DType::kF32;
+  std::vector<float> host(host_staging_ && !direct ? bucket : 0);
   report.staging_bytes = static_cast<int64_t>(host.size() * sizeof(float));
   Tensor staging;  // f32 device buffer when the destination is not plain host f32, or no host staging
-  const bool direct = host_staging_ && dst != nullptr && backend_.is_host() && dst->dtype() == DType::kF32;
   if ((dst != nullptr && !direct) || !host_staging_) {
     staging = backend_.zeros(Shape{static_cast<int64_t>(bucket)}, DType::kF32);
     report.staging_bytes += static_cast<int64_t>(staging.nbytes());
@@ -63,17 +64,14 @@ Status WeightReceiver::receive_buckets(const WeightSyncHeader& header, const Ten
   for (uint64_t begin = 0; begin < total; begin += bucket) {
     const uint64_t n = std::min(bucket, total - begin);
     const Tensor stage = staging.defined() ? staging.rows(0, static_cast<int64_t>(n)) : Tensor();
-    RLRUN_RETURN_IF_ERROR(comm_.broadcast(host_staging_ ? host.data() : stage.data(), n, CommDType::kF32, 0));
+    const Tensor out = dst != nullptr ? dst->rows(static_cast<int64_t>(begin), static_cast<int64_t>(begin + n)) : Tensor();
+    void* into = direct ? out.data() : host_staging_ ? static_cast<void*>(host.data()) : stage.data();
+    RLRUN_RETURN_IF_ERROR(comm_.broadcast(into, n, CommDType::kF32, 0));
     report.bytes += static_cast<int64_t>(n * sizeof(float));
     ++report.buckets;
-    if (dst == nullptr) continue;  // draining
-    const Tensor out = dst->rows(static_cast<int64_t>(begin), static_cast<int64_t>(begin + n));
-    if (direct) {
-      backend_.copy_from_host(out, host.data(), n * sizeof(float));
-    } else {
-      if (host_staging_) backend_.copy_from_host(stage, host.data(), n * sizeof(float));
-      backend_.convert(out, stage);
-    }
+    if (dst == nullptr || direct) continue;  // draining, or already in place
+    if (host_staging_) backend_.copy_from_host(stage, host.data(), n * sizeof(float));
+    backend_.convert(out, stage);
   }
   backend_.synchronize();
   return Status();

@@ -1,10 +1,11 @@
 // weight_receiver.h - the receiving side of a weight sync (rollout workers; wire format in
 // weight_sync.h). The sender is trainer/weight_sender.h.
 //
-// Memory: each bucket is received into ONE bucket-sized buffer (host, or device without host
-// staging) and copied into the destination weights (through one bucket-sized f32 device buffer
-// when the destination is bf16 or lives off the host), so a sync costs at most two buckets beyond
-// the weights.
+// Memory: an f32 destination on a host backend receives the buckets in place; otherwise each
+// bucket is received into ONE bucket-sized buffer (host, or device without host staging) and
+// copied into the destination weights (through one bucket-sized f32 device buffer when the
+// destination is bf16 or lives off the host), so a sync costs at most two buckets beyond the
+// weights. A sync that fails leaves the destination partly overwritten either way.
 // The layout arrives once (first sync) and is checked against this worker's own layout, then
 // cached: later syncs carry its digest only. On a layout mismatch the receiver still drains the
 // sync's buckets (without writing them) so the group stays in step, then returns the error.

@@ -118,11 +118,12 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
       std::max<int64_t>(1, std::min(kPrefillTokens, c.max_num_seqs * (c.max_prompt_tokens + 1)));
   r.kv_block_size = c.kv_block_size;
   r.tensor_parallel_size = static_cast<int>(c.inference_tensor_parallel_size);
-  // The weight update receives f32 buckets: one bucket beyond the weights, two on a bf16 backend
-  // (rollout/weight_update.h); a bucket is never larger than the whole f32 parameter buffer.
+  // The weight update receives f32 buckets (engine/comm/weight_receiver.h): in place into the f32
+  // weights of a host backend, through two buckets on a bf16 device backend; a bucket is never
+  // larger than the whole f32 parameter buffer.
   const double bucket = std::min(static_cast<double>(c.weight_broadcast_bucket_mb) * kMiB,
                                  4.0 * static_cast<double>(p.model.num_parameters()));
-  r.weight_receive_buffer_bytes = bucket * (cuda ? 2.0 : 1.0);
+  r.weight_receive_buffer_bytes = cuda ? 2.0 * bucket : 0.0;
   r.kl_reference = rollout_scores_kl_reference(c);
   p.rollout = plan_rollout(r);
   return p;
