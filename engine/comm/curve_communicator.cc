@@ -48,6 +48,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iterator>
+#include <string_view>
 
 #include "common/file_io.h"
 #include "common/observe/log.h"
@@ -71,6 +72,7 @@ constexpr milliseconds kAbortLinger{500};    // how long closing rank 0 tries to
 constexpr size_t kMaxAbortText = 1000;
 constexpr int kMaxIoThreads = 4;             // rank 0 encrypts for up to this many members at once
 constexpr char kMonitorEndpoint[] = "inproc://curve-member-monitor";  // unique: one context per communicator
+constexpr std::string_view kIpc = "ipc://";  // a Unix socket's endpoint: this, then its path
 
 milliseconds left_until(Clock::time_point deadline) {
   return std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
@@ -166,7 +168,7 @@ class CurveCommunicator : public Communicator {
   zmq::socket_t socket_;                     // rank 0: ROUTER; member: DEALER
   zmq::socket_t monitor_;                    // member: socket_'s connection events
   std::string endpoint_;                     // rank 0's (a member: the one it connected to)
-  std::string private_endpoint_;             // rank 0's Unix socket until formed; empty when none
+  std::string private_path_;                 // rank 0's Unix socket until formed; empty when none
   std::vector<std::string> member_ids_;      // routing id by rank
   uint64_t seq_ = 0;                         // broadcasts so far
   Status broken_;                            // the failure that broke the group; ok while usable
@@ -188,7 +190,7 @@ Status CurveCommunicator::form(RendezvousStore& store) {
   }
   // Every member that meets rank 0 in the private folder is connected now (or never will be), and
   // a connection outlives its socket's name; libzmq would leave the name behind.
-  if (!private_endpoint_.empty()) ::unlink(private_endpoint_.substr(std::strlen("ipc://")).c_str());
+  if (!private_path_.empty()) ::unlink(private_path_.c_str());
   return s;
 }
 
@@ -231,8 +233,8 @@ Status CurveCommunicator::bind_and_publish(RendezvousStore& store) {
   RLRUN_RETURN_IF_ERROR(store.set(str(options_.name, "/curve/local"), std::vector<char>(local.begin(), local.end())));
   RLRUN_RETURN_IF_ERROR(store.set(str(options_.name, "/curve/endpoint"), std::vector<char>(endpoint_.begin(), endpoint_.end())));
   log::info(str(who(), ": CURVE transport on ", endpoint_, "; only holders of the run's keys may connect",
-                private_endpoint_.empty() ? std::string()
-                                          : str(" (members on this host: ", private_endpoint_, ", unencrypted)")));
+                private_path_.empty() ? std::string()
+                                      : str(" (members on this host: ", kIpc, private_path_, ", unencrypted)")));
   return Status();
 }
 
@@ -251,9 +253,9 @@ std::string CurveCommunicator::bind_private() {
     return "";
   }
   socket_.set(zmq::sockopt::curve_server, false);  // the ZAP handler admits the NULL mechanism (curve_auth.cc)
-  socket_.bind(str("ipc://", path));
-  private_endpoint_ = str("ipc://", path);
-  return str(host_identity(), "\n", private_endpoint_);
+  socket_.bind(str(kIpc, path));
+  private_path_ = path;
+  return str(host_identity(), "\n", kIpc, path);
 }
 
 Status CurveCommunicator::await_members(RendezvousStore& store, Clock::time_point deadline) {
@@ -401,8 +403,8 @@ Result<bool> CurveCommunicator::use_private(RendezvousStore& store, Clock::time_
   const size_t newline = local.find('\n');
   if (newline == std::string::npos || local.substr(0, newline) != host_identity()) return false;
   const std::string endpoint = local.substr(newline + 1);
-  if (!endpoint.starts_with("ipc://")) return false;
-  const std::filesystem::path path = endpoint.substr(6);
+  if (!endpoint.starts_with(kIpc)) return false;
+  const std::filesystem::path path = endpoint.substr(kIpc.size());
   std::error_code ec;
   struct stat st{};
   if (!std::filesystem::equivalent(path.parent_path(), own, ec) || !check_private_dir(own).ok() ||
