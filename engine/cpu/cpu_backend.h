@@ -118,6 +118,7 @@ class CpuBackend final : public Backend {
   int64_t min_parallel_work_ = 1 << 15;
   int num_threads_ = 1;
   bool avx2_ = false;
+  bool avx512_ = false;  // matmul's few-rows kernel (cpu_gemm_nt.h)
   std::atomic<size_t> bytes_in_use_{0};
   std::atomic<size_t> peak_bytes_{0};
 };

@@ -50,6 +50,22 @@ TEST_P(OpsForward, MatmulLargeEnoughToSplitAllTransposes) {
       }
 }
 
+// x W^T with few rows, as a forward layer computes it: every remainder of the CPU backend's
+// few-rows kernel (engine/cpu/cpu_gemm_nt.h: tiles of 4 x 6, 16 lanes of k) and both sides of its
+// row limit, with alpha and beta.
+TEST_P(OpsForward, MatmulFewRowsAgainstWeightsEveryTileRemainder) {
+  for (int64_t m : {1, 2, 3, 4, 5, 7, 9, 128, 129})
+    for (int64_t n : {1, 5, 6, 7, 13})
+      for (int64_t k : {1, 15, 16, 17, 40}) {
+        const Vec a = random_input(m * k, 7), b = random_input(n * k, 8), init = random_input(m * n, 9);
+        Tensor out = upload(Shape{m, n}, init);
+        be().matmul(out, upload(Shape{m, k}, a), upload(Shape{n, k}, b), false, true, 0.5f, 2.0f);
+        Vec want = ref_matmul(a, b, m, n, k, false, true);
+        for (size_t i = 0; i < want.size(); ++i) want[i] = 0.5 * want[i] + 2.0 * init[i];
+        EXPECT_CLOSE(download(out), want, tol(1e-5, kBf16Out)) << m << "x" << n << "x" << k;
+      }
+}
+
 TEST_P(OpsForward, MatmulFlattensLeadingDimsAndBetaZeroIgnoresGarbage) {
   const int64_t k = 4, n = 3;
   const Vec a = random_input(2 * 3 * k, 4), b = random_input(n * k, 5);
