@@ -211,10 +211,15 @@ TEST(Rendezvous, AbandonedWeightGroupFailsTheJoinAtOnce) {
     // Later joins of that epoch fail at once too; another epoch is untouched.
     auto late = join_group(server.endpoint(), "rollout-0", weight_sync_group(config, 1, 1, security));
     EXPECT_FALSE(late.ok());
+    // Each member keeps its communicator until both joined: a rank that returns first and closes
+    // its connections would fail the other's handshake (Gloo: "Connection closed by peer").
     std::vector<std::thread> members;
+    std::vector<std::unique_ptr<engine::Communicator>> joined(2);
     for (int r = 0; r < 2; ++r) {
       members.emplace_back([&, r] {
-        EXPECT_TRUE(join_group(server.endpoint(), str("m", r), weight_sync_group(config, r, 2, security)).ok());
+        auto group = join_group(server.endpoint(), str("m", r), weight_sync_group(config, r, 2, security));
+        ASSERT_TRUE(group.ok()) << "member " << r << ": " << group.status().message();
+        joined[static_cast<size_t>(r)] = std::move(*group);
       });
     }
     for (auto& t : members) t.join();
