@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <thread>
 
@@ -64,7 +65,10 @@ TEST(RunStop, NoBatchCanFormStopsAfterTheBoundWithTheReason) {
   // No warm-start: the random model never answers right, so every group has zero reward spread.
   json summary;
   const std::string output = run_without_batches("max_zero_spread_rounds=3", summary);
-  EXPECT_NE(output.find("24 groups in a row earned no reward"), std::string::npos) << output;
+  // 3 batches of 8 groups: at least 24 in a row (a group that finishes with the 24th may count too).
+  std::smatch in_a_row;
+  ASSERT_TRUE(std::regex_search(output, in_a_row, std::regex("([0-9]+) groups in a row earned no reward"))) << output;
+  EXPECT_GE(std::stoi(in_a_row[1].str()), 24) << output;
   EXPECT_NE(output.find("max_zero_spread_rounds = 3"), std::string::npos) << output;
   EXPECT_EQ(summary["samples"]["lost"], 0);
   EXPECT_TRUE(summary["eval"]["accuracy_after"].is_number()) << summary.dump(2);
