@@ -1,6 +1,7 @@
 #include "common/observe/memory.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,6 +86,13 @@ Result<ProcessMemory> read_process_memory() {
   RLRUN_ASSIGN_OR_RETURN(ProcessMemory m, read_raw());
   m.peak_resident_bytes = std::max(m.peak_resident_bytes, g_peak_before_reset.load());
   return m;
+}
+
+void keep_freed_heap_memory() {
+  // glibc (mallopt(3)): M_MMAP_MAX 0 turns off mmap for large blocks; M_TRIM_THRESHOLD -1 turns off
+  // handing the top of the heap back.
+  if (::mallopt(M_MMAP_MAX, 0) != 1 || ::mallopt(M_TRIM_THRESHOLD, -1) != 1)
+    log::warn("could not tune the heap to keep freed memory (mallopt); steps will page-fault their memory again");
 }
 
 bool reset_peak_resident() {

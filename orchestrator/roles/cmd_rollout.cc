@@ -8,6 +8,7 @@
 
 #include "common/config/config.h"
 #include "common/observe/log.h"
+#include "common/observe/memory.h"
 #include "common/observe/timeline.h"
 #include "engine/backend.h"
 #include "engine/io/model_io.h"
@@ -126,6 +127,7 @@ int cmd_rollout(const Args& args) {
   // A synchronous loop never computes both at once: the priority would only slow its hand-offs.
   if (config->backend == BackendKind::kCpu && config->max_async_rollout > 0 && config->rollout_cpu_nice > 0)
     lower_cpu_priority(static_cast<int>(*index), static_cast<int>(config->rollout_cpu_nice));
+  if (config->backend == BackendKind::kCpu) keep_freed_heap_memory();  // before the model (common/observe/memory.h)
   rollout::WorkerOptions options;
   options.orchestrator = parsed->value("--orchestrator");
   options.index = static_cast<int32_t>(*index);

@@ -329,6 +329,8 @@ int run_trainer_process(const Config& config, const TrainerProcessOptions& optio
     if (!s.ok()) log::warn(str(name, ": no timeline: ", s.message()));
     global_timeline().set_rotate_bytes(config.timeline_max_mb << 20);
   }
+  // Before the weights and the first step's activations are allocated (common/observe/memory.h).
+  if (config.backend == BackendKind::kCpu) keep_freed_heap_memory();
   TrainerRank rank;
   Status s = build_rank(config, options, rank);
   if (!s.ok()) {

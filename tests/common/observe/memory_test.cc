@@ -2,8 +2,13 @@
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <thread>
 
@@ -157,6 +162,38 @@ TEST(PeakMemoryTrackerDeathTest, EndWithoutBeginIsABug) {
         tracker.end();
       },
       "without a matching begin");
+}
+
+// keep_freed_heap_memory is process-wide, so it runs in a child: a large block freed and
+// allocated again comes back without page faults (the heap kept it), where by default glibc maps
+// and unmaps such a block and every page faults again.
+TEST(KeepFreedHeapMemory, ALargeBlockFreedAndAllocatedAgainFaultsNoPage) {
+  auto faults_of_second_allocation = [](bool keep) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      if (keep) keep_freed_heap_memory();
+      constexpr size_t kBytes = 64 * kMiB;
+      auto fill = [] {
+        char* p = static_cast<char*>(std::malloc(kBytes));
+        if (p == nullptr) std::_Exit(100);  // beyond the fault counts
+        std::memset(p, 1, kBytes);
+        asm volatile("" : : "r"(p) : "memory");  // the compiler may not drop the block as unused
+        std::free(p);
+      };
+      fill();
+      rusage before{}, after{};
+      ::getrusage(RUSAGE_SELF, &before);
+      fill();
+      ::getrusage(RUSAGE_SELF, &after);
+      std::_Exit(static_cast<int>(std::min<long>(99, after.ru_minflt - before.ru_minflt)));
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  // Exit codes count page faults up to 99: 64 MiB faulting again is >= 32 even in 2 MiB huge pages.
+  EXPECT_GE(faults_of_second_allocation(false), 32) << "glibc kept a 64 MiB block by default";
+  EXPECT_LE(faults_of_second_allocation(true), 4);
 }
 
 }  // namespace
