@@ -29,6 +29,15 @@ bool cpu_has_avx2_fma() {
 #endif
 }
 
+bool cpu_has_avx512f() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+#else
+  return false;
+#endif
+}
+
 CpuBackend::CpuBackend(int num_threads) : avx2_(cpu_has_avx2_fma()), avx512_(cpu_has_avx512f()) {
   set_num_threads(num_threads);
 }

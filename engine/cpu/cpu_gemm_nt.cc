@@ -1,27 +1,18 @@
 // cpu_gemm_nt.cc - the few-rows A B^T kernel (cpu_gemm_nt.h), AVX-512F.
 #include "engine/cpu/cpu_gemm_nt.h"
 
-#include <utility>
-
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC 12's AVX-512 intrinsics (masked loads, lane reductions) pass _mm*_undefined_* values that
 // its -Wuninitialized reports at every inlined call (GCC bug 105593, fixed in GCC 13).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
-#define RLRUN_CPU_AVX512 __attribute__((target("avx512f,fma")))
 #endif
+
+#include "common/check.h"
+#include "engine/cpu/cpu_math.h"
 
 namespace rlrun::engine::cpu {
-
-bool cpu_has_avx512f() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-#else
-  return false;
-#endif
-}
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
@@ -74,33 +65,32 @@ using TileFn = void (*)(int64_t, float, const float*, int64_t, const float*, int
 // one thread: 4 x 4 238 tokens/s, 3 x 8 207 (a 1-row tail), 4 x 6 251.
 constexpr int kMr = 4, kNr = 6;
 
-template <int MR, int... NR>
-TileFn tile_for(int nr, std::integer_sequence<int, NR...>) {
-  TileFn fn = nullptr;
-  ((fn = nr == NR + 1 ? tile<MR, NR + 1> : fn), ...);
-  return fn;
+// The tile function for an MR x NR block, MR <= kMr and NR <= kNr (the edges of C).
+template <int MR, int NR = kNr>
+TileFn tile_for(int nr) {
+  if constexpr (NR == 1)
+    return tile<MR, 1>;
+  else
+    return nr == NR ? tile<MR, NR> : tile_for<MR, NR - 1>(nr);
 }
 
-template <int... MR>
-TileFn tile_for(int mr, int nr, std::integer_sequence<int, MR...>) {
-  TileFn fn = nullptr;
-  ((fn = mr == MR + 1 ? tile_for<MR + 1>(nr, std::make_integer_sequence<int, kNr>()) : fn), ...);
-  return fn;
+template <int MR = kMr>
+TileFn tile_for(int mr, int nr) {
+  if constexpr (MR == 1)
+    return tile_for<1>(nr);
+  else
+    return mr == MR ? tile_for<MR>(nr) : tile_for<MR - 1>(mr, nr);
 }
-
-TileFn tile_for(int mr, int nr) { return tile_for(mr, nr, std::make_integer_sequence<int, kMr>()); }
 
 }  // namespace
 
 void gemm_nt_avx512(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
                     int64_t ldb, float beta, float* c, int64_t ldc) {
-  const TileFn full = tile<kMr, kNr>;
   for (int64_t j = 0; j < n; j += kNr) {  // NR rows of B, reused by every row of A
     const int nr = static_cast<int>(n - j < kNr ? n - j : kNr);
     for (int64_t i = 0; i < m; i += kMr) {
       const int mr = static_cast<int>(m - i < kMr ? m - i : kMr);
-      const TileFn fn = mr == kMr && nr == kNr ? full : tile_for(mr, nr);
-      fn(k, alpha, a + i * lda, lda, b + j * ldb, ldb, beta, c + i * ldc + j, ldc);
+      tile_for(mr, nr)(k, alpha, a + i * lda, lda, b + j * ldb, ldb, beta, c + i * ldc + j, ldc);
     }
   }
 }
@@ -108,7 +98,9 @@ void gemm_nt_avx512(int64_t m, int64_t n, int64_t k, float alpha, const float* a
 #else
 
 void gemm_nt_avx512(int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float, float*,
-                    int64_t) {}
+                    int64_t) {
+  RLRUN_CHECK(false, "gemm_nt_avx512 on a machine without AVX-512 (check cpu_has_avx512f())");
+}
 
 #endif
 

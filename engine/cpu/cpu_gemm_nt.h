@@ -16,11 +16,8 @@ namespace rlrun::engine::cpu {
 // tokens/s than sgemm; 128 sequences, the same.
 constexpr int64_t kGemmNtMaxRows = 128;
 
-// True when this CPU runs AVX-512F (checked once; false off x86-64).
-bool cpu_has_avx512f();
-
 // c[i * ldc + j] = alpha * sum_p a[i * lda + p] * b[j * ldb + p] + beta * c[i * ldc + j], for
-// i < m, j < n (beta 0: c is only written). Needs cpu_has_avx512f(). Single-threaded.
+// i < m, j < n (beta 0: c is only written). Needs cpu_has_avx512f() (cpu_math.h). Single-threaded.
 void gemm_nt_avx512(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
                     int64_t ldb, float beta, float* c, int64_t ldc);
 
