@@ -1,6 +1,7 @@
 // backend.cc - the op contracts of backend.h, checked once for every backend, and the factory.
 #include "engine/backend.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "common/check.h"
@@ -12,12 +13,19 @@
 
 namespace rlrun::engine {
 
-Tensor Backend::zeros(Shape shape, DType dtype) {
-  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+namespace {
+
+Tensor allocate(Backend& backend, Shape shape, DType dtype, bool zeroed) {
   // A zero-byte tensor still gets a distinct block so that data() is never null when defined.
-  auto storage = std::make_shared<Storage>(this, raw_alloc(bytes == 0 ? 1 : bytes), bytes == 0 ? 1 : bytes);
-  return Tensor(std::move(storage), 0, shape, dtype);
+  const size_t bytes = std::max<size_t>(1, static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+  void* block = zeroed ? backend.raw_alloc(bytes) : backend.raw_alloc_uninitialized(bytes);
+  return Tensor(std::make_shared<Storage>(&backend, block, bytes), 0, shape, dtype);
 }
+
+}  // namespace
+
+Tensor Backend::zeros(Shape shape, DType dtype) { return allocate(*this, shape, dtype, true); }
+Tensor Backend::uninitialized(Shape shape, DType dtype) { return allocate(*this, shape, dtype, false); }
 
 namespace {
 

@@ -72,9 +72,14 @@ class Backend {
   // ---- memory ---------------------------------------------------------------------------------
   // A new zero-filled tensor. Aborts when out of memory (a device failure, not a user error).
   Tensor zeros(Shape shape, DType dtype);
+  // A new tensor whose contents are unspecified: only for a buffer that ops overwrite whole before
+  // anything reads it (a matmul's output with beta = 0, a norm's output), to skip zeros()'s fill.
+  Tensor uninitialized(Shape shape, DType dtype);
   // Raw allocation of `bytes` zeroed bytes (256-byte aligned) and its release; used by zeros()
   // and Storage. Prefer zeros().
   virtual void* raw_alloc(size_t bytes) = 0;
+  // raw_alloc without the zeroing; a backend where the fill costs nothing need not override it.
+  virtual void* raw_alloc_uninitialized(size_t bytes) { return raw_alloc(bytes); }
   virtual void raw_free(void* ptr) = 0;
   // Bytes currently allocated through this backend and the peak since construction.
   virtual size_t bytes_in_use() const = 0;

@@ -61,11 +61,17 @@ bool CpuBackend::set_compute_threads(int n) {
 // ---- memory -------------------------------------------------------------------------------------
 
 void* CpuBackend::raw_alloc(size_t bytes) {
+  void* block = raw_alloc_uninitialized(bytes);
+  std::memset(block, 0, bytes);
+  return block;
+}
+
+void* CpuBackend::raw_alloc_uninitialized(size_t bytes) {
   const size_t total = kAlign + (bytes + kAlign - 1) / kAlign * kAlign;
   char* base = static_cast<char*>(std::aligned_alloc(kAlign, total));
   RLRUN_CHECK(base != nullptr, "cpu: out of memory allocating " + std::to_string(bytes) + " bytes");
   std::memcpy(base, &bytes, sizeof bytes);
-  std::memset(base + kAlign, 0, bytes);
+  if (poison_uninitialized_) std::memset(base + kAlign, 0xff, bytes);
   const size_t now = bytes_in_use_.fetch_add(bytes) + bytes;
   size_t peak = peak_bytes_.load();
   while (now > peak && !peak_bytes_.compare_exchange_weak(peak, now)) {

@@ -43,6 +43,9 @@ class CpuBackend final : public Backend {
   // Loops over fewer elements than this run on the calling thread alone (default 32768). Tests
   // set 0 so that their small cases still run the multi-threaded code paths.
   void set_min_parallel_work(int64_t work) { min_parallel_work_ = work; }
+  // Tests set this so that uninitialized() tensors start as all-ones bytes (NaN floats, index -1)
+  // and a read before the first write shows in their results.
+  void set_poison_uninitialized(bool poison) { poison_uninitialized_ = poison; }
 
   int compute_threads() const override { return num_threads_; }
   bool set_compute_threads(int n) override;  // 1 .. kMaxThreads
@@ -52,6 +55,7 @@ class CpuBackend final : public Backend {
   DType compute_dtype() const override { return DType::kF32; }
 
   void* raw_alloc(size_t bytes) override;
+  void* raw_alloc_uninitialized(size_t bytes) override;
   void raw_free(void* ptr) override;
   size_t bytes_in_use() const override { return bytes_in_use_.load(); }
   size_t peak_bytes() const override { return peak_bytes_.load(); }
@@ -116,6 +120,7 @@ class CpuBackend final : public Backend {
   int threads_for(int64_t work) const { return work >= min_parallel_work_ ? num_threads_ : 1; }
 
   int64_t min_parallel_work_ = 1 << 15;
+  bool poison_uninitialized_ = false;
   int num_threads_ = 1;
   bool avx2_ = false;
   bool avx512_ = false;  // matmul's few-rows kernel (cpu_gemm_nt.h)

@@ -74,8 +74,8 @@ Result<Tensor> Model::forward_cached(KvCache& cache, std::span<const SeqId> seqs
   const Tensor seq_start = from_host_i32(b, {num_seqs}, start);
   const Tensor block_tables = from_host_i32(b, {num_seqs, max_blocks}, tables);
 
-  Tensor x = b.zeros({n, c.hidden_size}, b.compute_dtype());
-  Tensor x_next = b.zeros({n, c.hidden_size}, b.compute_dtype());
+  Tensor x = b.uninitialized({n, c.hidden_size}, b.compute_dtype());
+  Tensor x_next = b.uninitialized({n, c.hidden_size}, b.compute_dtype());
   b.embedding_forward(x, weights_.embed_tokens(), ids);
   LayerActs a = alloc_layer_acts(b, c, n, /*save_stats=*/false);
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -90,11 +90,11 @@ Result<Tensor> Model::forward_cached(KvCache& cache, std::span<const SeqId> seqs
   for (int64_t s = 0; s < num_seqs; ++s) cache.tables().commit(seqs[s], cu_new[s + 1] - cu_new[s]);
 
   // Only each sequence's last new token needs the head.
-  Tensor last = b.zeros({num_seqs, c.hidden_size}, b.compute_dtype());
+  Tensor last = b.uninitialized({num_seqs, c.hidden_size}, b.compute_dtype());
   for (int64_t s = 0; s < num_seqs; ++s) b.copy(last.rows(s, s + 1), x.rows(cu_new[s + 1] - 1, cu_new[s + 1]));
-  Tensor normed = b.zeros({num_seqs, c.hidden_size}, b.compute_dtype());
+  Tensor normed = b.uninitialized({num_seqs, c.hidden_size}, b.compute_dtype());
   b.rmsnorm_forward(normed, Tensor(), last, weights_.final_norm(), static_cast<float>(c.rms_norm_eps));
-  Tensor logits = b.zeros({num_seqs, c.vocab_size}, b.compute_dtype());
+  Tensor logits = b.uninitialized({num_seqs, c.vocab_size}, b.compute_dtype());
   b.matmul(logits, normed, weights_.lm_head(), false, true);
   return logits;
 }

@@ -33,22 +33,23 @@ void linear_backward(Backend& b, const Tensor& dx, bool accumulate_dx, const Ten
 LayerActs alloc_layer_acts(Backend& b, const ModelConfig& c, int64_t n, bool save_stats) {
   const Dims d = dims(c);
   const DType t = b.compute_dtype();
+  // Every buffer is an op's whole output before anything reads it (layer_*_forward).
   LayerActs a;
   if (save_stats) {
-    a.rstd1 = b.zeros({n}, DType::kF32);
-    a.rstd2 = b.zeros({n}, DType::kF32);
-    a.lse = b.zeros({n, d.hq}, DType::kF32);
+    a.rstd1 = b.uninitialized({n}, DType::kF32);
+    a.rstd2 = b.uninitialized({n}, DType::kF32);
+    a.lse = b.uninitialized({n, d.hq}, DType::kF32);
   }
-  a.h1 = b.zeros({n, d.h}, t);
-  a.q = b.zeros({n, d.hq, d.d}, t);
-  a.k = b.zeros({n, d.hkv, d.d}, t);
-  a.v = b.zeros({n, d.hkv, d.d}, t);
-  a.attn = b.zeros({n, d.hq, d.d}, t);
-  a.x_mid = b.zeros({n, d.h}, t);
-  a.h2 = b.zeros({n, d.h}, t);
-  a.gate = b.zeros({n, d.i}, t);
-  a.up = b.zeros({n, d.i}, t);
-  a.m = b.zeros({n, d.i}, t);
+  a.h1 = b.uninitialized({n, d.h}, t);
+  a.q = b.uninitialized({n, d.hq, d.d}, t);
+  a.k = b.uninitialized({n, d.hkv, d.d}, t);
+  a.v = b.uninitialized({n, d.hkv, d.d}, t);
+  a.attn = b.uninitialized({n, d.hq, d.d}, t);
+  a.x_mid = b.uninitialized({n, d.h}, t);
+  a.h2 = b.uninitialized({n, d.h}, t);
+  a.gate = b.uninitialized({n, d.i}, t);
+  a.up = b.uninitialized({n, d.i}, t);
+  a.m = b.uninitialized({n, d.i}, t);
   return a;
 }
 
@@ -100,13 +101,14 @@ void sum_rows_into(Backend& b, const Tensor& dst, const Tensor& src, const Tenso
   b.embedding_backward(flat2(dst), flat2(src), index);
 }
 
-// q, k, v and the attention output (or their gradients) over n rows.
+// q, k, v and the attention output (or their gradients) over n rows, each written whole by the
+// first op that touches it.
 void alloc_attention_set(Backend& b, const Dims& d, int64_t n, Tensor& q, Tensor& k, Tensor& v, Tensor& out) {
   const DType t = b.compute_dtype();
-  q = b.zeros({n, d.hq, d.d}, t);
-  k = b.zeros({n, d.hkv, d.d}, t);
-  v = b.zeros({n, d.hkv, d.d}, t);
-  out = b.zeros({n, d.hq, d.d}, t);
+  q = b.uninitialized({n, d.hq, d.d}, t);
+  k = b.uninitialized({n, d.hkv, d.d}, t);
+  v = b.uninitialized({n, d.hkv, d.d}, t);
+  out = b.uninitialized({n, d.hq, d.d}, t);
 }
 
 }  // namespace
@@ -120,7 +122,7 @@ void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAtte
   const int64_t ne = layout.n_expanded;
   if (!a.xq.defined()) {
     alloc_attention_set(b, d, ne, a.xq, a.xk, a.xv, a.xattn);
-    a.xlse = b.zeros({ne, d.hq}, DType::kF32);
+    a.xlse = b.uninitialized({ne, d.hq}, DType::kF32);
   }
   b.embedding_forward(flat2(a.xq), flat2(a.q), layout.gather);
   b.embedding_forward(flat2(a.xk), flat2(a.k), layout.gather);

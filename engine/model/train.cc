@@ -149,7 +149,7 @@ Result<ForwardOutput> Model::forward(const PackedBatch& batch, bool for_backward
   // Without backward only two residual buffers are needed; they alternate.
   const bool keep_all = for_backward && !st.checkpointing;
   st.xs.resize(for_backward ? L + 1 : 2);
-  for (Tensor& x : st.xs) x = b.zeros({n, c.hidden_size}, b.compute_dtype());
+  for (Tensor& x : st.xs) x = b.uninitialized({n, c.hidden_size}, b.compute_dtype());
   b.embedding_forward(st.xs[0], weights_.embed_tokens(), st.ids);
   LayerActs scratch;
   if (!keep_all) scratch = alloc_layer_acts(b, c, n, /*save_stats=*/false);
@@ -193,23 +193,23 @@ void Model::head_forward(TrainState& st, const ForwardOutput& out, bool for_back
   Backend& b = backend();
   const ModelConfig& c = config();
   const int64_t n = st.n, m = st.m, v = c.vocab_size;
-  st.rstd_f = for_backward ? b.zeros({n}, DType::kF32) : Tensor();
-  st.hf = b.zeros({n, c.hidden_size}, b.compute_dtype());
+  st.rstd_f = for_backward ? b.uninitialized({n}, DType::kF32) : Tensor();
+  st.hf = b.uninitialized({n, c.hidden_size}, b.compute_dtype());
   b.rmsnorm_forward(st.hf, st.rstd_f, st.xs.back(), weights_.final_norm(), static_cast<float>(c.rms_norm_eps));
   if (m == 0) return;  // nothing to score: log-probs and entropies stay 0
   const bool compact = m < n;
   if (compact) {
-    st.head_hf = b.zeros({m, c.hidden_size}, b.compute_dtype());
+    st.head_hf = b.uninitialized({m, c.hidden_size}, b.compute_dtype());
     b.embedding_forward(st.head_hf, st.hf, st.head_rows);
   } else {
     st.head_hf = st.hf;
     st.head_targets = st.targets;
   }
-  st.lse = b.zeros({m}, DType::kF32);
-  st.entropy = compact ? b.zeros({m}, DType::kF32) : out.entropy;
-  const Tensor logprobs = compact ? b.zeros({m}, DType::kF32) : out.logprobs;
+  st.lse = b.uninitialized({m}, DType::kF32);
+  st.entropy = compact ? b.uninitialized({m}, DType::kF32) : out.entropy;
+  const Tensor logprobs = compact ? b.uninitialized({m}, DType::kF32) : out.logprobs;
   const int64_t chunk = std::clamp<int64_t>(options_.logits_chunk_elements / v, 1, m);
-  Tensor logits = b.zeros({chunk, v}, b.compute_dtype());
+  Tensor logits = b.uninitialized({chunk, v}, b.compute_dtype());
   for (int64_t c0 = 0; c0 < m; c0 += chunk) {
     const int64_t c1 = std::min(m, c0 + chunk);
     const Tensor lg = logits.rows(0, c1 - c0);
@@ -233,16 +233,16 @@ void Model::head_backward(TrainState& st, const Tensor& dlogprob, const Tensor& 
     const bool compact = m < n;
     Tensor dlp = dlogprob, dent = dentropy, dhead = dhf;
     if (compact) {  // the (M) rows' gradients, gathered
-      dlp = b.zeros({m}, DType::kF32);
+      dlp = b.uninitialized({m}, DType::kF32);
       b.embedding_forward(column(dlp), column(dlogprob), st.head_rows);
       if (dentropy.defined()) {
-        dent = b.zeros({m}, DType::kF32);
+        dent = b.uninitialized({m}, DType::kF32);
         b.embedding_forward(column(dent), column(dentropy), st.head_rows);
       }
-      dhead = b.zeros({m, c.hidden_size}, b.compute_dtype());
+      dhead = b.uninitialized({m, c.hidden_size}, b.compute_dtype());
     }
     const int64_t chunk = std::clamp<int64_t>(options_.logits_chunk_elements / v, 1, m);
-    Tensor logits = st.logits.defined() ? st.logits : b.zeros({chunk, v}, b.compute_dtype());
+    Tensor logits = st.logits.defined() ? st.logits : b.uninitialized({chunk, v}, b.compute_dtype());
     for (int64_t c0 = 0; c0 < m; c0 += chunk) {
       const int64_t c1 = std::min(m, c0 + chunk);
       const Tensor lg = logits.rows(0, c1 - c0);

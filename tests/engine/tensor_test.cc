@@ -50,6 +50,24 @@ TEST(Tensor, StorageFreedWithLastHandle) {
   EXPECT_GE(be.peak_bytes(), before + 4000);
 }
 
+TEST(Tensor, UninitializedIsCountedAndPoisonedForTests) {
+  cpu::CpuBackend be(1);
+  const size_t before = be.bytes_in_use();
+  be.set_poison_uninitialized(true);
+  {
+    Tensor t = be.uninitialized(Shape{2, 5}, DType::kF32);
+    EXPECT_EQ(t.shape(), (Shape{2, 5}));
+    EXPECT_EQ(be.bytes_in_use(), before + 40);
+    for (int i = 0; i < 10; ++i) EXPECT_TRUE(std::isnan(t.f32()[i])) << i;
+    Tensor ids = be.uninitialized(Shape{3}, DType::kI32);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(ids.i32()[i], -1);  // an index no op accepts
+    Tensor z = be.zeros(Shape{4}, DType::kF32);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(z.f32()[i], 0.0f);  // zeros() stays zeroed
+  }
+  EXPECT_EQ(be.bytes_in_use(), before);
+  EXPECT_EQ(be.uninitialized(Shape{0}, DType::kF32).numel(), 0);
+}
+
 TEST(Tensor, HostRoundTripAndCopyAcross) {
   cpu::CpuBackend a(1), b(1);
   const std::vector<float> values = {1, 2, 3, 4, 5, 6};

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/model/model.h"
 
 namespace rlrun::engine::testing {
@@ -34,9 +35,12 @@ inline ModelConfig tiny_config(bool qwen2) {
 
 // One thread: the tiny model gains nothing from more, and on shared CI cores the spinning of
 // several OpenMP/OpenBLAS pools costs seconds per test (threading is the op tests' subject).
+// Uninitialized buffers are poisoned: a model op that reads one before writing it turns its
+// results to NaN, and the comparisons fail.
 inline std::unique_ptr<Backend> cpu_backend() {
   auto b = create_backend("cpu", 1);
   EXPECT_TRUE(b.ok());
+  if (auto* cpu = dynamic_cast<cpu::CpuBackend*>(b.value().get())) cpu->set_poison_uninitialized(true);
   return std::move(b).value();
 }
 
