@@ -38,13 +38,13 @@ bool cpu_has_avx512f() {
 #endif
 }
 
-CpuBackend::CpuBackend(int num_threads) : avx2_(cpu_has_avx2_fma()), avx512_(cpu_has_avx512f()) {
+CpuBackend::CpuBackend(int num_threads) : avx2_(cpu_has_avx2_fma()), gemm_nt_(gemm_nt_isa()) {
   set_num_threads(num_threads);
 }
 
 void CpuBackend::set_baseline_kernels(bool baseline) {
   avx2_ = !baseline && cpu_has_avx2_fma();
-  avx512_ = !baseline && cpu_has_avx512f();
+  gemm_nt_ = baseline ? GemmNtIsa::kNone : gemm_nt_isa();
 }
 
 void CpuBackend::set_num_threads(int n) {
@@ -155,11 +155,11 @@ void CpuBackend::matmul_impl(const Tensor& out, const Tensor& a, const Tensor& b
   const float* pb = b.f32();
   float* pc = out.f32();
   // A few rows against a weight matrix (x W^T, a decode step): no packing (cpu_gemm_nt.h).
-  const bool nt = avx512_ && !trans_a && trans_b && m <= kGemmNtMaxRows;
+  const bool nt = !trans_a && trans_b && m <= gemm_nt_max_rows(gemm_nt_);
   // out[rows, cols] of one block: rows [r0, r0 + rm) and columns [c0, c0 + cn).
   auto gemm = [&](int64_t r0, int64_t rm, int64_t c0, int64_t cn) {
     if (nt)
-      return gemm_nt_avx512(rm, cn, k, alpha, pa + r0 * lda, lda, pb + c0 * ldb, ldb, beta, pc + r0 * n + c0, n);
+      return gemm_nt(gemm_nt_, rm, cn, k, alpha, pa + r0 * lda, lda, pb + c0 * ldb, ldb, beta, pc + r0 * n + c0, n);
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 static_cast<int>(rm), static_cast<int>(cn), static_cast<int>(k), alpha,
                 pa + (trans_a ? r0 : r0 * lda), static_cast<int>(lda), pb + (trans_b ? c0 * ldb : c0),

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "engine/backend.h"
+#include "engine/cpu/cpu_gemm_nt.h"
 
 namespace rlrun::engine::cpu {
 
@@ -123,7 +124,7 @@ class CpuBackend final : public Backend {
   bool poison_uninitialized_ = false;
   int num_threads_ = 1;
   bool avx2_ = false;
-  bool avx512_ = false;  // matmul's few-rows kernel (cpu_gemm_nt.h)
+  GemmNtIsa gemm_nt_ = GemmNtIsa::kNone;  // matmul's few-rows kernel (cpu_gemm_nt.h)
   std::atomic<size_t> bytes_in_use_{0};
   std::atomic<size_t> peak_bytes_{0};
 };

@@ -51,7 +51,8 @@ TEST_P(OpsForward, MatmulLargeEnoughToSplitAllTransposes) {
 }
 
 // x W^T with few rows, as a forward layer computes it: every remainder of the CPU backend's
-// few-rows kernel (engine/cpu/cpu_gemm_nt.h: tiles of 4 x 6, 16 lanes of k) and both sides of its
+// few-rows kernel (engine/cpu/cpu_gemm_nt.h: tiles of 4 x 6 and 16 lanes of k with AVX-512, 3 x 4
+// and 8 lanes with AVX2) and both sides of its
 // row limit, with alpha and beta.
 TEST_P(OpsForward, MatmulFewRowsAgainstWeightsEveryTileRemainder) {
   for (int64_t m : {1, 2, 3, 4, 5, 7, 9, 128, 129})
