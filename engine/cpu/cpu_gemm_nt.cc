@@ -70,6 +70,8 @@ struct Avx512 {
 
 // The AVX2 tiles: 8 lanes of k per step; 3 x 4 = 12 accumulators + 3 + 1 operands fill the 16 ymm
 // registers.
+// Avx512's shape, spelled again: GCC's target attribute cannot depend on a template parameter, so
+// a tile generic over the instruction set could not be compiled for either.
 struct Avx2 {
   static constexpr int kMr = 3, kNr = 4;
 
