@@ -74,8 +74,9 @@ constexpr int kMaxIoThreads = 4;             // rank 0 encrypts for up to this m
 constexpr char kMonitorEndpoint[] = "inproc://curve-member-monitor";  // unique: one context per communicator
 constexpr std::string_view kIpc = "ipc://";  // a Unix socket's endpoint: this, then its path
 
+// Rounded up: a wait rounded down to 0 ms would poll without waiting until the deadline passed.
 milliseconds left_until(Clock::time_point deadline) {
-  return std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+  return std::max(milliseconds(0), std::chrono::ceil<milliseconds>(deadline - Clock::now()));
 }
 
 // Polls `items` until one is ready or the deadline passes (EINTR is not an answer).
