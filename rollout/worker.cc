@@ -210,7 +210,13 @@ void Worker::run_weight_sync(const WeightSyncBegin& begin) {
 }
 
 void Worker::answer_scores() {
-  std::vector<PendingScore> pending = std::exchange(pending_scores_, {});
+  size_t take = 0;
+  for (int64_t tokens = 0; take < pending_scores_.size() && (take == 0 || tokens < options_.score_tokens_per_pass); ++take)
+    tokens += static_cast<int64_t>(pending_scores_[take].request.prompt_ids.size() +
+                                   pending_scores_[take].request.completion_ids.size());
+  std::vector<PendingScore> pending(std::make_move_iterator(pending_scores_.begin()),
+                                    std::make_move_iterator(pending_scores_.begin() + static_cast<std::ptrdiff_t>(take)));
+  pending_scores_.erase(pending_scores_.begin(), pending_scores_.begin() + static_cast<std::ptrdiff_t>(take));
   std::vector<ScoreResult> results(pending.size());
   for (size_t q = 0; q < pending.size(); ++q) results[q].request_id = pending[q].request.request_id;
   auto fail_all = [&](const std::string& why) {
@@ -338,7 +344,7 @@ Status Worker::run() {
       run_weight_sync(*begin);
       weight_sync_cpu_ += process_cpu_seconds() - sync_cpu_start;
     }
-    if (!pending_scores_.empty()) {  // between engine steps; not part of their cost
+    if (!pending_scores_.empty()) {  // between engine steps, one pass per turn; not part of their cost
       const double score_cpu_start = process_cpu_seconds();
       answer_scores();
       const double score_cpu = process_cpu_seconds() - score_cpu_start;
@@ -346,7 +352,7 @@ Status Worker::run() {
       kl_reference_cpu_ += score_cpu;
     }
     Timeline& timeline = global_timeline();
-    if (scheduler_.can_step()) {
+    if (scheduler_.can_step() && pending_scores_.empty()) {
       if (generate_start_us_ < 0 && timeline.enabled()) generate_start_us_ = timeline.now_us();
       ++generate_steps_;
       if (step_cpu_mark_ < 0) step_cpu_mark_ = process_cpu_seconds();
@@ -360,7 +366,7 @@ Status Worker::run() {
       step_costs_.add(scheduler_.last_step(), cpu_now - step_cpu_mark_ - weight_sync_cpu_, seconds_since(wall_start));
       step_cpu_mark_ = cpu_now;
       weight_sync_cpu_ = 0;
-    } else if (generate_start_us_ >= 0) {
+    } else if (generate_start_us_ >= 0 && !scheduler_.can_step()) {
       timeline.complete("generate", "rollout", generate_start_us_, timeline.now_us() - generate_start_us_,
                         str("{\"engine_steps\":", generate_steps_, "}"));
       generate_start_us_ = -1;

@@ -70,9 +70,13 @@ struct WorkerOptions {
   int64_t weight_group_epoch = 0;  // the epoch of the weight_comm given to the Worker
   WorkerHooks* hooks = nullptr;    // not owned; null: none (the product)
   // Not owned; null: ScoreRequests are answered with an error. Otherwise a sync marked
-  // kl_reference captures the reference, and the ScoreRequests that arrived by a loop turn are
-  // scored in one forward pass between two engine steps (before a capture: an error).
+  // kl_reference captures the reference, and the ScoreRequests that arrived are scored between
+  // two engine steps, in forward passes of about score_tokens_per_pass tokens each (before a
+  // capture: an error).
   KlReference* kl_reference = nullptr;
+  // The scoring goes before generation, one pass per loop turn: a weight sync that arrives
+  // meanwhile waits for one pass, not for all of them (the trainer idles while it waits).
+  int64_t score_tokens_per_pass = 256;
 };
 
 // What the worker did, for tests and the final log line.
@@ -110,7 +114,8 @@ class Worker {
   // Makes "weights-<epoch>" the current group (joining it unless already there).
   Status join_weight_group(uint32_t epoch);
   void send_finished();
-  // Answers every pending ScoreRequest (one forward pass of the KL reference for all of them).
+  // Answers the oldest pending ScoreRequests: one forward pass of the KL reference over them, of
+  // at least one request and about options_.score_tokens_per_pass tokens.
   void answer_scores();
   void send_heartbeat();
   void send_error(StatusCode code, MessageKind request_kind, const std::string& message, uint64_t correlation_id);
