@@ -114,9 +114,10 @@ std::optional<CoreBalance::Change> CoreBalance::keep_or_return(const WindowLoad&
   std::string why;
   if (borrower_idle > kReturnIdle)
     why = str("the ", borrower, " idled ", percent(borrower_idle), "% of the last steps");
-  else if (lender_spare < kReturnBelow)
+  else if (lender_spare < kReturnBelow && load.seconds_per_step >= before_seconds_per_step_ * (1 - kMinGain))
     why = str("the ", lender, " idled only ", percent(to_trainer ? load.rollout_idle : load.trainer_idle),
-              "% of the last steps");
+              "% of the last steps and the steps are no faster than before the lend (",
+              seconds(load.seconds_per_step), " s/step, ", seconds(before_seconds_per_step_), " before)");
   if (why.empty()) return std::nullopt;
   current_ = base_;
   state_ = State::kBase;

@@ -21,8 +21,11 @@
 //    lend in that direction is tried for kRetryWindows windows (the other way stays open: a loop
 //    whose bottleneck moves, as the quickstart's does once most groups carry a reward, is
 //    balanced the other way at once).
-//  - lent: given back when the borrower idles more than kReturnIdle, or the lender's idle cores per
-//    borrower fall below kReturnBelow (the lender is busy now: both would be slowed).
+//  - lent: given back when the borrower idles more than kReturnIdle, or when the lender's idle
+//    cores per borrower fall below kReturnBelow (the lender is busy now: both may be slowed) and
+//    the steps are no longer kMinGain faster than before the lend. A lender that is busy while the
+//    steps stay faster is the balance sought (issue 21's SmolLM2 loop: the rollout worker shares
+//    its core and the trainer still never waits).
 // The gap between kLendAt and kReturnBelow keeps a borderline loop from flipping every window.
 #pragma once
 

@@ -1,6 +1,6 @@
 // CoreBalance (run/core_balance.h): the idle side's cores go to the busy side, stay only when the
-// steps got faster, are given back when the borrower waits or the lender gets busy, and a
-// borderline loop does not flip every window.
+// steps got faster, are given back when the borrower waits or the lender gets busy without the
+// steps staying faster, and a borderline loop does not flip every window.
 #include "orchestrator/run/core_balance.h"
 
 #include <gmock/gmock.h>
@@ -85,10 +85,15 @@ TEST(CoreBalance, TheCoresGoBackWhenTheLenderGetsBusy) {
   ASSERT_TRUE(balance.observe({0.5, 0.0, 1.0}).has_value());
   EXPECT_EQ(balance.current(), (CoreShare{1, 2}));
   ASSERT_TRUE(balance.observe({0.4, 0.0, 0.8}).has_value());  // the trial paid
-  const std::optional<CoreBalance::Change> back = balance.observe({0.10, 0.0});
+  // The lender is busy now, but the steps are still faster than before the lend: kept.
+  EXPECT_FALSE(balance.observe({0.10, 0.0, 0.9}).has_value());
+  EXPECT_EQ(balance.current(), (CoreShare{1, 2}));
+  // Busy and no faster: given back.
+  const std::optional<CoreBalance::Change> back = balance.observe({0.10, 0.0, 0.99});
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->share, kOneEach);
   EXPECT_THAT(back->reason, HasSubstr("the trainer idled only 10%"));
+  EXPECT_THAT(back->reason, HasSubstr("no faster than before the lend (0.99 s/step, 1 before)"));
   EXPECT_THAT(back->reason, HasSubstr("rollout workers give the borrowed threads back"));
 }
 
