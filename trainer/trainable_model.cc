@@ -63,9 +63,8 @@ Status validate_micro_batch(const MicroBatch& mb, bool with_ref) {
   for (size_t s = 0; s < seqs; ++s) {
     const int32_t p = mb.prefix_of[s];
     if (p < 0) continue;
-    if (static_cast<size_t>(p) >= s || mb.prefix_of[p] >= 0)
-      return invalid_argument(str("micro-batch: sequence ", s, " continues sequence ", p,
-                                  ", which is not an earlier sequence that continues none"));
+    if (static_cast<size_t>(p) >= s)
+      return invalid_argument(str("micro-batch: sequence ", s, " continues sequence ", p, ", which is not an earlier sequence"));
     for (int32_t t = mb.cu_seqlens[p]; t < mb.cu_seqlens[p + 1]; ++t)
       if (mb.loss_mask[t]) return invalid_argument(str("micro-batch: shared prefix ", p, " has a trained token (", t, ")"));
   }
@@ -74,9 +73,9 @@ Status validate_micro_batch(const MicroBatch& mb, bool with_ref) {
 
 namespace {
 
-// Appends the per-token entries of sequence s of `mb` to `out` (advantages too when per token).
-void append_token_rows(MicroBatch& out, const MicroBatch& mb, size_t s, bool per_seq) {
-  for (int32_t t = mb.cu_seqlens[s]; t < mb.cu_seqlens[s + 1]; ++t) {
+// Appends the per-token entries [begin, end) of `mb` to `out` (advantages too when per token).
+void append_rows(MicroBatch& out, const MicroBatch& mb, int32_t begin, int32_t end, bool per_seq) {
+  for (int32_t t = begin; t < end; ++t) {
     out.input_ids.push_back(mb.input_ids[t]);
     out.position_ids.push_back(mb.position_ids[t]);
     out.targets.push_back(mb.targets[t]);
@@ -87,6 +86,11 @@ void append_token_rows(MicroBatch& out, const MicroBatch& mb, size_t s, bool per
   }
 }
 
+// ... of sequence s.
+void append_token_rows(MicroBatch& out, const MicroBatch& mb, size_t s, bool per_seq) {
+  append_rows(out, mb, mb.cu_seqlens[s], mb.cu_seqlens[s + 1], per_seq);
+}
+
 }  // namespace
 
 void drop_untrained_sequences(MicroBatch& mb) {
@@ -95,8 +99,8 @@ void drop_untrained_sequences(MicroBatch& mb) {
   std::vector<bool> keep(seqs, false);
   for (size_t s = 0; s < seqs; ++s)
     for (int32_t t = mb.cu_seqlens[s]; t < mb.cu_seqlens[s + 1] && !keep[s]; ++t) keep[s] = mb.loss_mask[t] != 0;
-  if (!mb.prefix_of.empty())
-    for (size_t s = 0; s < seqs; ++s)
+  if (!mb.prefix_of.empty())  // last to first: a kept continuation keeps its whole chain of prefixes
+    for (size_t s = seqs; s-- > 0;)
       if (keep[s] && mb.prefix_of[s] >= 0) keep[mb.prefix_of[s]] = true;
   if (std::all_of(keep.begin(), keep.end(), [](bool k) { return k; })) return;
   const bool per_seq = mb.advantages.size() == seqs && seqs != n;
@@ -115,6 +119,44 @@ void drop_untrained_sequences(MicroBatch& mb) {
   mb = std::move(out);
 }
 
+void share_common_prefix(MicroBatch& mb) {
+  if (mb.prefix_of.empty()) return;
+  const size_t seqs = mb.cu_seqlens.size() - 1;
+  std::vector<bool> is_root(seqs, false);  // a shared prompt: others continue it, it continues none
+  for (int32_t p : mb.prefix_of)
+    if (p >= 0 && mb.prefix_of[static_cast<size_t>(p)] < 0) is_root[static_cast<size_t>(p)] = true;
+  std::vector<size_t> roots;
+  for (size_t s = 0; s < seqs; ++s)
+    if (is_root[s]) roots.push_back(s);
+  if (roots.size() < 2) return;
+  // The common start, leaving every root at least one token of its own.
+  int32_t common = INT32_MAX;
+  const int32_t first = mb.cu_seqlens[roots[0]];
+  for (size_t r : roots) {
+    const int32_t begin = mb.cu_seqlens[r], len = mb.cu_seqlens[r + 1] - begin;
+    int32_t same = 0;
+    while (same < len - 1 && same < common && mb.input_ids[begin + same] == mb.input_ids[first + same] &&
+           mb.position_ids[begin + same] == mb.position_ids[first + same])
+      ++same;
+    common = std::min(common, same);
+  }
+  if (common < 1) return;
+  const bool per_seq = mb.advantages.size() == seqs && seqs != mb.input_ids.size();
+  MicroBatch out;
+  append_rows(out, mb, first, first + common, per_seq);  // the common start: sequence 0
+  std::fill(out.targets.begin(), out.targets.end(), -1);  // a prefix predicts nothing it trains
+  out.cu_seqlens = {0, common};
+  out.prefix_of = {-1};
+  if (per_seq) out.advantages.push_back(0.0f);
+  for (size_t s = 0; s < seqs; ++s) {
+    append_rows(out, mb, mb.cu_seqlens[s] + (is_root[s] ? common : 0), mb.cu_seqlens[s + 1], per_seq);
+    out.cu_seqlens.push_back(static_cast<int32_t>(out.input_ids.size()));
+    if (per_seq) out.advantages.push_back(mb.advantages[s]);
+    out.prefix_of.push_back(is_root[s] ? 0 : mb.prefix_of[s] < 0 ? -1 : mb.prefix_of[s] + 1);
+  }
+  mb = std::move(out);
+}
+
 MicroBatch expand_shared_prefixes(const MicroBatch& mb) {
   if (mb.prefix_of.empty()) return mb;
   const size_t seqs = mb.cu_seqlens.size() - 1;
@@ -124,10 +166,12 @@ MicroBatch expand_shared_prefixes(const MicroBatch& mb) {
     if (p >= 0) is_prefix[p] = true;
   MicroBatch out;
   out.cu_seqlens = {0};
+  std::vector<size_t> chain;
   for (size_t s = 0; s < seqs; ++s) {
     if (is_prefix[s]) continue;  // written out before each continuation
-    if (mb.prefix_of[s] >= 0) append_token_rows(out, mb, static_cast<size_t>(mb.prefix_of[s]), per_seq);
-    append_token_rows(out, mb, s, per_seq);
+    chain.clear();               // s and the prefixes it continues, outermost last
+    for (int32_t p = static_cast<int32_t>(s); p >= 0; p = mb.prefix_of[static_cast<size_t>(p)]) chain.push_back(static_cast<size_t>(p));
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) append_token_rows(out, mb, *it, per_seq);
     out.cu_seqlens.push_back(static_cast<int32_t>(out.input_ids.size()));
     if (per_seq) out.advantages.push_back(mb.advantages[s]);
   }
@@ -170,8 +214,8 @@ Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<c
   }
   for (size_t s = 0; s < seqs; ++s) {
     for (int32_t t = cu_seqlens[s]; t + 1 < cu_seqlens[s + 1]; ++t) {
-      mb.targets[t] = tokens[t + 1];
       mb.loss_mask[t] = loss_mask[t + 1] != 0 ? 1 : 0;
+      mb.targets[t] = mb.loss_mask[t] ? tokens[t + 1] : -1;  // untrained: the head need not score it
       mb.rollout_logprobs[t] = mb.loss_mask[t] ? rollout_logprobs[t + 1] : 0.0f;
       if (!ref_logprobs.empty()) mb.ref_logprobs[t] = mb.loss_mask[t] ? ref_logprobs[t + 1] : 0.0f;
       if (per_token) mb.advantages[t] = advantages[t + 1];

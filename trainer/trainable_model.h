@@ -27,7 +27,8 @@ std::vector<ParamRange> decay_ranges(std::span<const ParamSpec> specs);
 
 // One packed micro-batch on the host: N tokens of S whole sequences, arrays aligned with the
 // PREDICTIONS: at index t the model reads input_ids[t] at position_ids[t] and predicts targets[t]
-// (the next token of the same sequence, or < 0 for none: a sequence's last token, padding).
+// (the next token of the same sequence, or < 0 for none: a sequence's last token, an untrained
+// prediction, whose log-prob the head need not compute).
 // loss_mask[t] = 1 trains that prediction; rollout_logprobs[t] is the behaviour policy's
 // log-prob of targets[t]. make_micro_batch() builds one from token-aligned arrays.
 struct MicroBatch {
@@ -39,9 +40,9 @@ struct MicroBatch {
   std::vector<float> advantages;          // (S) per sequence, or (N) per prediction
   std::vector<float> rollout_logprobs;    // (N); 0 where unmasked
   std::vector<float> ref_logprobs;        // (N) KL reference, or empty when kl_coef = 0
-  // (S) or empty: prefix_of[s] = p when sequence s continues sequence p (the samples of one
-  // prompt after that prompt, computed once: engine::PackedBatch::prefix_of). A prefix trains no
-  // token of its own.
+  // (S) or empty: prefix_of[s] = p when sequence s continues sequence p (p < s; the samples of
+  // one prompt after that prompt, computed once: engine::PackedBatch::prefix_of; p may continue
+  // another: share_common_prefix). A prefix trains no token of its own.
   std::vector<int32_t> prefix_of;
 
   int64_t num_tokens() const { return static_cast<int64_t>(input_ids.size()); }
@@ -51,7 +52,8 @@ struct MicroBatch {
 // t, rollout_logprobs[t] its log-prob, advantages per sequence (S) or per token (N), ref_logprobs
 // (N) the KL reference's log-probs or empty) shifted into
 // a MicroBatch: prediction t of a sequence targets token t + 1 with that token's mask, log-prob
-// and (per-token) advantage; each sequence's last prediction has no target (a prompt shared by
+// and (per-token) advantage (an untrained one has no target); each sequence's last prediction has
+// no target (a prompt shared by
 // continuations ends one token early: each continuation starts with that token). invalid_argument
 // on inconsistent sizes or cu_seqlens.
 Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<const int32_t> positions,
@@ -63,6 +65,13 @@ Result<MicroBatch> make_micro_batch(std::span<const int32_t> tokens, std::span<c
 // samples left without a trained token): their attention is confined to themselves, so they
 // change no gradient, and computing them is waste.
 void drop_untrained_sequences(MicroBatch& mb);
+
+// The prompts of different groups often begin alike (a chat template's system prompt, a task's
+// fixed instructions): the longest start common to every shared prompt (a segment that others
+// continue and that continues none) becomes a segment of its own, computed once, that each of
+// those prompts continues. Nothing changes with fewer than two such prompts or no common start
+// (each prompt keeps at least one token). The loss and its gradients are the same.
+void share_common_prefix(MicroBatch& mb);
 
 // The same micro-batch with every shared prefix written out before each of its continuations
 // (prefix_of empty): what a model that cannot share prefixes trains on, with the same loss.

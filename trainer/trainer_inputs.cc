@@ -143,6 +143,7 @@ Result<std::vector<MicroBatch>> micro_batches_from_train_batch(const TrainBatch&
                                                                                   : b.ref_logprobs.span().subspan(a, len)));
     maybe_per_sequence(mb);
     drop_untrained_sequences(mb);  // padding and untrained samples cost compute and change nothing
+    share_common_prefix(mb);       // the groups' prompts' common start (a system prompt) once
     out.push_back(std::move(mb));
   }
   return out;

@@ -39,7 +39,7 @@ struct LayerGradScratch {
 
 // The training attention's view of a packed batch: causal attention within each segment
 // (cu_seqlens). With shared prefixes (PackedBatch::prefix_of) the attention runs over an EXPANDED
-// copy in which every continuing segment is preceded by its prefix's tokens: q, k and v rows are
+// copy in which every continuing segment is preceded by its prefixes' tokens: q, k and v rows are
 // gathered into it, each compact row's output is picked from one expanded row, and backward sums
 // the expanded gradients back onto the compact rows (a prefix's keys and values collect the
 // gradients of every continuation). The matmuls run once per compact token. Gathers and sums use

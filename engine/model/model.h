@@ -39,7 +39,8 @@ struct ModelOptions {
 // One packed micro-batch on the host. Untrusted: forward() validates it.
 //
 // Shared prefixes: the samples of one prompt need not repeat it. prefix_of[s] = p says segment s
-// CONTINUES segment p (p < s, itself continuing none): s attends to all of p's tokens, then
+// CONTINUES segment p (p < s): s attends to all of p's tokens (and to those of the segments p
+// continues, a chain: e.g. a system prompt, then each group's question, then each sample), then
 // causally to its own, and its positions go on from p's (positions[cu[s]] = p's last + 1).
 // Several segments may continue one prefix; its tokens are computed once and collect the
 // gradients of all of them. Empty prefix_of: every segment stands alone. Needs an f32 compute

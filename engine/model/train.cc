@@ -71,9 +71,8 @@ Status Model::validate(const PackedBatch& b) const {
   for (size_t s = 0; s < segments; ++s) {
     const int32_t p = b.prefix_of[s];
     if (p < 0) continue;
-    if (static_cast<size_t>(p) >= s || b.prefix_of[p] >= 0)
-      return invalid_argument(str("packed batch: segment ", s, " continues segment ", p,
-                                  ", which is not an earlier segment that continues none"));
+    if (static_cast<size_t>(p) >= s)
+      return invalid_argument(str("packed batch: segment ", s, " continues segment ", p, ", which is not an earlier segment"));
     if (b.positions[b.cu_seqlens[s]] != b.positions[b.cu_seqlens[p + 1] - 1] + 1)
       return invalid_argument(str("packed batch: segment ", s, " continues segment ", p, " but its positions start at ",
                                   b.positions[b.cu_seqlens[s]], ", not after the prefix's"));
@@ -84,7 +83,7 @@ Status Model::validate(const PackedBatch& b) const {
 namespace {
 
 // The training attention's layout of `b` (validated): with shared prefixes, the expansion in
-// which each continuing segment is preceded by a copy of its prefix (layer.h).
+// which each continuing segment is preceded by a copy of its prefixes, outermost first (layer.h).
 PackedAttention packed_attention(Backend& backend, const PackedBatch& b) {
   PackedAttention a;
   const size_t segments = b.cu_seqlens.size() - 1;
@@ -102,10 +101,12 @@ PackedAttention packed_attention(Backend& backend, const PackedBatch& b) {
       gather.push_back(t);
     }
   };
+  std::vector<size_t> chain;
   for (size_t s = 0; s < segments; ++s) {
     if (has_continuation[s]) continue;  // a prefix comes with each of its continuations
-    if (b.prefix_of[s] >= 0) append(static_cast<size_t>(b.prefix_of[s]));
-    append(s);
+    chain.clear();  // s and the prefixes it continues, outermost last
+    for (int32_t p = static_cast<int32_t>(s); p >= 0; p = b.prefix_of[static_cast<size_t>(p)]) chain.push_back(static_cast<size_t>(p));
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) append(*it);
     a.max_expanded = std::max<int64_t>(a.max_expanded, static_cast<int64_t>(gather.size()) - cu.back());
     cu.push_back(static_cast<int32_t>(gather.size()));
   }

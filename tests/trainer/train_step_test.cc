@@ -295,5 +295,51 @@ TEST(MicroBatch, ExpandingSharedPrefixesGivesTheRepeatedLayout) {
   EXPECT_EQ(validate_micro_batch(bad, false).code(), StatusCode::kInvalidArgument);
 }
 
+// Two groups whose prompts begin alike ([5 6 7 8] and [5 6 9 3]): their shared prefixes [5 6 7]
+// and [5 6 9] start with [5 6], which becomes a sequence of its own that both continue. Written
+// out, it is the same micro-batch as before; nothing changes without a common start or with one
+// shared prompt.
+TEST(MicroBatch, TheGroupsCommonPromptStartIsComputedOnce) {
+  auto two_groups = [](int32_t b_first) {
+    return make_micro_batch(std::vector<int32_t>{5, 6, 7, 8, 10, 11, 8, 12, b_first, 6, 9, 3, 13},
+                            std::vector<int32_t>{0, 1, 2, 3, 4, 5, 3, 4, 0, 1, 2, 3, 4},
+                            std::vector<int32_t>{0, 3, 6, 8, 11, 13}, std::vector<uint8_t>{0, 0, 0, 0, 1, 1, 0, 1, 0, 0, 0, 0, 1},
+                            std::vector<float>{0, 1.5f, -1, 0, 0.5f},
+                            std::vector<float>{0, 0, 0, 0, -0.1f, -0.2f, 0, -0.3f, 0, 0, 0, 0, -0.4f},
+                            std::vector<int32_t>{-1, 0, 0, -1, 3});
+  };
+  auto before = two_groups(5);
+  ASSERT_TRUE(before.ok()) << before.status().message();
+  MicroBatch shared = *before;
+  share_common_prefix(shared);
+  EXPECT_EQ(shared.input_ids, (std::vector<int32_t>{5, 6, 7, 8, 10, 11, 8, 12, 9, 3, 13}));
+  EXPECT_EQ(shared.position_ids, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 3, 4, 2, 3, 4}));
+  EXPECT_EQ(shared.cu_seqlens, (std::vector<int32_t>{0, 2, 3, 6, 8, 9, 11}));
+  EXPECT_EQ(shared.prefix_of, (std::vector<int32_t>{-1, 0, 1, 1, 0, 4}));
+  EXPECT_EQ(shared.advantages, (std::vector<float>{0, 0, 1.5f, -1, 0, 0.5f}));
+  EXPECT_TRUE(validate_micro_batch(shared, false).ok());
+  const MicroBatch a = expand_shared_prefixes(*before), b = expand_shared_prefixes(shared);
+  EXPECT_EQ(a.input_ids, b.input_ids);
+  EXPECT_EQ(a.position_ids, b.position_ids);
+  EXPECT_EQ(a.cu_seqlens, b.cu_seqlens);
+  EXPECT_EQ(a.loss_mask, b.loss_mask);
+  EXPECT_EQ(a.targets, b.targets);  // untrained predictions have none in either
+  EXPECT_EQ(a.rollout_logprobs, b.rollout_logprobs);
+  EXPECT_EQ(a.advantages, b.advantages);
+  share_common_prefix(shared);  // once is all: the common start is the only prompt left at the top
+  EXPECT_EQ(shared.cu_seqlens.size(), 7u);
+
+  auto differ = two_groups(4);  // [4 6 9]: no common start
+  ASSERT_TRUE(differ.ok());
+  MicroBatch unchanged = *differ;
+  share_common_prefix(unchanged);
+  EXPECT_EQ(unchanged.input_ids, differ->input_ids);
+  EXPECT_EQ(unchanged.prefix_of, differ->prefix_of);
+  MicroBatch one_group = *before;
+  one_group.prefix_of = {-1, 0, 0, -1, -1};  // the second group's sample stands alone
+  share_common_prefix(one_group);
+  EXPECT_EQ(one_group.input_ids, before->input_ids);
+}
+
 }  // namespace
 }  // namespace rlrun::trainer

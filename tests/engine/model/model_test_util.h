@@ -72,9 +72,10 @@ struct HostBatch {
   int32_t add_sequence(const std::vector<int32_t>& toks, const std::vector<int32_t>& tgts) {
     return add_segment(toks, tgts, 0, -1);
   }
-  // A segment continuing segment `prefix` (PackedBatch::prefix_of); returns its index.
+  // A segment continuing segment `prefix` (PackedBatch::prefix_of; itself perhaps a continuation),
+  // its positions going on from the prefix's; returns its index.
   int32_t add_continuation(int32_t prefix, const std::vector<int32_t>& toks, const std::vector<int32_t>& tgts) {
-    return add_segment(toks, tgts, cu_seqlens[prefix + 1] - cu_seqlens[prefix], prefix);
+    return add_segment(toks, tgts, positions[cu_seqlens[prefix + 1] - 1] + 1, prefix);
   }
   PackedBatch batch() const { return {tokens, positions, cu_seqlens, targets, prefix_of}; }
 

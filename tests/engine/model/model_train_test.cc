@@ -138,6 +138,64 @@ TEST_P(ModelTrain, SharedPrefixEqualsTheRepeatedPrompt) {
   }
 }
 
+// A chain of prefixes: a common start (a system prompt) computed once, two prompts continuing it,
+// and samples continuing each prompt give the log-probs, entropies and gradients of every sample
+// written out whole. Prefix tokens have no target (as the trainer packs them).
+TEST_P(ModelTrain, APrefixChainEqualsTheWrittenOutSamples) {
+  auto backend = testing::cpu_backend();
+  auto model = testing::tiny_model(*backend, GetParam());
+  std::mt19937 rng(29);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const auto start = testing::random_ids(rng, 5, 64);
+  const std::vector<std::vector<int32_t>> prompts = {testing::random_ids(rng, 3, 64), testing::random_ids(rng, 2, 64)};
+  const std::vector<std::vector<int32_t>> samples = {testing::random_ids(rng, 4, 64), testing::random_ids(rng, 3, 64),
+                                                     testing::random_ids(rng, 5, 64)};
+  const std::vector<int> prompt_of = {0, 0, 1};
+  auto none = [](size_t n) { return std::vector<int32_t>(n, -1); };
+  HostBatch chain, whole;
+  std::vector<float> dlp_c, dent_c, dlp_w, dent_w;
+  const int32_t root = chain.add_sequence(start, none(start.size()));
+  std::vector<int32_t> prompt_seg;
+  for (const auto& p : prompts) prompt_seg.push_back(chain.add_continuation(root, p, none(p.size())));
+  dlp_c.assign(chain.tokens.size(), 0.0f);
+  dent_c = dlp_c;
+  std::vector<std::pair<size_t, size_t>> rows;  // (row in chain, row in whole) of each sample
+  for (size_t i = 0; i < samples.size(); ++i) {
+    std::vector<float> dl(samples[i].size()), de(samples[i].size());
+    for (size_t t = 0; t < dl.size(); ++t) dl[t] = nd(rng), de[t] = nd(rng);
+    rows.emplace_back(chain.tokens.size(), 0);
+    chain.add_continuation(prompt_seg[prompt_of[i]], samples[i], testing::shifted_targets(samples[i]));
+    dlp_c.insert(dlp_c.end(), dl.begin(), dl.end());
+    dent_c.insert(dent_c.end(), de.begin(), de.end());
+    std::vector<int32_t> ids = start, targets = none(start.size() + prompts[prompt_of[i]].size());
+    ids.insert(ids.end(), prompts[prompt_of[i]].begin(), prompts[prompt_of[i]].end());
+    rows.back().second = whole.tokens.size() + ids.size();
+    ids.insert(ids.end(), samples[i].begin(), samples[i].end());
+    const auto st = testing::shifted_targets(samples[i]);
+    targets.insert(targets.end(), st.begin(), st.end());
+    whole.add_sequence(ids, targets);
+    dlp_w.resize(whole.tokens.size() - samples[i].size(), 0.0f);
+    dent_w.resize(dlp_w.size(), 0.0f);
+    dlp_w.insert(dlp_w.end(), dl.begin(), dl.end());
+    dent_w.insert(dent_w.end(), de.begin(), de.end());
+  }
+  for (bool checkpointing : {false, true}) {
+    model->set_gradient_checkpointing(checkpointing);
+    const Outputs c = run(*model, chain, dlp_c, dent_c);
+    const Outputs w = run(*model, whole, dlp_w, dent_w);
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const size_t n = samples[i].size();
+      auto part = [n](const std::vector<float>& v, size_t at) { return std::vector<float>(v.begin() + at, v.begin() + at + n); };
+      testing::expect_near_all(part(c.logprobs, rows[i].first), part(w.logprobs, rows[i].second), 1e-5f, "logprobs");
+      testing::expect_near_all(part(c.entropy, rows[i].first), part(w.entropy, rows[i].second), 1e-5f, "entropy");
+    }
+    testing::expect_near_all(c.grads, w.grads, 1e-5f, "grads");
+    double gnorm = 0.0;
+    for (float x : c.grads) gnorm += x * x;
+    EXPECT_GT(gnorm, 1e-6);
+  }
+}
+
 TEST_P(ModelTrain, RejectsMalformedPrefixes) {
   auto backend = testing::cpu_backend();
   auto model = testing::tiny_model(*backend, GetParam());
@@ -150,7 +208,7 @@ TEST_P(ModelTrain, RejectsMalformedPrefixes) {
   bad.prefix_of[cont] = cont;  // itself
   EXPECT_EQ(model->forward(bad.batch()).status().code(), StatusCode::kInvalidArgument);
   bad = hb;
-  bad.prefix_of[2] = cont;  // a continuation of a continuation
+  bad.prefix_of[2] = cont;  // continues a continuation, but its positions do not go on from it
   EXPECT_EQ(model->forward(bad.batch()).status().code(), StatusCode::kInvalidArgument);
   bad = hb;
   bad.prefix_of.pop_back();
