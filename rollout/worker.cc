@@ -301,6 +301,7 @@ void Worker::send_heartbeat() {
     hb.peak_memory_bytes = static_cast<uint64_t>(mem->peak_resident_bytes);
   }
   send(hb, ++heartbeat_counter_);
+  if (beacon_ != nullptr) beacon_->sent(hb);
   ++summary_.heartbeats_sent;
   tokens_at_last_heartbeat_ = st.tokens_generated;
   last_heartbeat_ = now;
@@ -318,8 +319,16 @@ Status Worker::run() {
   RLRUN_RETURN_IF_ERROR(register_with_orchestrator());
   if (options_.hooks != nullptr) options_.hooks->after_register();
   last_heard_ = last_heartbeat_ = last_turn_ = Clock::now();
-  send_heartbeat();
   const auto interval = to_ms(options_.heartbeat_interval_seconds);
+  beacon_ = std::make_unique<LivenessBeacon>(*client_, interval);
+  send_heartbeat();
+  const Status served = serve(interval);
+  summary_.liveness_beats = beacon_->beats();
+  beacon_.reset();
+  return served;
+}
+
+Status Worker::serve(std::chrono::milliseconds interval) {
   while (true) {
     // Wait in the poll only when there is nothing to step (no busy spin), never past a heartbeat.
     const bool busy = scheduler_.can_step() || pending_sync_ != nullptr || !pending_scores_.empty();
@@ -333,6 +342,13 @@ Status Worker::run() {
       Result<Message> m = client_->receive(i == 0 ? wait : std::chrono::milliseconds(0));
       if (!m.ok()) break;
       if (!handle(*m)) return {};
+    }
+    // Judged here, after the messages that came during the last step were read: the step's own
+    // length is not the orchestrator's silence.
+    if (seconds_between(last_heard_, Clock::now()) > options_.heartbeat_timeout_seconds) {
+      summary_.exit_reason = "orchestrator silent";
+      return unavailable(str("rollout ", options_.index, ": nothing heard from the orchestrator for ",
+                             options_.heartbeat_timeout_seconds, " s (heartbeat_timeout_seconds); exiting"));
     }
     note_malformed();
     const auto now = Clock::now();
@@ -357,6 +373,7 @@ Status Worker::run() {
       ++generate_steps_;
       if (step_cpu_mark_ < 0) step_cpu_mark_ = process_cpu_seconds();
       const auto wall_start = Clock::now();
+      if (options_.hooks != nullptr) options_.hooks->before_engine_step(engine_steps_++);
       const Status s = scheduler_.step();
       if (!s.ok()) log::error(str("rollout ", options_.index, ": engine step failed: ", s.message()));
       send_finished();  // part of the step's cost: the results' encoding and sending
@@ -374,11 +391,6 @@ Status Worker::run() {
     }
     send_finished();
     if (Clock::now() - last_heartbeat_ >= interval) send_heartbeat();
-    if (seconds_between(last_heard_, Clock::now()) > options_.heartbeat_timeout_seconds) {
-      summary_.exit_reason = "orchestrator silent";
-      return unavailable(str("rollout ", options_.index, ": nothing heard from the orchestrator for ",
-                             options_.heartbeat_timeout_seconds, " s (heartbeat_timeout_seconds); exiting"));
-    }
   }
 }
 

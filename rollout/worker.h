@@ -9,15 +9,19 @@
 //     then answer the ScoreRequests (the KL reference, kl_reference.h) with ScoreResults;
 //   - run one Scheduler::step() and send a GenerateResult per finished sample (with the
 //     correlation id of its GenerateRequest);
-//   - every heartbeat_interval_seconds send a Heartbeat with the worker's stats.
+//   - every heartbeat_interval_seconds send a Heartbeat with the worker's stats; while an engine
+//     step, a weight sync or a KL pass runs longer, a LivenessBeacon thread repeats the latest one
+//     (common/protocol/liveness_beacon.h), so a long step never looks like death.
 // When there is nothing to step the loop waits in the socket poll (never busy-spins). The
-// orchestrator answers each Heartbeat; any message from it proves it alive. After
-// heartbeat_timeout_seconds without one, run() returns unavailable (the process exits).
+// orchestrator answers each Heartbeat; any message from it proves it alive. When the messages
+// drained at the start of a turn still leave nothing heard for heartbeat_timeout_seconds, run()
+// returns unavailable (the process exits): the length of the worker's own step is not silence.
 // Malformed bytes never crash the worker: the control client drops malformed messages (the worker
 // reports each batch of them with an ErrorReply), invalid requests come back as error results.
 //
 // Threads: run() owns the calling thread; the Scheduler, its Model and the Communicator must
-// outlive the Worker and are used only from that thread.
+// outlive the Worker and are used only from that thread. The beacon's thread touches only the
+// control client (to send) and its own copy of the latest Heartbeat.
 #pragma once
 
 #include <chrono>
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include "common/protocol/control_plane.h"
+#include "common/protocol/liveness_beacon.h"
 #include "common/protocol/protocol.h"
 #include "common/status.h"
 #include "engine/comm/communicator.h"
@@ -50,6 +55,7 @@ class WorkerHooks {
   virtual void after_register() {}
   virtual void before_weight_receive(uint64_t version) { (void)version; }  // the sender is broadcasting
   virtual void after_result(uint64_t results_sent) { (void)results_sent; }
+  virtual void before_engine_step(uint64_t steps_before) { (void)steps_before; }  // may take long
 };
 
 struct WorkerOptions {
@@ -82,7 +88,8 @@ struct WorkerOptions {
 // What the worker did, for tests and the final log line.
 struct WorkerSummary {
   uint64_t results_sent = 0;
-  uint64_t heartbeats_sent = 0;
+  uint64_t heartbeats_sent = 0;   // by the worker's thread
+  uint64_t liveness_beats = 0;    // by its LivenessBeacon, during steps longer than an interval
   uint64_t weight_syncs = 0;
   uint64_t errors_sent = 0;       // ErrorReply messages
   uint64_t kl_reference_scored = 0;  // completions scored under the KL reference (ScoreRequest)
@@ -106,6 +113,7 @@ class Worker {
  private:
   using Clock = std::chrono::steady_clock;
   Status register_with_orchestrator();
+  Status serve(std::chrono::milliseconds heartbeat_interval);  // run()'s loop, once registered
   // Returns false when the message asks the worker to stop.
   bool handle(const Message& message);
   void handle_generate(const GenerateRequest& request, uint64_t correlation_id);
@@ -129,6 +137,7 @@ class Worker {
   std::unique_ptr<WeightUpdater> updater_;
   WorkerOptions options_;
   std::unique_ptr<ControlClient> client_;
+  std::unique_ptr<LivenessBeacon> beacon_;  // after client_: stops before the client closes
   uint32_t worker_id_ = 0;
   std::unordered_map<uint64_t, uint64_t> correlation_of_;  // request in flight -> its GenerateRequest's
   struct PendingScore {
@@ -150,6 +159,7 @@ class Worker {
   double kl_reference_cpu_ = 0;  // CPU seconds answering ScoreRequests, cumulative (Heartbeat)
   double weight_sync_cpu_ = 0;  // CPU seconds of weight syncs and KL scoring since then (not the steps' cost)
   uint64_t heartbeat_counter_ = 0;
+  uint64_t engine_steps_ = 0;  // since the worker started
   WorkerSummary summary_;
 };
 

@@ -263,6 +263,17 @@ Result<std::unique_ptr<ControlClient>> ControlClient::connect(const Options& opt
 }
 
 Status ControlClient::send_frames(Frames frames) {
+  std::lock_guard<std::mutex> lock(socket_mutex_);
+  return send_frames_locked(frames);
+}
+
+ControlClient::TrySend ControlClient::try_send_frames(Frames frames) {
+  std::unique_lock<std::mutex> lock(socket_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return TrySend::kBusy;
+  return send_frames_locked(frames).ok() ? TrySend::kSent : TrySend::kFailed;
+}
+
+Status ControlClient::send_frames_locked(Frames& frames) {
   if (frames.empty()) return invalid_argument("ControlClient::send_frames: no frames");
   try {
     for (size_t i = 0; i < frames.size(); ++i) {
@@ -300,6 +311,7 @@ Result<Message> ControlClient::receive_from_socket(Clock::time_point deadline) {
 }
 
 Result<Message> ControlClient::receive(milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(socket_mutex_);
   if (!set_aside_.empty()) {
     Message m = std::move(set_aside_.front());
     set_aside_.pop_front();
@@ -309,6 +321,7 @@ Result<Message> ControlClient::receive(milliseconds timeout) {
 }
 
 Result<Message> ControlClient::await_reply(uint64_t correlation_id, MessageKind request_kind, milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(socket_mutex_);
   const auto deadline = Clock::now() + timeout;
   while (true) {
     Result<Message> m = receive_from_socket(deadline);

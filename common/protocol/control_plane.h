@@ -17,10 +17,12 @@
 // (frames x max_frame_bytes) each. With CURVE, only holders of the run's client key get past the
 // handshake.
 //
-// Threads: ZeroMQ sockets are not thread-safe. A ControlServer or ControlClient must be used by
-// one thread at a time (it may be created on one thread and handed to another with the usual
-// happens-before, e.g. through a std::thread constructor or a mutex). Distinct instances may be
-// used concurrently; they share one process-wide zmq::context_t by default.
+// Threads: ZeroMQ sockets are not thread-safe. A ControlServer must be used by one thread at a
+// time (it may be created on one thread and handed to another with the usual happens-before, e.g.
+// through a std::thread constructor or a mutex). A ControlClient may be shared: each call holds
+// its socket for the call's length (a receive() for its wait), so a worker's LivenessBeacon
+// (liveness_beacon.h) sends through it while the worker's own thread computes. Distinct instances
+// may be used concurrently; they share one process-wide zmq::context_t by default.
 //
 // Reconnects (client): connect() returns at once; libzmq connects in the background and retries
 // every reconnect_interval (backing off to reconnect_interval_max) for as long as the client
@@ -36,6 +38,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <zmq.hpp>
@@ -154,6 +157,10 @@ class ControlClient {
   }
   Status send(const Message& message) { return send_frames(encode(message)); }
   Status send_frames(Frames frames);
+  // As send_frames, but only when no other thread holds the socket (a receive() waiting there,
+  // another send): busy, nothing sent, otherwise. Never waits.
+  enum class TrySend { kSent, kBusy, kFailed };
+  TrySend try_send_frames(Frames frames);
 
   // The next message from the server (ones set aside by request() first), waiting up to
   // `timeout`; timeout_error when none came. Malformed messages are counted and skipped.
@@ -170,16 +177,24 @@ class ControlClient {
     return await_reply(id, T::kKind, timeout);
   }
 
-  uint64_t malformed_count() const { return tally_.count; }
+  uint64_t malformed_count() {
+    std::lock_guard<std::mutex> lock(socket_mutex_);
+    return tally_.count;
+  }
 
  private:
   ControlClient(Options options, zmq::socket_t socket);
-  uint64_t next_request_id() { return (uint64_t{1} << 63) | ++request_counter_; }
+  uint64_t next_request_id() {
+    std::lock_guard<std::mutex> lock(socket_mutex_);
+    return (uint64_t{1} << 63) | ++request_counter_;
+  }
   Result<Message> await_reply(uint64_t correlation_id, MessageKind request_kind, std::chrono::milliseconds timeout);
   // One message from the socket before `deadline`, skipping malformed ones.
   Result<Message> receive_from_socket(std::chrono::steady_clock::time_point deadline);
+  Status send_frames_locked(Frames& frames);
 
   Options options_;
+  std::mutex socket_mutex_;  // guards socket_, set_aside_, request_counter_ and tally_
   zmq::socket_t socket_;
   std::deque<Message> set_aside_;  // received while request() waited for another reply
   uint64_t request_counter_ = 0;

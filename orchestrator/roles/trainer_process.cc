@@ -14,6 +14,7 @@
 #include "common/observe/memory.h"
 #include "common/observe/timeline.h"
 #include "common/protocol/control_plane.h"
+#include "common/protocol/liveness_beacon.h"
 #include "engine/backend.h"
 #include "engine/io/model_io.h"
 #include "engine/model/model.h"
@@ -121,6 +122,8 @@ class TrainerLoop {
                            rlrun::connect_and_register(co, reg, to_ms(config_.heartbeat_timeout_seconds)));
     client_ = std::move(registered.client);
     worker_id_ = registered.assigned_id;
+    // A train step, a weight send or a checkpoint save may outlast heartbeat_timeout_seconds.
+    beacon_ = std::make_unique<LivenessBeacon>(*client_, to_ms(config_.heartbeat_interval_seconds));
     return Status();
   }
 
@@ -302,6 +305,7 @@ class TrainerLoop {
       hb.peak_memory_bytes = static_cast<uint64_t>(mem->peak_resident_bytes);
     }
     send(hb, ++heartbeats_);
+    beacon_->sent(hb);
     last_heartbeat_ = Clock::now();
   }
 
@@ -314,6 +318,7 @@ class TrainerLoop {
   const TrainerProcessOptions& options_;
   TrainerRank& rank_;
   std::unique_ptr<ControlClient> client_;
+  std::unique_ptr<LivenessBeacon> beacon_;  // after client_: stops before the client closes
   uint32_t worker_id_ = 0;
   uint64_t version_;  // weight version: trainer steps completed
   uint64_t heartbeats_ = 0;

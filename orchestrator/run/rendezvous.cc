@@ -113,14 +113,18 @@ Result<std::vector<char>> ControlPlaneStore::get(const std::string& key, std::ch
   return std::vector<char>(value->value.begin(), value->value.end());
 }
 
+std::chrono::milliseconds weight_sync_member_bound(const Config& config) {
+  return std::chrono::milliseconds(static_cast<int64_t>(config.rollout_request_timeout_seconds * 1000));
+}
+
 engine::GroupOptions weight_sync_group(const Config& config, int rank, int epoch, const SecurityOptions& security) {
   engine::GroupOptions g;
   g.name = str("weights-", epoch);
   g.rank = rank;
   g.size = static_cast<int>(config.inference_num_workers) + 1;
-  const auto heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(config.heartbeat_timeout_seconds * 1000));
-  g.timeout = epoch == 0 ? kGroupJoinTimeout : heartbeat_timeout;
-  g.collective_timeout = heartbeat_timeout;
+  const std::chrono::milliseconds busy_member = weight_sync_member_bound(config);
+  g.timeout = epoch == 0 ? kGroupJoinTimeout : busy_member;
+  g.collective_timeout = busy_member;
   // Rollout workers compute on the CPU (roles/cmd_rollout.cc refuses other backends), so the group
   // moves host memory and a trainer on a device stages its weights (trainer/weight_sender.h).
   // Rollout on CUDA makes this comm_placement_for(backend): NCCL from device to device.

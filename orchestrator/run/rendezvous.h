@@ -80,13 +80,19 @@ inline constexpr std::chrono::milliseconds kGroupJoinTimeout{180000};
 
 // The weight-sync group of a run, "weights-<epoch>": trainer rank 0 (rank 0) and every rollout
 // worker (rank i + 1). Epoch 0 forms while the processes start (kGroupJoinTimeout); a later epoch
-// re-forms the group after a member died, among running processes, within
-// heartbeat_timeout_seconds, which also bounds every collective: a sync with a dead or stopped
-// member fails on the others within it. `security`: the member's control-plane security. With the
+// re-forms the group after a member died, among running processes. A member takes part at the end
+// of its current unit of work (a rollout worker's engine step, which may be long on a slow host),
+// so joins and collectives wait for a live member up to weight_sync_member_bound(). A dead or
+// stopped member ends them sooner: its silence (heartbeat_timeout_seconds; a stopped process's
+// liveness beacon stops too) gets it killed, and its closed sockets fail the survivors'
+// collective at once. `security`: the member's control-plane security. With the
 // run's keys (control_plane_security: curve) the group is the CURVE transport (engine/comm/), which
 // only the run's workers can join, read or write; without (none), Gloo over plain TCP.
 engine::GroupOptions weight_sync_group(const Config& config, int rank, int epoch = 0,
                                        const SecurityOptions& security = {});
+// How long the weight group waits for a live member: rollout_request_timeout_seconds, the run's
+// bound on a rollout worker that works but does not answer (hung).
+std::chrono::milliseconds weight_sync_member_bound(const Config& config);
 // The prefix of that group's keys in the rendezvous store (RendezvousService::abandon).
 std::string weight_group_key_prefix(int epoch);
 // The trainer ranks' data-parallel group: "dp", and "dp-<epoch>" for the group the trainer ranks

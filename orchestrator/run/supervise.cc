@@ -33,8 +33,11 @@ Status Orchestrator::supervise() {
   if (trainer_failure_ && !evaluating_) return trainer_failure_status();
   for (size_t i = 0; i < workers_.size(); ++i) {
     WorkerSlot& w = workers_[i];
-    const WorkerSupervisor::Verdict v = supervisor_.judge(w, sync_.waits_for(w.name), inbox_backlogged_, Clock::now());
-    if (v.act == WorkerSupervisor::Verdict::Act::kFail) {
+    const WorkerSupervisor::Verdict v = supervisor_.judge(w, inbox_backlogged_, Clock::now());
+    if (v.act == WorkerSupervisor::Verdict::Act::kFail && w.role == Role::kTrainer) {
+      (void)note_trainer_failure(w, v.why);  // the group restarts (run/trainer_recovery.cc)
+      if (!evaluating_) return trainer_failure_status();
+    } else if (v.act == WorkerSupervisor::Verdict::Act::kFail) {
       RLRUN_RETURN_IF_ERROR(fail_worker(static_cast<int>(i), v.why, false));
     } else if (v.act == WorkerSupervisor::Verdict::Act::kRestart) {
       RLRUN_RETURN_IF_ERROR(restart_worker(static_cast<int>(i)));

@@ -16,14 +16,13 @@ double seconds_between(WorkerSupervisor::Clock::time_point from, WorkerSuperviso
 
 }  // namespace
 
-WorkerSupervisor::Verdict WorkerSupervisor::judge(const WorkerSlot& w, bool syncing, bool backlogged,
-                                                  Clock::time_point now) const {
+WorkerSupervisor::Verdict WorkerSupervisor::judge(const WorkerSlot& w, bool backlogged, Clock::time_point now) const {
   using Act = Verdict::Act;
-  if (w.role != Role::kRollout) return {};
   const double silent = seconds_between(w.last_heard, now);
-  if (w.alive() && !syncing && !backlogged && silent > policy_.heartbeat_timeout_seconds)
-    return {Act::kFail,
-            str("silent for ", silent, " s (heartbeat_timeout_seconds = ", policy_.heartbeat_timeout_seconds, ")")};
+  if (w.alive() && w.registered && !backlogged && silent > policy_.heartbeat_timeout_seconds)
+    return {Act::kFail, str("silent for ", silent, " s (heartbeat_timeout_seconds = ",
+                            policy_.heartbeat_timeout_seconds, "): stopped or dead")};
+  if (w.role != Role::kRollout) return {};
   if (w.state == WorkerState::kStarting && w.restarts > 0 &&
       seconds_between(w.started_at, now) > policy_.registration_timeout_seconds)
     return {Act::kFail, str("did not register within ", policy_.registration_timeout_seconds, " s")};

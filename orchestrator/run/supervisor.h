@@ -3,18 +3,21 @@
 // the Launcher, requeue its work through the Dispatcher, start the replacement).
 //
 // Rules:
-//  - A live rollout worker fails when nothing came from it for heartbeat_timeout_seconds, unless it
-//    is in a weight sync (blocked in a collective: bounded there) or the orchestrator has not read
-//    every message that arrived (a heartbeat may be among them).
+//  - A live worker (rollout worker or trainer rank) fails when nothing came from it for
+//    heartbeat_timeout_seconds, unless the orchestrator has not read every message that arrived (a
+//    heartbeat may be among them). Workers beat from a thread of their own while they compute or
+//    wait in a collective (common/protocol/liveness_beacon.h), so silence means a dead or stopped
+//    process, never a long step or sync.
 //  - A replacement fails when it has not registered within registration_timeout.
 //  - A failed worker is restarted after worker_restart_backoff_seconds * 2^(restarts so far) (at
 //    most restart_backoff_max_seconds), once
 //    its process is gone; after max_worker_restarts restarts its next failure is the run's error.
 //  - A replacement starts with the original's command, joins the weight group its first
 //    WeightSyncBegin names (--weight-group-epoch -1), and knows its incarnation.
-// Trainer failures are not judged here (the orchestrator notices them: an exit, a step or a send
-// past train_step_timeout_seconds): the whole trainer group restarts, run/trainer_recovery.cc,
-// with the two functions at the end of this file.
+// A trainer rank's failure (silence here; an exit, a step or a send past
+// train_step_timeout_seconds noticed by the orchestrator) restarts the whole trainer group,
+// run/trainer_recovery.cc, with the two functions at the end of this file; judge() never asks to
+// restart a trainer rank itself.
 #pragma once
 
 #include <chrono>
@@ -43,9 +46,8 @@ class WorkerSupervisor {
     enum class Act { kNothing, kFail, kRestart } act = Act::kNothing;
     std::string why;  // kFail: "silent for 12 s (heartbeat_timeout_seconds = 10)", ...
   };
-  // What to do about rollout worker `w` now. `syncing`: it is a member of the sync round in
-  // flight; `backlogged`: messages are left unread this turn.
-  Verdict judge(const WorkerSlot& w, bool syncing, bool backlogged, Clock::time_point now) const;
+  // What to do about worker `w` now. `backlogged`: messages are left unread this turn.
+  Verdict judge(const WorkerSlot& w, bool backlogged, Clock::time_point now) const;
 
   // Records a failure of `w` (already killed or exited): its state becomes kDead. Returns the
   // back-off before its restart, or nothing when its restarts are used up (the run stops).

@@ -100,10 +100,11 @@ Status Orchestrator::advance_sync() {
   }
   if (const SyncRounds::Round* round = sync_.round()) {
     if (sync_.answered()) return finish_round();
-    const double timeout = config_.heartbeat_timeout_seconds;
-    // Once the sender (trainer rank 0) answered, a receiver has all the bytes, or a group that
-    // the sender left (it fails at once): one still silent heartbeat_timeout_seconds later is hung
-    // (a stopped process). The sender itself is bounded by its collectives' timeouts.
+    const double timeout = config_.rollout_request_timeout_seconds;
+    // Once the sender (trainer rank 0) answered, a receiver has all the bytes (or the sender left
+    // the group: it fails at once), or is still in the engine step it began before the sync. One
+    // that has not answered rollout_request_timeout_seconds later is hung; a stopped or dead one
+    // is found sooner by its silence (supervise.cc). The sender is bounded by its collectives.
     if (!sync_.waits_for(weight_sender()) && seconds_since(round->sender_answered_at) > timeout) {
       const std::set<std::string> hung = round->waiting;
       const uint64_t version = round->version;
@@ -112,7 +113,7 @@ Status Orchestrator::advance_sync() {
         if (w->role == Role::kTrainer) continue;  // ranks > 0 are not members
         RLRUN_RETURN_IF_ERROR(fail_worker(static_cast<int>(w - workers_.data()),
                                           str("hung in the weight sync of version ", version, " (", timeout,
-                                              " s after the sender finished)"),
+                                              " s after the sender finished; rollout_request_timeout_seconds)"),
                                           false));
       }
     } else if (sync_.waits_for(weight_sender()) && seconds_since(round->start) > config_.train_step_timeout_seconds) {

@@ -6,10 +6,14 @@
 //   rollout-I:weight_sync:VERSION      SIGKILL inside the weight sync of VERSION
 //   rollout-I:stop_after_results:N     SIGSTOP after its Nth result (hung, alive)
 //   rollout-I:after_register           SIGKILL right after registering, every incarnation
+//   rollout-I:slow_step:MS             its 3rd engine step takes MS milliseconds longer (a slow
+//                                      host: alive, computing, not sending from its own thread)
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <memory>
 #include <string>
 
@@ -21,7 +25,7 @@ namespace {
 using rlrun::rollout::WorkerHooks;
 
 struct Fault {
-  enum class Point { kWeightSync, kStopAfterResults, kAfterRegister } point;
+  enum class Point { kWeightSync, kStopAfterResults, kAfterRegister, kSlowStep } point;
   std::string worker;
   uint64_t value = 0;
 };
@@ -40,6 +44,13 @@ class FaultHooks : public WorkerHooks {
     if (fault_.point == Fault::Point::kStopAfterResults && results_sent == fault_.value)
       die(SIGSTOP, "after " + std::to_string(results_sent) + " results");
   }
+  void before_engine_step(uint64_t steps_before) override {
+    if (fault_.point != Fault::Point::kSlowStep || steps_before != 2) return;
+    std::fprintf(stderr, "%s: fault double: engine step %llu takes %llu ms longer\n", fault_.worker.c_str(),
+                 static_cast<unsigned long long>(steps_before), static_cast<unsigned long long>(fault_.value));
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(fault_.value));
+  }
 
  private:
   void die(int signal, const std::string& when) {
@@ -55,7 +66,7 @@ class FaultHooks : public WorkerHooks {
 Fault parse(const std::string& text) {
   auto fail = [&] {
     std::fprintf(stderr, "RLRUN_FAULT_DOUBLE `%s`: expected rollout-I:weight_sync:VERSION, "
-                 "rollout-I:stop_after_results:N or rollout-I:after_register\n", text.c_str());
+                 "rollout-I:stop_after_results:N, rollout-I:slow_step:MS or rollout-I:after_register\n", text.c_str());
     std::exit(2);
   };
   const size_t first = text.find(':');
@@ -73,6 +84,8 @@ Fault parse(const std::string& text) {
     f.point = Fault::Point::kWeightSync;
   } else if (name == "stop_after_results") {
     f.point = Fault::Point::kStopAfterResults;
+  } else if (name == "slow_step") {
+    f.point = Fault::Point::kSlowStep;
   } else {
     fail();
   }

@@ -171,6 +171,22 @@ TEST_F(WorkerFaults, HungWorkerIsKilledAndReplaced) {
   expect_one_recovery(summary, "");
 }
 
+// A slow host: one engine step of rollout-1 takes 3x heartbeat_timeout_seconds (12 s). Its
+// beacon thread keeps beating, so it is never taken for dead, and nothing is lost.
+TEST_F(WorkerFaults, EngineStepLongerThanTheHeartbeatTimeoutIsNotDeath) {
+  BackgroundRun run(dir_, " --set number_of_steps=6", "RLRUN_FAULT_DOUBLE=rollout-1:slow_step:12000");
+  ASSERT_EQ(run.wait_exit(), 0) << run.output();
+  const json summary = run.summary();
+  EXPECT_EQ(summary["exit"], "ok") << summary.dump(2);
+  EXPECT_EQ(summary["steps_completed"], 6);
+  EXPECT_EQ(summary["worker_restarts"], 0) << summary.dump(2);
+  EXPECT_TRUE(summary["worker_failures"].empty()) << summary.dump(2);
+  testing::expect_every_sample_accounted_for(summary);
+  const std::string worker = read_file(run.run() / "logs" / "rollout-1.log");
+  EXPECT_NE(worker.find("engine step 2 takes 12000 ms longer"), std::string::npos) << worker;
+  EXPECT_EQ(worker.find("nothing heard from the orchestrator"), std::string::npos) << worker;
+}
+
 // A hang with a long heartbeat timeout: the worker's oldest request passes
 // rollout_request_timeout_seconds first. One rollout worker stops itself in the middle of its
 // first request (the fault double), before any batch can form, so no weight sync is in flight
@@ -219,8 +235,10 @@ TEST_F(WorkerFaults, HungTrainerWithoutRestartsStopsTheRunNamingIt) {
   const json summary = run.summary();
   const std::string exit = summary["exit"];
   EXPECT_NE(exit.find("logs/trainer-0.log"), std::string::npos) << exit;
+  // Stopped (SIGSTOP stops its heartbeat thread too): silent, or past its step's timeout.
   EXPECT_TRUE(exit.find("train_step_timeout_seconds") != std::string::npos ||
-              exit.find("trainer-0 did not finish") != std::string::npos)
+              exit.find("trainer-0 did not finish") != std::string::npos ||
+              exit.find("trainer-0 silent for") != std::string::npos)
       << exit;
   EXPECT_NE(exit.find("max_trainer_restarts = 0"), std::string::npos) << exit;
   EXPECT_EQ(summary["worker_restarts"], 0);

@@ -226,14 +226,17 @@ TEST(Rendezvous, AbandonedWeightGroupFailsTheJoinAtOnce) {
   }
 }
 
-// A member that stops taking part (a stopped process) fails the others' collective within
-// heartbeat_timeout_seconds, not the join timeout. Both transports.
-TEST(Rendezvous, WeightGroupCollectiveFailsWithinTheHeartbeatTimeout) {
+// A member that never takes part (hung: alive, but never at the collective) fails the others'
+// collective within the weight group's bound on a live member, rollout_request_timeout_seconds,
+// not the join timeout. Both transports. (A stopped or dead one is found sooner by the
+// orchestrator: its silence gets it killed, and its closed sockets fail the collective.)
+TEST(Rendezvous, WeightGroupCollectiveFailsWithinTheMemberBound) {
   for (const SecurityOptions& security : {SecurityOptions{}, run_keys()}) {
     StoreServer server;
     Config config;
     config.inference_num_workers = 1;
     config.heartbeat_timeout_seconds = 1;
+    config.rollout_request_timeout_seconds = 1;
     std::unique_ptr<engine::Communicator> silent;
     std::thread trainer([&] {
       auto weights = join_group(server.endpoint(), "trainer-0", weight_sync_group(config, 0, 0, security));
@@ -248,6 +251,34 @@ TEST(Rendezvous, WeightGroupCollectiveFailsWithinTheHeartbeatTimeout) {
     const Status s = (*receiver)->broadcast(v.data(), 1, engine::CommDType::kI32, 0);
     EXPECT_FALSE(s.ok());
     EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  }
+}
+
+// A member that comes to the collective late, after one long engine step (3x
+// heartbeat_timeout_seconds), is waited for: a slow host is not a failed sync. Both transports.
+TEST(Rendezvous, WeightGroupWaitsForALiveMemberLongerThanTheHeartbeatTimeout) {
+  for (const SecurityOptions& security : {SecurityOptions{}, run_keys()}) {
+    StoreServer server;
+    Config config;
+    config.inference_num_workers = 1;
+    config.heartbeat_timeout_seconds = 0.5;
+    config.rollout_request_timeout_seconds = 30;
+    std::vector<int32_t> sent = {41, 42, 43};
+    Status sender_status;
+    std::thread trainer([&] {
+      auto weights = join_group(server.endpoint(), "trainer-0", weight_sync_group(config, 0, 0, security));
+      ASSERT_TRUE(weights.ok()) << weights.status().message();
+      sender_status = (*weights)->broadcast(sent.data(), sent.size(), engine::CommDType::kI32, 0);
+    });
+    auto receiver = join_group(server.endpoint(), "rollout-0", weight_sync_group(config, 1, 0, security));
+    ASSERT_TRUE(receiver.ok()) << receiver.status().message();
+    std::this_thread::sleep_for(1500ms);  // the engine step the member was in
+    std::vector<int32_t> got(3, 0);
+    const Status s = (*receiver)->broadcast(got.data(), got.size(), engine::CommDType::kI32, 0);
+    trainer.join();
+    EXPECT_TRUE(s.ok()) << s.message();
+    EXPECT_TRUE(sender_status.ok()) << sender_status.message();
+    EXPECT_EQ(got, sent);
   }
 }
 

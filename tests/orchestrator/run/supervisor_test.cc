@@ -1,6 +1,6 @@
-// WorkerSupervisor: a silent live rollout worker fails unless it is in a sync or messages are
-// unread; a replacement that does not register fails; restarts back off doubling and run out; a
-// replacement joins the next weight group and knows its incarnation; trainers are not judged.
+// WorkerSupervisor: a silent live worker (rollout or trainer) fails unless messages are unread; a
+// replacement that does not register fails; restarts back off doubling and run out; a replacement
+// joins the next weight group and knows its incarnation; a trainer is never restarted by itself.
 #include "orchestrator/run/supervisor.h"
 
 #include <gmock/gmock.h>
@@ -22,24 +22,40 @@ WorkerSlot rollout(Clock::time_point last_heard) {
   w.name = "rollout-0";
   w.role = Role::kRollout;
   w.state = WorkerState::kReady;
+  w.registered = true;
   w.last_heard = last_heard;
   w.spec.name = w.name;
   w.spec.argv = {"rlrun", "rollout", "--weight-group-epoch", "0"};
   return w;
 }
 
-TEST(WorkerSupervisor, ASilentWorkerFailsUnlessInASyncOrWithMessagesUnread) {
+TEST(WorkerSupervisor, ASilentWorkerFailsUnlessMessagesAreUnread) {
   const WorkerSupervisor s = supervisor();
   const Clock::time_point t0 = Clock::now();
   WorkerSlot w = rollout(t0);
-  EXPECT_EQ(s.judge(w, false, false, t0 + seconds(9)).act, Act::kNothing);
-  const WorkerSupervisor::Verdict v = s.judge(w, false, false, t0 + seconds(11));
+  EXPECT_EQ(s.judge(w, false, t0 + seconds(9)).act, Act::kNothing);
+  const WorkerSupervisor::Verdict v = s.judge(w, false, t0 + seconds(11));
   EXPECT_EQ(v.act, Act::kFail);
   EXPECT_THAT(v.why, HasSubstr("silent for 11 s (heartbeat_timeout_seconds = 10)"));
-  EXPECT_EQ(s.judge(w, true, false, t0 + seconds(11)).act, Act::kNothing) << "blocked in a collective";
-  EXPECT_EQ(s.judge(w, false, true, t0 + seconds(11)).act, Act::kNothing) << "a heartbeat may be unread";
+  EXPECT_EQ(s.judge(w, true, t0 + seconds(11)).act, Act::kNothing) << "a heartbeat may be unread";
+  w.registered = false;
+  w.state = WorkerState::kStarting;
+  EXPECT_EQ(s.judge(w, false, t0 + seconds(60)).act, Act::kNothing) << "not registered yet: nothing to hear";
+}
+
+// A trainer rank beats from its beacon thread through long steps: silence is a stopped or dead
+// process. The verdict fails it; the orchestrator restarts the whole trainer group, never the rank.
+TEST(WorkerSupervisor, ASilentTrainerFailsAndIsNeverRestartedAlone) {
+  const WorkerSupervisor s = supervisor();
+  const Clock::time_point t0 = Clock::now();
+  WorkerSlot w = rollout(t0);
   w.role = Role::kTrainer;
-  EXPECT_EQ(s.judge(w, false, false, t0 + seconds(60)).act, Act::kNothing) << "a trainer's failure stops the run";
+  w.name = "trainer-0";
+  EXPECT_EQ(s.judge(w, false, t0 + seconds(9)).act, Act::kNothing);
+  EXPECT_EQ(s.judge(w, false, t0 + seconds(11)).act, Act::kFail);
+  w.state = WorkerState::kDead;
+  w.registered = false;
+  EXPECT_EQ(s.judge(w, false, t0 + seconds(60)).act, Act::kNothing) << "the group restart starts it, not judge()";
 }
 
 TEST(WorkerSupervisor, RestartsBackOffDoublingAndRunOut) {
@@ -48,11 +64,11 @@ TEST(WorkerSupervisor, RestartsBackOffDoublingAndRunOut) {
   WorkerSlot w = rollout(t0);
   EXPECT_EQ(s.on_failure(w, t0), std::optional<double>(2));
   EXPECT_EQ(w.state, WorkerState::kDead);
-  EXPECT_EQ(s.judge(w, false, false, t0 + seconds(1)).act, Act::kNothing) << "backing off";
+  EXPECT_EQ(s.judge(w, false, t0 + seconds(1)).act, Act::kNothing) << "backing off";
   w.awaiting_exit = true;
-  EXPECT_EQ(s.judge(w, false, false, t0 + seconds(3)).act, Act::kNothing) << "its process is not gone yet";
+  EXPECT_EQ(s.judge(w, false, t0 + seconds(3)).act, Act::kNothing) << "its process is not gone yet";
   w.awaiting_exit = false;
-  EXPECT_EQ(s.judge(w, false, false, t0 + seconds(3)).act, Act::kRestart);
+  EXPECT_EQ(s.judge(w, false, t0 + seconds(3)).act, Act::kRestart);
   s.start_replacement(w, t0 + seconds(3));
   EXPECT_EQ(w.state, WorkerState::kStarting);
   EXPECT_EQ(s.on_failure(w, t0 + seconds(4)), std::optional<double>(4)) << "doubled";
@@ -66,8 +82,8 @@ TEST(WorkerSupervisor, AReplacementThatDoesNotRegisterFails) {
   WorkerSlot w = rollout(t0);
   s.on_failure(w, t0);
   s.start_replacement(w, t0);
-  EXPECT_EQ(s.judge(w, false, false, t0 + seconds(299)).act, Act::kNothing);
-  const WorkerSupervisor::Verdict v = s.judge(w, false, false, t0 + seconds(301));
+  EXPECT_EQ(s.judge(w, false, t0 + seconds(299)).act, Act::kNothing);
+  const WorkerSupervisor::Verdict v = s.judge(w, false, t0 + seconds(301));
   EXPECT_EQ(v.act, Act::kFail);
   EXPECT_THAT(v.why, HasSubstr("did not register within 300 s"));
 }
