@@ -68,6 +68,10 @@ class Backend {
   // (balance_cpu_threads): false where the backend has no such setting or `n` is out of its range.
   virtual int compute_threads() const { return 0; }
   virtual bool set_compute_threads(int n) { (void)n; return false; }
+  // Products of bf16 roundings of their operands with fp32 sums (compute_dtype: bf16) on a backend
+  // whose compute dtype is f32: false where the backend cannot (the CPU backend on a CPU without
+  // native bf16 products) or has no such setting.
+  virtual bool set_matmul_bf16(bool on) { return !on; }
 
   // ---- memory ---------------------------------------------------------------------------------
   // A new zero-filled tensor. Aborts when out of memory (a device failure, not a user error).

@@ -10,7 +10,7 @@ set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config ninja-build python3 ca-certificates
       libzmq3-dev cppzmq-dev libyaml-cpp-dev prometheus-cpp-dev libcivetweb-dev
-      libopenblas-dev libgloo-dev libpcre2-dev libutf8proc-dev nlohmann-json3-dev libcurl4-openssl-dev
+      libdnnl-dev libgloo-dev libpcre2-dev libutf8proc-dev nlohmann-json3-dev libcurl4-openssl-dev
       libxxhash-dev libgtest-dev libgmock-dev)
 if [ "${1:-}" = "--test" ]; then
   pkgs+=(curl prometheus python3-venv python3-pip python3-torch slurm-wlm munge chromium)

@@ -1,8 +1,7 @@
-// cpu_backend.cc - memory, copies, matmul (OpenBLAS), elementwise ops and the optimizer. Each op's
+// cpu_backend.cc - memory, copies, elementwise ops and the optimizer. Each op's
 // contract (dtypes, shapes, aliasing) has been checked by Backend (backend.cc) before it gets here.
 #include "engine/cpu/cpu_backend.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -20,24 +19,6 @@ namespace {
 constexpr size_t kAlign = 256;  // also the header that remembers each block's size
 }  // namespace
 
-bool cpu_has_avx2_fma() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-#else
-  return false;
-#endif
-}
-
-bool cpu_has_avx512f() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-#else
-  return false;
-#endif
-}
-
 CpuBackend::CpuBackend(int num_threads) : avx2_(cpu_has_avx2_fma()), gemm_nt_(gemm_nt_isa()) {
   set_num_threads(num_threads);
 }
@@ -49,7 +30,6 @@ void CpuBackend::set_baseline_kernels(bool baseline) {
 
 void CpuBackend::set_num_threads(int n) {
   num_threads_ = n > 0 ? n : omp_get_num_procs();
-  openblas_set_num_threads(1);  // our threads take the blocks of a matmul (matmul_blocks)
 }
 
 bool CpuBackend::set_compute_threads(int n) {
@@ -122,61 +102,6 @@ void CpuBackend::convert_impl(const Tensor& dst, const Tensor& src) {
 }
 
 // ---- dense algebra ----------------------------------------------------------------------------------
-
-MatmulBlocks matmul_blocks(int64_t m, int64_t n, int64_t k, int threads) {
-  // Below this one call is faster. Low: a decode step's products at batch 1 (576 x 576 on
-  // SmolLM2) are bound by streaming their weights, which two cores do faster than one.
-  constexpr double kMinParallelFlops = 3e5;
-  constexpr int64_t kMinBlock = 32;          // rows or columns: sgemm's kernels stay efficient
-  constexpr int64_t kBlocksPerThread = 2;    // a thread held up by another process costs half a share
-  MatmulBlocks b;
-  b.split_rows = m >= n;
-  const int64_t dim = b.split_rows ? m : n;
-  b.size = dim;
-  if (threads <= 1 || 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < kMinParallelFlops)
-    return b;
-  const int64_t wanted = std::min<int64_t>(dim / kMinBlock, threads * kBlocksPerThread);
-  if (wanted <= 1) return b;
-  b.size = (dim + wanted - 1) / wanted;
-  b.size = (b.size + 15) / 16 * 16;  // whole vector widths of the kernels
-  b.count = (dim + b.size - 1) / b.size;
-  return b;
-}
-
-void CpuBackend::matmul_impl(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
-                             float alpha, float beta) {
-  const int64_t m = trans_a ? a.shape().cols() : a.shape().rows();
-  const int64_t k = trans_a ? a.shape().rows() : a.shape().cols();
-  const int64_t n = trans_b ? b.shape().rows() : b.shape().cols();
-  constexpr int64_t kMaxDim = 2147483647;  // cblas takes int dimensions
-  RLRUN_CHECK(m <= kMaxDim && n <= kMaxDim && k <= kMaxDim, "matmul: dimensions exceed cblas's int range");
-  const int64_t lda = a.shape().cols(), ldb = b.shape().cols();
-  const float* pa = a.f32();
-  const float* pb = b.f32();
-  float* pc = out.f32();
-  // A few rows against a weight matrix (x W^T, a decode step): no packing (cpu_gemm_nt.h).
-  const bool nt = !trans_a && trans_b && m <= gemm_nt_max_rows(gemm_nt_);
-  // out[rows, cols] of one block: rows [r0, r0 + rm) and columns [c0, c0 + cn).
-  auto gemm = [&](int64_t r0, int64_t rm, int64_t c0, int64_t cn) {
-    if (nt)
-      return gemm_nt(gemm_nt_, rm, cn, k, alpha, pa + r0 * lda, lda, pb + c0 * ldb, ldb, beta, pc + r0 * n + c0, n);
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                static_cast<int>(rm), static_cast<int>(cn), static_cast<int>(k), alpha,
-                pa + (trans_a ? r0 : r0 * lda), static_cast<int>(lda), pb + (trans_b ? c0 * ldb : c0),
-                static_cast<int>(ldb), beta, pc + r0 * n + c0, static_cast<int>(n));
-  };
-  const MatmulBlocks blocks = matmul_blocks(m, n, k, num_threads_);
-  if (blocks.count <= 1) return gemm(0, m, 0, n);
-  const int64_t dim = blocks.split_rows ? m : n;
-#pragma omp parallel for num_threads(static_cast<int>(std::min<int64_t>(num_threads_, blocks.count))) schedule(dynamic, 1)
-  for (int64_t i = 0; i < blocks.count; ++i) {
-    const int64_t lo = i * blocks.size, len = std::min(blocks.size, dim - lo);
-    if (blocks.split_rows)
-      gemm(lo, len, 0, n);
-    else
-      gemm(0, m, lo, len);
-  }
-}
 
 void CpuBackend::add_bias_impl(const Tensor& out, const Tensor& bias) {
   const int64_t rows = out.shape().rows(), cols = out.shape().cols();

@@ -1,14 +1,15 @@
-// cpu_backend.h - the reference backend: fp32 on the host, OpenBLAS sgemm for every matmul, our
-// own OpenMP loops for everything else.
+// cpu_backend.h - the reference backend: fp32 on the host, oneDNN's sgemm for matmuls (cpu_gemm.h;
+// a kernel of our own for forward products of few rows, cpu_gemm_nt.h), our own OpenMP loops for
+// everything else.
 //
 // Threads: the thread count is set once (constructor or set_num_threads, or set_compute_threads
-// between steps) and sizes every OpenMP region here. OpenBLAS itself runs single-threaded
-// (openblas_set_num_threads(1), process-wide): a matmul is split into blocks of rows or columns of
-// its output (matmul_blocks) that the region's threads take as they come free, each one
-// single-threaded sgemm call. BLAS's own threading splits a product evenly over its threads, so
-// one thread that shares its core with another process (the rollout worker beside the trainer)
-// holds back the whole product, and its pool spins between calls; blocks taken as threads come
-// free keep the process as fast as the cores it actually gets. Regions never nest.
+// between steps) and sizes every OpenMP region here. The GEMM library computes on the calling
+// thread alone: a matmul is split into blocks of rows or columns of its output (matmul_blocks)
+// that the region's threads take as they come free, each one single-threaded sgemm call. A
+// library's own threading splits a product evenly over its threads, so one thread that shares its
+// core with another process (the rollout worker beside the trainer) holds back the whole product;
+// blocks taken as threads come free keep the process as fast as the cores it actually gets.
+// Regions never nest.
 #pragma once
 
 #include <atomic>
@@ -37,6 +38,13 @@ class CpuBackend final : public Backend {
   // Threads for matmuls and our loops. n <= 0 means all hardware threads.
   void set_num_threads(int n);
   int num_threads() const { return num_threads_; }
+  // compute_dtype bf16: products of at least kBf16MinRows rows multiply bf16 roundings of their
+  // operands, with fp32 sums and fp32 results (weights, activations and the optimizer stay fp32);
+  // forward products that the few-rows kernel takes (decode steps) stay fp32.
+  // Only where the CPU multiplies bf16 natively (bf16_gemm_native(), cpu_gemm.h): false elsewhere.
+  static constexpr int64_t kBf16MinRows = 16;
+  bool set_matmul_bf16(bool on) override;
+  bool matmul_bf16() const { return matmul_bf16_; }
   // Hot loops use AVX2 + FMA variants when the CPU has them (cpu_math.h). Tests call this with
   // true to run the baseline x86-64 variants too.
   void set_baseline_kernels(bool baseline);
@@ -65,7 +73,7 @@ class CpuBackend final : public Backend {
 
  private:
   // The ops: backend.h has checked each call's contract; these add only the checks that read the
-  // data (ids, targets, cu_seqlens, block tables) and cblas's int dimensions.
+  // data (ids, targets, cu_seqlens, block tables).
   void copy_from_host_impl(const Tensor& dst, const void* src, size_t bytes) override;
   void copy_to_host_impl(void* dst, const Tensor& src, size_t bytes) override;
   void copy_impl(const Tensor& dst, const Tensor& src) override;
@@ -124,6 +132,7 @@ class CpuBackend final : public Backend {
   bool poison_uninitialized_ = false;
   int num_threads_ = 1;
   bool avx2_ = false;
+  bool matmul_bf16_ = false;
   GemmNtIsa gemm_nt_ = GemmNtIsa::kNone;  // matmul's few-rows kernel (cpu_gemm_nt.h)
   std::atomic<size_t> bytes_in_use_{0};
   std::atomic<size_t> peak_bytes_{0};

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "engine/cpu/cpu_features.h"  // cpu_has_avx2_fma(), cpu_has_avx512f()
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define RLRUN_CPU_AVX2 __attribute__((target("avx2,fma")))
 #define RLRUN_CPU_AVX512 __attribute__((target("avx512f,fma")))  // intrinsics only (cpu_gemm_nt.cc)
@@ -23,11 +25,6 @@
 #define RLRUN_CPU_INLINE __attribute__((always_inline)) inline
 
 namespace rlrun::engine::cpu {
-
-// True when this CPU runs the AVX2 + FMA variants (checked once; false off x86-64).
-bool cpu_has_avx2_fma();
-// True when this CPU runs AVX-512F (checked once; false off x86-64): matmul's few-rows kernel.
-bool cpu_has_avx512f();
 
 // exp(x) for float, written so that `#pragma omp simd` loops vectorise it (no libm call).
 // Cephes' expf: exp(x) = 2^n exp(r), r = x - n ln2 in [-ln2/2, ln2/2], degree-5 polynomial;

@@ -11,14 +11,17 @@
 #include "common/observe/memory.h"
 #include "common/observe/timeline.h"
 #include "engine/backend.h"
+#include "engine/backend_info.h"
 #include "engine/io/model_io.h"
 #include "engine/model/model.h"
 #include "orchestrator/cli/cli_args.h"
 #include "orchestrator/cli/commands.h"
+#include "orchestrator/roles/compute_backend.h"
 #include "orchestrator/roles/model_from_config.h"
 #include "orchestrator/roles/rollout_hooks.h"
 #include "orchestrator/run/control_plane.h"
 #include "orchestrator/run/rendezvous.h"
+#include "rollout/prefill_budget.h"
 #include "rollout/scheduler.h"
 #include "rollout/worker.h"
 
@@ -54,7 +57,7 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
     return kExitUsage;
   }
   const int threads = static_cast<int>(config.cpu_threads_per_worker);
-  Result<std::unique_ptr<engine::Backend>> backend = engine::create_backend("cpu", threads);
+  Result<std::unique_ptr<engine::Backend>> backend = backend_from_config(config, threads);
   if (!backend.ok()) return log::error(backend.status().message()), kExitFailed;
   Result<std::unique_ptr<engine::Model>> model = engine::Model::create(**backend, model_config_from(config.model));
   if (!model.ok()) return log::error(str("rollout: ", model.status().message())), kExitUsage;
@@ -66,8 +69,18 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
     // Same seed and init as the trainer's random start; every run's first weight sync replaces it.
     (*model)->weights().init_random(static_cast<uint64_t>(config.seed), static_cast<float>(config.model.init_std));
   }
-  Result<std::unique_ptr<rollout::Scheduler>> scheduler =
-      rollout::Scheduler::create(**model, scheduler_options_from(config, **model));
+  rollout::SchedulerOptions scheduler_options = scheduler_options_from(config, **model);
+  // The first line that says how fast this process computes (and which kernels it runs).
+  const engine::HostCompute host = engine::measure_host_compute();
+  log::info(str("rollout ", options.index, ": ", host.summary));
+  if (config.max_prefill_tokens == 0) {
+    scheduler_options.max_prefill_tokens =
+        rollout::plan_prefill_tokens((*model)->config(), host.sgemm_gflops, (*backend)->compute_threads());
+    log::info(str("rollout ", options.index, ": prefills at most ", scheduler_options.max_prefill_tokens,
+                  " prompt tokens per engine step (max_prefill_tokens 0: planned for ~", rollout::kPrefillStepSeconds,
+                  " s at the measured speed)"));
+  }
+  Result<std::unique_ptr<rollout::Scheduler>> scheduler = rollout::Scheduler::create(**model, scheduler_options);
   if (!scheduler.ok()) return log::error(str("rollout: ", scheduler.status().message())), kExitUsage;
   options.heartbeat_interval_seconds = config.heartbeat_interval_seconds;
   options.heartbeat_timeout_seconds = config.heartbeat_timeout_seconds;

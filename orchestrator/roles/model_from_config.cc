@@ -46,6 +46,7 @@ rollout::SchedulerOptions scheduler_options_from(const Config& c, const engine::
   o.max_num_seqs = c.max_num_seqs;
   o.max_model_len = c.max_model_len;
   o.kv_block_size = c.kv_block_size;
+  if (c.max_prefill_tokens > 0) o.max_prefill_tokens = c.max_prefill_tokens;  // 0: the worker plans it
   o.kv_num_blocks = rollout::kv_blocks_for_budget(model, o, c.kv_cache_memory_mb << 20);
   return o;
 }

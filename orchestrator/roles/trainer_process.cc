@@ -16,9 +16,11 @@
 #include "common/protocol/control_plane.h"
 #include "common/protocol/liveness_beacon.h"
 #include "engine/backend.h"
+#include "engine/backend_info.h"
 #include "engine/io/model_io.h"
 #include "engine/model/model.h"
 #include "orchestrator/cli/commands.h"
+#include "orchestrator/roles/compute_backend.h"
 #include "orchestrator/roles/model_from_config.h"
 #include "orchestrator/run/rendezvous.h"
 #include "orchestrator/run/state.h"
@@ -49,8 +51,7 @@ struct TrainerRank {
 };
 
 Status build_rank(const Config& config, const TrainerProcessOptions& options, TrainerRank& r) {
-  RLRUN_ASSIGN_OR_RETURN(r.backend, engine::create_backend(enum_name(config.backend),
-                                                           static_cast<int>(config.cpu_threads_per_worker)));
+  RLRUN_ASSIGN_OR_RETURN(r.backend, backend_from_config(config, static_cast<int>(config.cpu_threads_per_worker)));
   engine::ModelOptions model_options;
   model_options.gradient_checkpointing = config.gradient_checkpointing;
   RLRUN_ASSIGN_OR_RETURN(r.model, engine::Model::create(*r.backend, model_config_from(config.model), model_options));
@@ -336,6 +337,9 @@ int run_trainer_process(const Config& config, const TrainerProcessOptions& optio
   }
   // Before the weights and the first step's activations are allocated (common/observe/memory.h).
   if (config.backend == BackendKind::kCpu) keep_freed_heap_memory();
+  if (config.backend == BackendKind::kCpu) {
+    log::info(str(name, ": ", engine::measure_host_compute().summary));
+  }
   TrainerRank rank;
   Status s = build_rank(config, options, rank);
   if (!s.ok()) {

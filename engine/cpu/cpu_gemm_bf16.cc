@@ -1,0 +1,83 @@
+// cpu_gemm_bf16.cc - bf16 products with fp32 sums through oneDNN's matmul primitive (cpu_gemm.h).
+//
+// A primitive is built for one shape (oneDNN JIT-compiles its kernel) and kept: a training step
+// repeats the same few dozen shapes, so each is built once per thread that multiplies it.
+// Primitives, their engine and stream are per thread (thread_local): the backend's threads each
+// compute their own blocks of a product, and a primitive's scratchpad is not shared.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <map>
+#include <tuple>
+
+#include "common/check.h"
+#include "engine/cpu/cpu_gemm.h"
+
+namespace rlrun::engine::cpu {
+
+namespace {
+
+using Key = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
+
+struct Primitive {
+  dnnl::matmul::primitive_desc desc;
+  dnnl::matmul matmul;
+};
+
+struct ThreadState {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::map<Key, Primitive> primitives;
+};
+
+ThreadState& thread_state() {
+  thread_local ThreadState state;
+  return state;
+}
+
+Primitive make_primitive(ThreadState& t, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                            int64_t ldc, float alpha, float beta) {
+  using dnnl::memory;
+  const memory::desc a_md({m, k}, memory::data_type::bf16, memory::dims{lda, 1});
+  // B as (k, n): trans_b stores it as n rows of k (the layout of a weight matrix, x W^T).
+  const memory::desc b_md({k, n}, memory::data_type::bf16, trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+  const memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(beta);
+    attr.set_post_ops(ops);
+  }
+  const dnnl::matmul::desc desc(a_md, b_md, c_md);
+  dnnl::matmul::primitive_desc pd(desc, attr, t.engine);
+  return {pd, dnnl::matmul(pd)};
+}
+
+}  // namespace
+
+bool bf16_gemm_native() {
+  const CpuFeatures& f = cpu_features();
+  const std::string& isa = gemm_library().isa_class;
+  return (f.avx512_bf16 || f.amx_bf16) && (isa == "avx512_bf16" || isa == "amx");
+}
+
+void gemm_bf16(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+               const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  try {
+    ThreadState& t = thread_state();
+    const Key key{trans_b, m, n, k, lda, ldb, ldc, alpha, beta};
+    auto it = t.primitives.find(key);
+    if (it == t.primitives.end())
+      it = t.primitives.emplace(key, make_primitive(t, trans_b, m, n, k, lda, ldb, ldc, alpha, beta)).first;
+    const dnnl::matmul::primitive_desc& desc = it->second.desc;
+    dnnl::memory a_mem(desc.src_desc(), t.engine, const_cast<uint16_t*>(a));
+    dnnl::memory b_mem(desc.weights_desc(), t.engine, const_cast<uint16_t*>(b));
+    dnnl::memory c_mem(desc.dst_desc(), t.engine, c);
+    it->second.matmul.execute(t.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+    t.stream.wait();
+  } catch (const dnnl::error& e) {
+    RLRUN_CHECK(false, std::string("oneDNN bf16 matmul failed: ") + e.what());
+  }
+}
+
+}  // namespace rlrun::engine::cpu

@@ -1,0 +1,109 @@
+// cpu_matmul.cc - the backend's matmul: blocks of the product over the backend's threads, each an
+// fp32 sgemm (oneDNN, cpu_gemm.h), a few-rows kernel of ours (cpu_gemm_nt.h), or, with
+// set_matmul_bf16, a bf16 product of the operands rounded once to bf16 (fp32 sums and output).
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/bf16.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/cpu_gemm.h"
+#include "engine/cpu/cpu_math.h"
+
+namespace rlrun::engine::cpu {
+
+namespace {
+
+// out[j] = bf16(in[j * stride]) for j < n (stride 1: a row; else a column of a row-major matrix).
+RLRUN_CPU_INLINE void to_bf16_body(uint16_t* out, const float* in, int64_t stride, int64_t n) {
+  if (stride == 1) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) out[j] = f32_to_bf16(in[j]);
+  } else {
+    for (int64_t j = 0; j < n; ++j) out[j] = f32_to_bf16(in[j * stride]);
+  }
+}
+RLRUN_CPU_AVX2 void to_bf16_avx2(uint16_t* out, const float* in, int64_t stride, int64_t n) {
+  to_bf16_body(out, in, stride, n);
+}
+void to_bf16_base(uint16_t* out, const float* in, int64_t stride, int64_t n) { to_bf16_body(out, in, stride, n); }
+
+}  // namespace
+
+MatmulBlocks matmul_blocks(int64_t m, int64_t n, int64_t k, int threads) {
+  // Below this one call is faster. Low: a decode step's products at batch 1 (576 x 576 on
+  // SmolLM2) are bound by streaming their weights, which two cores do faster than one.
+  constexpr double kMinParallelFlops = 3e5;
+  constexpr int64_t kMinBlock = 32;          // rows or columns: the kernels stay efficient
+  constexpr int64_t kBlocksPerThread = 2;    // a thread held up by another process costs half a share
+  MatmulBlocks b;
+  b.split_rows = m >= n;
+  const int64_t dim = b.split_rows ? m : n;
+  b.size = dim;
+  if (threads <= 1 || 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < kMinParallelFlops)
+    return b;
+  const int64_t wanted = std::min<int64_t>(dim / kMinBlock, threads * kBlocksPerThread);
+  if (wanted <= 1) return b;
+  b.size = (dim + wanted - 1) / wanted;
+  b.size = (b.size + 15) / 16 * 16;  // whole vector widths of the kernels
+  b.count = (dim + b.size - 1) / b.size;
+  return b;
+}
+
+bool CpuBackend::set_matmul_bf16(bool on) {
+  if (on && !bf16_gemm_native()) return false;
+  matmul_bf16_ = on;
+  return true;
+}
+
+void CpuBackend::matmul_impl(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+                             float alpha, float beta) {
+  const int64_t m = trans_a ? a.shape().cols() : a.shape().rows();
+  const int64_t k = trans_a ? a.shape().rows() : a.shape().cols();
+  const int64_t n = trans_b ? b.shape().rows() : b.shape().cols();
+  const int64_t lda = a.shape().cols(), ldb = b.shape().cols();
+  const float* pa = a.f32();
+  const float* pb = b.f32();
+  float* pc = out.f32();
+  // A few rows against a weight matrix (x W^T, a decode step): no packing (cpu_gemm_nt.h).
+  const bool nt = !trans_a && trans_b && m <= gemm_nt_max_rows(gemm_nt_);
+  // bf16: both operands rounded once, op(A) laid out as m x k rows; B keeps its layout. Products
+  // of few rows stay fp32: rounding the weights would cost as much as multiplying them.
+  const bool bf16 = matmul_bf16_ && !nt && m >= kBf16MinRows;
+  std::vector<uint16_t> a16, b16;
+  if (bf16) {
+    a16.resize(static_cast<size_t>(m * k));
+    b16.resize(static_cast<size_t>(k * n));
+    auto convert = avx2_ ? to_bf16_avx2 : to_bf16_base;
+    // Row i of op(A): row i of A, or column i of the stored A^T.
+#pragma omp parallel for num_threads(threads_for(m * k)) schedule(static)
+    for (int64_t i = 0; i < m; ++i) convert(a16.data() + i * k, trans_a ? pa + i : pa + i * lda, trans_a ? lda : 1, k);
+    const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+#pragma omp parallel for num_threads(threads_for(k * n)) schedule(static)
+    for (int64_t i = 0; i < b_rows; ++i) convert(b16.data() + i * b_cols, pb + i * ldb, 1, b_cols);
+  }
+  // out[rows, cols] of one block: rows [r0, r0 + rm) and columns [c0, c0 + cn).
+  auto gemm = [&](int64_t r0, int64_t rm, int64_t c0, int64_t cn) {
+    if (nt)
+      return gemm_nt(gemm_nt_, rm, cn, k, alpha, pa + r0 * lda, lda, pb + c0 * ldb, ldb, beta, pc + r0 * n + c0, n);
+    if (bf16)
+      return gemm_bf16(trans_b, rm, cn, k, alpha, a16.data() + r0 * k, k, b16.data() + (trans_b ? c0 * k : c0),
+                       trans_b ? k : n, beta, pc + r0 * n + c0, n);
+    sgemm(trans_a, trans_b, rm, cn, k, alpha, pa + (trans_a ? r0 : r0 * lda), lda, pb + (trans_b ? c0 * ldb : c0),
+          ldb, beta, pc + r0 * n + c0, n);
+  };
+  const MatmulBlocks blocks = matmul_blocks(m, n, k, num_threads_);
+  if (blocks.count <= 1) return gemm(0, m, 0, n);
+  const int64_t dim = blocks.split_rows ? m : n;
+#pragma omp parallel for num_threads(static_cast<int>(std::min<int64_t>(num_threads_, blocks.count))) schedule(dynamic, 1)
+  for (int64_t i = 0; i < blocks.count; ++i) {
+    const int64_t lo = i * blocks.size, len = std::min(blocks.size, dim - lo);
+    if (blocks.split_rows)
+      gemm(lo, len, 0, n);
+    else
+      gemm(0, m, lo, len);
+  }
+}
+
+}  // namespace rlrun::engine::cpu
