@@ -15,14 +15,18 @@ step's wait is the first batch's generation), TRL's an optimizer step (generatio
 policy forward, backward, AdamW, in sequence). Prints both, the ratio of the medians, and one JSON
 line. Never fails on time.
 
-Needs TRL beside a current torch: a venv with PyPI's torch 2.5.1 (its CPU kernels; the wheel pulls
-the CUDA libraries too, ~3 GB, unused here) and TRL 0.14, made once:
+Needs TRL beside a current torch, in venvs of their own, made once. TRL runs at its best on CPU
+with the newest TRL and torch, or with the older pair where that is faster (bench both; --trl-bf16
+tries its bf16=True):
+  python3 -m venv /tmp/trl-new
+  /tmp/trl-new/bin/pip install torch==2.15.0 trl==1.16.0 peft==0.21.2 gguf "jinja2>=3.1"
   python3 -m venv /tmp/trl2
   /tmp/trl2/bin/pip install torch==2.5.1 trl==0.14.0 transformers==4.46.3 tokenizers==0.20.3 \
       accelerate==0.34.2 "datasets<3.3" "pandas<2.2" "pyarrow<16" "numpy<2" "jinja2>=3.1" gguf
+(PyPI's torch wheels pull the CUDA libraries too, 3-5 GB, unused here.)
 
-  TRL_PYTHON=/tmp/trl2/bin/python python3 bench/trl_grpo.py [--steps 30] [--threads 2]
-      [--skip-rlrun] [--skip-trl] [--rlrun-set KEY=VALUE ...] [--keep-run DIR]
+  TRL_PYTHON=/tmp/trl-new/bin/python python3 bench/trl_grpo.py [--steps 30] [--threads 2]
+      [--skip-rlrun] [--skip-trl] [--trl-bf16] [--rlrun-set KEY=VALUE ...] [--keep-run DIR]
 """
 import argparse
 import json
@@ -130,7 +134,8 @@ def trl_side(a, data):
     tokenizer = AutoTokenizer.from_pretrained(os.path.dirname(GGUF), gguf_file=os.path.basename(GGUF))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(HF_DIR, torch_dtype=torch.float32)
+    dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    model = AutoModelForCausalLM.from_pretrained(HF_DIR, **{dtype_key: torch.float32})
 
     eval_rows = [(r["prompt"], r["answer"]) for r in load_rows(data["test"])]
     train = [{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": r["answer"]}
@@ -168,13 +173,20 @@ def trl_side(a, data):
     before = accuracy()
     log(f"TRL: held-out accuracy before {before:.3f}")
     with tempfile.TemporaryDirectory(prefix="rlrun_trl_") as out:
-        # gradient_accumulation_steps=1: TRL 0.14 defaults to 8, which would make its optimizer step
-        # 8 x 8 prompts (and a step callback would time only the last of the 8 micro-batches).
-        config = GRPOConfig(output_dir=out, learning_rate=1e-6, per_device_train_batch_size=8, num_generations=8,
-                            gradient_accumulation_steps=1,
-                            max_completion_length=16, max_prompt_length=192, temperature=1.0, beta=a.beta,
-                            max_grad_norm=1.0, max_steps=a.steps, logging_steps=1, save_strategy="no",
-                            report_to="none", seed=a.seed, use_cpu=True, bf16=False, dataloader_num_workers=0)
+        import dataclasses
+        fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+        # One optimizer step = 8 prompts x 8 samples on every TRL version. TRL 0.14 counts prompts in
+        # per_device_train_batch_size and defaults to 8 gradient accumulation steps (a step callback
+        # would then time 1 of 8 micro-batches); TRL >= 0.15 counts completions, and newer ones
+        # generate generation_batch_size of them per optimizer step.
+        sizes = dict(per_device_train_batch_size=8, gradient_accumulation_steps=1)
+        if "generation_batch_size" in fields:
+            sizes = dict(per_device_train_batch_size=64, gradient_accumulation_steps=1, generation_batch_size=64)
+        extra = dict(max_prompt_length=192) if "max_prompt_length" in fields else {}
+        config = GRPOConfig(output_dir=out, learning_rate=1e-6, num_generations=8, max_completion_length=16,
+                            temperature=1.0, beta=a.beta, max_grad_norm=1.0, max_steps=a.steps, logging_steps=1,
+                            save_strategy="no", report_to="none", seed=a.seed, use_cpu=True, bf16=a.trl_bf16,
+                            dataloader_num_workers=0, **sizes, **extra)
         times = StepTimes()
         trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=Dataset.from_list(train),
                               processing_class=tokenizer, callbacks=[times])
@@ -182,8 +194,11 @@ def trl_side(a, data):
         trainer.train()
     after = accuracy()
     log(f"TRL: held-out accuracy after {after:.3f}")
+    import trl
     return {"seconds_per_step": statistics.median(times.times), "mean_seconds_per_step": statistics.mean(times.times),
-            "steps": len(times.times), "accuracy_before": before, "accuracy_after": after}
+            "steps": len(times.times), "accuracy_before": before, "accuracy_after": after,
+            "versions": f"TRL {trl.__version__}, transformers {transformers.__version__}, torch {torch.__version__}"
+                        + (", bf16" if a.trl_bf16 else "")}
 
 
 def main():
@@ -195,6 +210,7 @@ def main():
     p.add_argument("--skip-rlrun", action="store_true")
     p.add_argument("--skip-trl", action="store_true")
     p.add_argument("--rlrun-set", action="append", default=[])
+    p.add_argument("--trl-bf16", action="store_true", help="TRL's bf16=True (autocast on CPU)")
     p.add_argument("--keep-run", metavar="DIR", help="rlrun's run folder (kept; default: a temporary one)")
     p.add_argument("--trl-side", help=argparse.SUPPRESS)  # internal: run TRL in this interpreter
     a = p.parse_args()
@@ -217,6 +233,8 @@ def main():
             python = os.environ.get("TRL_PYTHON", sys.executable)
             args = [python, os.path.abspath(__file__), "--trl-side", tmp, "--steps", str(a.steps),
                     "--threads", str(a.threads), "--beta", str(a.beta), "--seed", str(a.seed)]
+            if a.trl_bf16:
+                args.append("--trl-bf16")
             done = subprocess.run(args, stdout=subprocess.PIPE, text=True)
             line = [l for l in done.stdout.splitlines() if l.startswith("json: ")]
             if done.returncode != 0 or not line:
@@ -225,6 +243,10 @@ def main():
             results["trl"] = json.loads(line[-1][6:])
     print(f"SmolLM2-135M, 8 prompts x 8 samples, <= 16 new tokens, lr 1e-6, beta {a.beta}, {a.steps} steps, "
           f"{a.threads} threads, {os.cpu_count()} cores")
+    version = subprocess.run([os.path.join(ROOT, "build", "rlrun"), "version"], stdout=subprocess.PIPE, text=True)
+    print("host: " + version.stdout.strip().splitlines()[-1])
+    if "trl" in results:
+        print("TRL side: " + results["trl"]["versions"])
     print(f"{'':26}{'s/step (median)':>16}{'(mean)':>8}{'accuracy before':>18}{'after':>8}")
     for name, r in results.items():
         print(f"{name:26}{r['seconds_per_step']:>16.2f}{r['mean_seconds_per_step']:>8.2f}"

@@ -72,6 +72,15 @@ class Backend {
   // whose compute dtype is f32: false where the backend cannot (the CPU backend on a CPU without
   // native bf16 products) or has no such setting.
   virtual bool set_matmul_bf16(bool on) { return !on; }
+  // What the matmuls did since the backend was made: FLOPs (2 m n k each) and the wall seconds
+  // spent in them (a host backend; zeros elsewhere). Their ratio over a step is the speed the
+  // products actually ran at, beside what the host can do (backend_info.h: HostCompute).
+  struct MatmulStats {
+    double flops = 0;
+    double seconds = 0;
+    int64_t calls = 0;
+  };
+  virtual MatmulStats matmul_stats() const { return {}; }
 
   // ---- memory ---------------------------------------------------------------------------------
   // A new zero-filled tensor. Aborts when out of memory (a device failure, not a user error).

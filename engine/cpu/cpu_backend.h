@@ -44,6 +44,7 @@ class CpuBackend final : public Backend {
   // Only where the CPU multiplies bf16 natively (bf16_gemm_native(), cpu_gemm.h): false elsewhere.
   static constexpr int64_t kBf16MinRows = 16;
   bool set_matmul_bf16(bool on) override;
+  MatmulStats matmul_stats() const override { return matmul_stats_; }
   bool matmul_bf16() const { return matmul_bf16_; }
   // Hot loops use AVX2 + FMA variants when the CPU has them (cpu_math.h). Tests call this with
   // true to run the baseline x86-64 variants too.
@@ -133,6 +134,7 @@ class CpuBackend final : public Backend {
   int num_threads_ = 1;
   bool avx2_ = false;
   bool matmul_bf16_ = false;
+  MatmulStats matmul_stats_;  // matmul_impl runs on the calling thread, which owns it
   GemmNtIsa gemm_nt_ = GemmNtIsa::kNone;  // matmul's few-rows kernel (cpu_gemm_nt.h)
   std::atomic<size_t> bytes_in_use_{0};
   std::atomic<size_t> peak_bytes_{0};

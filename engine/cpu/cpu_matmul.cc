@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "engine/bf16.h"
@@ -63,6 +64,17 @@ void CpuBackend::matmul_impl(const Tensor& out, const Tensor& a, const Tensor& b
   const int64_t k = trans_a ? a.shape().rows() : a.shape().cols();
   const int64_t n = trans_b ? b.shape().rows() : b.shape().cols();
   const int64_t lda = a.shape().cols(), ldb = b.shape().cols();
+  const auto start = std::chrono::steady_clock::now();
+  struct Count {  // on every return
+    MatmulStats& stats;
+    double flops;
+    std::chrono::steady_clock::time_point start;
+    ~Count() {
+      stats.flops += flops;
+      ++stats.calls;
+      stats.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+  } count{matmul_stats_, 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k), start};
   const float* pa = a.f32();
   const float* pb = b.f32();
   float* pc = out.f32();

@@ -48,6 +48,7 @@ struct TrainerRank {
   int64_t weights_epoch = -1;                     // the epoch of `weights`
   PeakMemoryTracker memory;
   std::unique_ptr<trainer::Trainer> trainer;
+  engine::HostCompute host;  // backend cpu: what this host's products can do (measured at start)
 };
 
 Status build_rank(const Config& config, const TrainerProcessOptions& options, TrainerRank& r) {
@@ -172,6 +173,7 @@ class TrainerLoop {
     ScopedSpan span("train_step", "trainer");
     span.arg("step", static_cast<int64_t>(batch.step));
     const double cpu_start = process_cpu_seconds();
+    const engine::Backend::MatmulStats matmul_before = rank_.backend->matmul_stats();
     Result<std::vector<trainer::MicroBatch>> micro = trainer::micro_batches_from_train_batch(batch);
     Result<trainer::StepReport> report =
         micro.ok() ? rank_.trainer->train(*micro, batch.supervised ? trainer::TrainObjective::kSupervised
@@ -188,6 +190,18 @@ class TrainerLoop {
     TrainResult result = trainer::train_result(batch, *report, version_);
     result.metrics["cpu_seconds"] = process_cpu_seconds() - cpu_start;  // the step's work (`rlrun tune`)
     result.metrics["cpu_threads"] = rank_.backend->compute_threads();
+    // The speed the step's products ran at, beside what one thread of this host does (the
+    // orchestrator says when the first is far below the second times the threads, and why).
+    const engine::Backend::MatmulStats after = rank_.backend->matmul_stats();
+    if (after.seconds > matmul_before.seconds && after.calls > matmul_before.calls) {
+      const double flops = after.flops - matmul_before.flops;
+      result.metrics["matmul_gflops"] = flops / 1e9 / (after.seconds - matmul_before.seconds);
+      result.metrics["matmul_mean_mflops"] = flops / 1e6 / static_cast<double>(after.calls - matmul_before.calls);
+    }
+    if (rank_.host.sgemm_gflops > 0) {
+      result.metrics["host_sgemm_gflops"] = rank_.host.sgemm_gflops;
+      result.metrics["host_widest_kernels"] = rank_.host.widest_kernels ? 1 : 0;
+    }
     send(result, correlation_id);
   }
 
@@ -337,10 +351,11 @@ int run_trainer_process(const Config& config, const TrainerProcessOptions& optio
   }
   // Before the weights and the first step's activations are allocated (common/observe/memory.h).
   if (config.backend == BackendKind::kCpu) keep_freed_heap_memory();
-  if (config.backend == BackendKind::kCpu) {
-    log::info(str(name, ": ", engine::measure_host_compute().summary));
-  }
   TrainerRank rank;
+  if (config.backend == BackendKind::kCpu) {
+    rank.host = engine::measure_host_compute();
+    log::info(str(name, ": ", rank.host.summary));
+  }
   Status s = build_rank(config, options, rank);
   if (!s.ok()) {
     log::error(str(name, ": ", s.message()));
