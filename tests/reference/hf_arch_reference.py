@@ -24,6 +24,7 @@ weights redrawn from torch.Generator(seed): norms 0.1 N (Gemma's (1 + w)) or 1 +
   gemma3          Gemma 3 text: head_dim 32, 4 layers [sliding, sliding, full, sliding], sliding
                   window 5, query_pre_attn_scalar 24, rope_local_base_freq 100, global linear x2,
                   tied embeddings, pad_token_id 0, eos [1, 7]
+  gemma3_global   the same with every layer full attention (Gemma's layers without the window)
 
 Output of a variant directory:
   model/               save_pretrained: config.json (5.x format), model.safetensors
@@ -66,18 +67,19 @@ def variant_config(name):
                              rope_parameters=dict(rope, rope_theta=500.0), **COMMON)
     if name == "qwen2_v5":
         return T.Qwen2Config(num_hidden_layers=2, rope_theta=1e6, rms_norm_eps=1e-6, **COMMON)
-    if name == "gemma3":
+    if name.startswith("gemma3"):
         common = dict(COMMON, eos_token_id=[1, 7], bos_token_id=2)
+        types = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"]
         return T.Gemma3TextConfig(
             num_hidden_layers=4, head_dim=32, sliding_window=5, query_pre_attn_scalar=24,
-            layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+            layer_types=["full_attention"] * 4 if name == "gemma3_global" else types,
             rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4},
                              "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}},
             pad_token_id=0, tie_word_embeddings=True, rms_norm_eps=1e-6, **common)
     raise ValueError(name)
 
 
-VARIANTS = ("qwen3", "llama3", "llama_linear", "llama_dynamic", "llama_yarn", "qwen2_v5", "gemma3")
+VARIANTS = ("qwen3", "llama3", "llama_linear", "llama_dynamic", "llama_yarn", "qwen2_v5", "gemma3", "gemma3_global")
 
 
 def make_model(name, gen):
@@ -105,8 +107,9 @@ def logprobs_of(model, ids):
 def generate(out, name, seed):
     gen = torch.Generator().manual_seed(seed)
     model = make_model(name, gen)
-    rand = lambda n: torch.randint(3, 96, (n,), generator=gen).tolist()  # never bos/eos/pad
-    sequences = [rand(n) for n in (7, 12, 19)]
+    rand = lambda n: torch.randint(3, 96, (n,), generator=gen).tolist()  # never bos/eos/pad, but:
+    pad_once = lambda ids: ids[:3] + [0] + ids[4:]  # one pad token (0): its embedding row gets no gradient
+    sequences = [rand(7), pad_once(rand(12)), rand(19)]
     shared = {"system": rand(4), "question": rand(5), "answers": [rand(6), rand(3), rand(8)]}
     prompts = [rand(3), rand(9), rand(14)]
     max_new_tokens = 12
