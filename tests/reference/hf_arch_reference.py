@@ -10,7 +10,9 @@ Commands
       every variant below into DIR/<variant> (the ctest fixture `hf_arch_reference_setup`)
   hf_arch_reference.py check-export --variant DIR/<variant> --export EXPORT_DIR
       loads EXPORT_DIR (an HF folder rlrun wrote) with this transformers and checks that it is the
-      variant's model: same config fields that matter, same parameters, same logits (1e-5).
+      variant's model: same config fields that matter, same RoPE frequencies, same parameters, same
+      log-probs (1e-5). With --logprobs-only (run under build/pyref's transformers 4.46 for Llama and
+      Qwen2), only the log-probs against the 5.x reference.
 
 Variants (fp32, eager attention, hidden 64, 4 heads, 2 KV heads, vocab 96, max_position 128,
 weights redrawn from torch.Generator(seed): norms 0.1 N (Gemma's (1 + w)) or 1 + 0.1 N, embeddings
@@ -147,6 +149,24 @@ def generate(out, name, seed):
                    "torch_version": torch.__version__}, f, indent=1)
 
 
+def check_export_logprobs(variant, export):
+    """The export's log-probs under THIS transformers (e.g. 4.46.3 in build/pyref) against the 5.x reference."""
+    from safetensors.torch import load_file
+    got = transformers.AutoModelForCausalLM.from_pretrained(export, attn_implementation="eager",
+                                                            torch_dtype=torch.float32).eval()
+    want = load_file(os.path.join(variant, "outputs.safetensors"))
+    with open(os.path.join(variant, "inputs.json")) as f:
+        seqs = json.load(f)["sequences"]
+    worst = 0.0
+    with torch.no_grad():
+        for s, ids in enumerate(seqs):
+            worst = max(worst, (logprobs_of(got, ids) - want[f"logprobs.{s}"]).abs().max().item())
+    ok = worst <= 1e-5
+    print(f"check-export --logprobs-only {export}: {'ok' if ok else 'FAILED'} (transformers {transformers.__version__}, "
+          f"max log-prob difference {worst:.3g})")
+    return 0 if ok else 1
+
+
 def check_export(variant, export):
     expected = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(variant, "model"),
                                                                  attn_implementation="eager").eval()
@@ -156,11 +176,19 @@ def check_export(variant, export):
     problems = [f"{k}: {v}" for k, v in info.items() if v]
     if type(got) is not type(expected):
         problems.append(f"class {type(got).__name__}, expected {type(expected).__name__}")
-    for field in ("head_dim", "layer_types", "sliding_window", "query_pre_attn_scalar", "rope_parameters",
-                  "tie_word_embeddings", "rms_norm_eps", "num_key_value_heads", "pad_token_id"):
+    for field in ("head_dim", "layer_types", "sliding_window", "query_pre_attn_scalar", "tie_word_embeddings",
+                  "rms_norm_eps", "num_key_value_heads", "pad_token_id", "eos_token_id", "max_position_embeddings"):
         a, b = getattr(expected.config, field, None), getattr(got.config, field, None)
         if a != b:
             problems.append(f"config {field}: {b!r}, expected {a!r}")
+    # RoPE as computed (the written form may differ: 4.x keys vs rope_parameters, explicit yarn defaults)
+    rot_e, rot_g = expected.model.rotary_emb, got.model.rotary_emb
+    for name, buf in rot_e.named_buffers():
+        if "inv_freq" in name and not torch.equal(buf, dict(rot_g.named_buffers())[name]):
+            problems.append(f"RoPE {name} differs")
+    for name, value in vars(rot_e).items():
+        if "attention_scaling" in name and value != getattr(rot_g, name, None):
+            problems.append(f"RoPE {name}: {getattr(rot_g, name, None)}, expected {value}")
     params = dict(expected.named_parameters())
     for n, p in got.named_parameters():
         if n not in params or not torch.equal(p.float(), params[n]):
@@ -187,12 +215,16 @@ def main():
     c = sub.add_parser("check-export")
     c.add_argument("--variant", required=True)
     c.add_argument("--export", required=True)
+    c.add_argument("--logprobs-only", action="store_true",
+                   help="compare only log-probs with the 5.x reference (for transformers 4.x)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # CI shares 2 cores; these models are tiny
     if args.command == "generate-set":
         for seed, name in enumerate(VARIANTS, start=11):
             generate(os.path.join(args.out, name), name, seed)
         return 0
+    if args.logprobs_only:
+        return check_export_logprobs(args.variant, args.export)
     return check_export(args.variant, args.export)
 
 
