@@ -2,6 +2,7 @@
 #include "engine/backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <charconv>
 
 #include "common/check.h"
@@ -223,18 +224,18 @@ void Backend::embedding_backward(const Tensor& dtable, const Tensor& dout, const
 // ---- RMSNorm ------------------------------------------------------------------------------------
 
 void Backend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                              float eps) {
+                              float eps, float offset) {
   const OpCheck c(*this, "rmsnorm_forward");
   c.dtype("x", x, compute_dtype());
   const int64_t n = x.shape().rows(), h = x.shape().cols();
   c.tensor("out", out, x.shape(), compute_dtype());
   c.tensor("weight", weight, Shape{h}, compute_dtype());
   c.optional("rstd", rstd, Shape{n}, DType::kF32);
-  rmsnorm_forward_impl(out, rstd, x, weight, eps);
+  rmsnorm_forward_impl(out, rstd, x, weight, eps, offset);
 }
 
 void Backend::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                               const Tensor& weight, const Tensor& rstd) {
+                               const Tensor& weight, const Tensor& rstd, float offset) {
   const OpCheck c(*this, "rmsnorm_backward");
   c.dtype("x", x, compute_dtype());
   const int64_t n = x.shape().rows(), h = x.shape().cols();
@@ -243,29 +244,47 @@ void Backend::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Te
   c.tensor("weight", weight, Shape{h}, compute_dtype());
   c.tensor("dweight", dweight, Shape{h}, DType::kF32);
   c.tensor("rstd", rstd, Shape{n}, DType::kF32);
-  rmsnorm_backward_impl(dx, dweight, dout, x, weight, rstd);
+  rmsnorm_backward_impl(dx, dweight, dout, x, weight, rstd, offset);
 }
 
 // ---- rotary embedding ---------------------------------------------------------------------------
 
 namespace {
 
-void check_rope(const OpCheck& c, DType compute, const Tensor& x, const Tensor& positions) {
+void check_rope(const OpCheck& c, DType compute, const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
   c.dtype("x", x, compute);
   if (x.rank() != 3 || x.dim(2) % 2 != 0) c.fail("x must be (N, H, D) with even D, got " + x.str());
   c.tensor("positions", positions, Shape{x.dim(0)}, DType::kI32);
+  c.tensor("inv_freq", inv_freq, Shape{x.dim(2) / 2}, DType::kF32);
+}
+
+// 1 / theta^(2i/D) in f32, as HF computes it.
+Tensor default_inv_freq(Backend& b, float theta, int64_t d) {
+  std::vector<float> f(static_cast<size_t>(d / 2));
+  for (int64_t i = 0; i < d / 2; ++i) f[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(d));
+  return from_host(b, Shape{d / 2}, f);
 }
 
 }  // namespace
 
+void Backend::rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale) {
+  check_rope(OpCheck(*this, "rope_forward"), compute_dtype(), x, positions, inv_freq);
+  rope_forward_impl(x, positions, inv_freq, scale);
+}
+
+void Backend::rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale) {
+  check_rope(OpCheck(*this, "rope_backward"), compute_dtype(), dx, positions, inv_freq);
+  rope_backward_impl(dx, positions, inv_freq, scale);
+}
+
 void Backend::rope_forward(const Tensor& x, const Tensor& positions, float theta) {
-  check_rope(OpCheck(*this, "rope_forward"), compute_dtype(), x, positions);
-  rope_forward_impl(x, positions, theta);
+  if (x.rank() != 3) check_rope(OpCheck(*this, "rope_forward"), compute_dtype(), x, positions, Tensor());
+  rope_forward(x, positions, default_inv_freq(*this, theta, x.dim(2)));
 }
 
 void Backend::rope_backward(const Tensor& dx, const Tensor& positions, float theta) {
-  check_rope(OpCheck(*this, "rope_backward"), compute_dtype(), dx, positions);
-  rope_backward_impl(dx, positions, theta);
+  if (dx.rank() != 3) check_rope(OpCheck(*this, "rope_backward"), compute_dtype(), dx, positions, Tensor());
+  rope_backward(dx, positions, default_inv_freq(*this, theta, dx.dim(2)));
 }
 
 // ---- attention ----------------------------------------------------------------------------------
@@ -288,8 +307,9 @@ void check_heads(const OpCheck& c, DType compute, const Tensor& q, const char* k
 }  // namespace
 
 void Backend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen) {
+                                const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window) {
   const OpCheck c(*this, "attention_forward");
+  if (window < 0) c.fail("negative window " + std::to_string(window));
   check_heads(c, compute_dtype(), q, "k", k, "cu_seqlens", cu_seqlens);
   const int64_t n = q.dim(0), hq = q.dim(1);
   c.tensor("k", k, Shape{n, k.dim(1), q.dim(2)}, compute_dtype());
@@ -297,13 +317,14 @@ void Backend::attention_forward(const Tensor& out, const Tensor& lse, const Tens
   c.tensor("out", out, q.shape(), compute_dtype());
   c.optional("lse", lse, Shape{n, hq}, DType::kF32);
   if (max_seqlen < 0) c.fail("negative max_seqlen " + std::to_string(max_seqlen));
-  attention_forward_impl(out, lse, q, k, v, cu_seqlens, max_seqlen);
+  attention_forward_impl(out, lse, q, k, v, cu_seqlens, max_seqlen, window);
 }
 
 void Backend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                  const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                 const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen) {
+                                 const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window) {
   const OpCheck c(*this, "attention_backward");
+  if (window < 0) c.fail("negative window " + std::to_string(window));
   check_heads(c, compute_dtype(), q, "k", k, "cu_seqlens", cu_seqlens);
   const int64_t n = q.dim(0), hq = q.dim(1);
   const Shape kv{n, k.dim(1), q.dim(2)};
@@ -316,13 +337,15 @@ void Backend::attention_backward(const Tensor& dq, const Tensor& dk, const Tenso
   c.tensor("dv", dv, kv, compute_dtype());
   c.tensor("lse", lse, Shape{n, hq}, DType::kF32);
   if (max_seqlen < 0) c.fail("negative max_seqlen " + std::to_string(max_seqlen));
-  attention_backward_impl(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, max_seqlen);
+  attention_backward_impl(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, max_seqlen, window);
 }
 
 void Backend::paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                                       const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
-                                      const Tensor& block_tables, int64_t block_size, int64_t max_context) {
+                                      const Tensor& block_tables, int64_t block_size, int64_t max_context,
+                                      int64_t window) {
   const OpCheck c(*this, "paged_attention_forward");
+  if (window < 0) c.fail("negative window " + std::to_string(window));
   check_heads(c, compute_dtype(), q, "k_cache", k_cache, "cu_q", cu_q);
   const int64_t num_seqs = cu_q.dim(0) - 1;
   c.tensor("v_cache", v_cache, k_cache.shape(), compute_dtype());
@@ -333,10 +356,46 @@ void Backend::paged_attention_forward(const Tensor& out, const Tensor& q, const 
     c.fail("block_tables is " + block_tables.str() + ", expected (" + std::to_string(num_seqs) + ", max_blocks)");
   if (block_size <= 0) c.fail("block_size must be positive, got " + std::to_string(block_size));
   if (max_context < 0) c.fail("negative max_context " + std::to_string(max_context));
-  paged_attention_forward_impl(out, q, k_cache, v_cache, cu_q, seq_start, block_tables, block_size, max_context);
+  paged_attention_forward_impl(out, q, k_cache, v_cache, cu_q, seq_start, block_tables, block_size, max_context,
+                               window);
 }
 
 // ---- SwiGLU -------------------------------------------------------------------------------------
+
+namespace {
+
+void check_gated_forward(const OpCheck& c, DType compute, const Tensor& out, const Tensor& gate, const Tensor& up) {
+  c.dtype("gate", gate, compute);
+  c.tensor("up", up, gate.shape(), compute);
+  c.tensor("out", out, gate.shape(), compute);
+}
+
+void check_gated_backward(const OpCheck& c, DType compute, const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                          const Tensor& gate, const Tensor& up) {
+  c.dtype("gate", gate, compute);
+  c.tensor("up", up, gate.shape(), compute);
+  c.tensor("dout", dout, gate.shape(), compute);
+  c.tensor("dgate", dgate, gate.shape(), compute);
+  c.tensor("dup", dup, gate.shape(), compute);
+  c.same_or_disjoint("dgate", dgate, "gate", gate);
+  c.same_or_disjoint("dup", dup, "up", up);
+  c.disjoint("dgate", dgate, "dup", dup);
+  c.disjoint("dgate", dgate, "up", up);
+  c.disjoint("dup", dup, "gate", gate);
+}
+
+}  // namespace
+
+void Backend::geglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  check_gated_forward(OpCheck(*this, "geglu_forward"), compute_dtype(), out, gate, up);
+  geglu_forward_impl(out, gate, up);
+}
+
+void Backend::geglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                             const Tensor& up) {
+  check_gated_backward(OpCheck(*this, "geglu_backward"), compute_dtype(), dgate, dup, dout, gate, up);
+  geglu_backward_impl(dgate, dup, dout, gate, up);
+}
 
 void Backend::swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
   const OpCheck c(*this, "swiglu_forward");

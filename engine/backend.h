@@ -142,22 +142,26 @@ class Backend {
   // dtable (V, H, f32) += scatter of dout (N, H) rows to ids (repeated ids sum).
   void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids);
 
-  // ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * weight ------------------------------------------------
-  // x, out (N, H); weight (H); rstd (N, f32) saved = 1 / sqrt(mean(x^2) + eps).
-  // rstd may be undefined (inference: nothing saved).
+  // ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * (offset + weight) ------------------------------------
+  // x, out (N, H); weight (H); rstd (N, f32) saved = 1 / sqrt(mean(x^2) + eps). offset: 0, or 1
+  // for Gemma's (1 + w) norms. rstd may be undefined (inference: nothing saved).
   void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                       float eps);
-  // dx (N, H) = d/dx; dweight (H, f32) += sum over rows of dout * x * rstd.
+                       float eps, float offset = 0.0f);
+  // dx (N, H) = d/dx; dweight (H, f32) += sum over rows of dout * x * rstd (the same for any offset).
   void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                        const Tensor& weight, const Tensor& rstd);
+                        const Tensor& weight, const Tensor& rstd, float offset = 0.0f);
 
   // ---- rotary position embedding (HF Llama "rotate_half": pairs (i, i + D/2), not interleaved) ----
-  // x (N, H, D) rotated IN PLACE: for i < D/2, angle = positions[n] * theta^(-2i/D),
-  //   x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin   with x1 = x[..., i], x2 = x[..., i + D/2].
-  // positions (N, i32) restart at 0 for each packed sequence. D must be even. Angles are computed
-  // in fp32 like HF (inv_freq rounded to f32, angle = f32(position) * inv_freq in f32).
+  // x (N, H, D) rotated IN PLACE and scaled: for i < D/2, angle = positions[n] * inv_freq[i],
+  //   x1' = s (x1 cos - x2 sin),  x2' = s (x2 cos + x1 sin)   with x1 = x[..., i], x2 = x[..., i + D/2]
+  // and s = `scale` (YaRN's attention factor; 1 otherwise). inv_freq (D/2, f32) holds the RoPE
+  // variant (model/rope.h computes it as HF does); positions (N, i32) restart at 0 for each packed
+  // sequence. D must be even. Angles in fp32 like HF: angle = f32(position) * inv_freq in f32.
+  void rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale = 1.0f);
+  // dx (N, H, D) IN PLACE: the transpose, s times the rotation by -angle.
+  void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale = 1.0f);
+  // Plain RoPE of base `theta` (inv_freq[i] = 1 / theta^(2i/D) in f32, uploaded per call: tests).
   void rope_forward(const Tensor& x, const Tensor& positions, float theta);
-  // dx (N, H, D) IN PLACE: the inverse rotation (rotation by -angle), which is the transpose.
   void rope_backward(const Tensor& dx, const Tensor& positions, float theta);
 
   // ---- grouped-query causal attention over packed sequences --------------------------------------
@@ -166,13 +170,15 @@ class Backend {
   // launch sizes; must be >= every length). Token t of sequence s attends to tokens cu[s]..t only,
   // with scale 1/sqrt(D). lse (N, Hq, f32) saved = log sum_j exp(scale q.k_j) per query row.
   // lse may be undefined (inference).
+  // window > 0: sliding-window attention, token t sees only tokens t - window + 1 .. t of its
+  // sequence (itself included; Gemma's local layers); 0: all of them.
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                         const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen);
+                         const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window = 0);
   // dq (N, Hq, D), dk, dv (N, Hkv, D) overwritten, from dout (N, Hq, D) and the forward's q, k, v,
   // out and lse.
   void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                           const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                          const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen);
+                          const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window = 0);
 
   // ---- attention of new tokens over a paged KV cache (prefill and decode) ------------------------
   // The new tokens of S sequences are packed in q, out (N, Hq, D): rows cu_q[s] .. cu_q[s+1] of
@@ -180,11 +186,13 @@ class Backend {
   // seq_start[s] + 1, ... (seq_start (S, i32)); their K/V are already written to the cache.
   // k_cache, v_cache (slots, Hkv, D): position p of sequence s lives in slot
   //   block_tables[s, p / block_size] * block_size + p % block_size,  block_tables (S, max_blocks, i32).
-  // A query at position p attends to positions 0..p of its own sequence, scale 1/sqrt(D).
+  // A query at position p attends to positions 0..p of its own sequence (p - window + 1 .. p with
+  // window > 0: positions before that are never read, so their blocks may be gone), scale 1/sqrt(D).
   // max_context: host-side hint >= every seq_start[s] + rows of s (device launch sizes, scratch).
   void paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                                const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
-                               const Tensor& block_tables, int64_t block_size, int64_t max_context);
+                               const Tensor& block_tables, int64_t block_size, int64_t max_context,
+                               int64_t window = 0);
 
   // ---- SwiGLU: out = silu(gate) * up, silu(g) = g * sigmoid(g) -----------------------------------
   // gate, up, out (N, I).
@@ -192,6 +200,12 @@ class Backend {
   // dgate, dup (N, I) from dout (N, I). dgate may alias gate and dup may alias up (in place).
   void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                        const Tensor& up);
+
+  // ---- GeGLU (Gemma): out = gelu(gate) * up, HF's gelu_pytorch_tanh ------------------------------
+  // gelu(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). Shapes and aliasing as SwiGLU.
+  void geglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up);
+  void geglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                      const Tensor& up);
 
   // ---- fused log-softmax + gather + entropy over the vocabulary -------------------------------------
   // logits (N, V); targets (N, i32): a target < 0 means "no target" (logprob 0, no gradient).
@@ -239,21 +253,26 @@ class Backend {
   virtual void embedding_forward_impl(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;
   virtual void embedding_backward_impl(const Tensor& dtable, const Tensor& dout, const Tensor& ids) = 0;
   virtual void rmsnorm_forward_impl(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                                    float eps) = 0;
+                                    float eps, float offset) = 0;
   virtual void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                                     const Tensor& weight, const Tensor& rstd) = 0;
-  virtual void rope_forward_impl(const Tensor& x, const Tensor& positions, float theta) = 0;
-  virtual void rope_backward_impl(const Tensor& dx, const Tensor& positions, float theta) = 0;
+                                     const Tensor& weight, const Tensor& rstd, float offset) = 0;
+  virtual void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale) = 0;
+  virtual void rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale) = 0;
   virtual void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                      const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen) = 0;
+                                      const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen,
+                                      int64_t window) = 0;
   virtual void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                       const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen) = 0;
+                                       const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
+                                       int64_t window) = 0;
   virtual void paged_attention_forward_impl(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                                             const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
                                             const Tensor& block_tables, int64_t block_size,
-                                            int64_t max_context) = 0;
+                                            int64_t max_context, int64_t window) = 0;
   virtual void swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  virtual void geglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  virtual void geglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                                   const Tensor& up) = 0;
   virtual void swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                                     const Tensor& up) = 0;
   virtual void logprob_forward_impl(const Tensor& logprob, const Tensor& entropy, const Tensor& lse,

@@ -94,23 +94,26 @@ class CpuBackend final : public Backend {
   void embedding_backward_impl(const Tensor& dtable, const Tensor& dout, const Tensor& ids) override;
 
   void rmsnorm_forward_impl(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                            float eps) override;
+                            float eps, float offset) override;
   void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                             const Tensor& weight, const Tensor& rstd) override;
+                             const Tensor& weight, const Tensor& rstd, float offset) override;
 
-  void rope_forward_impl(const Tensor& x, const Tensor& positions, float theta) override;
-  void rope_backward_impl(const Tensor& dx, const Tensor& positions, float theta) override;
+  void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale) override;
+  void rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale) override;
 
   void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& cu_seqlens, int64_t max_seqlen) override;
+                              const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window) override;
   void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                               const Tensor& cu_seqlens, int64_t max_seqlen) override;
+                               const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window) override;
 
   void paged_attention_forward_impl(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                     const Tensor& cu_q, const Tensor& seq_start, const Tensor& block_tables,
-                                    int64_t block_size, int64_t max_context) override;
+                                    int64_t block_size, int64_t max_context, int64_t window) override;
 
+  void geglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void geglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                           const Tensor& up) override;
   void swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                             const Tensor& up) override;

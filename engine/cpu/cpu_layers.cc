@@ -56,7 +56,7 @@ void CpuBackend::embedding_backward_impl(const Tensor& dtable, const Tensor& dou
 // ---- RMSNorm ------------------------------------------------------------------------------------------
 
 void CpuBackend::rmsnorm_forward_impl(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                                      float eps) {
+                                      float eps, float offset) {
   const int64_t n = x.shape().rows(), h = x.shape().cols();
   const float *xx = x.f32(), *w = weight.f32();
   float* o = out.f32();
@@ -70,15 +70,15 @@ void CpuBackend::rmsnorm_forward_impl(const Tensor& out, const Tensor& rstd, con
     const float r = 1.0f / std::sqrt(ss / static_cast<float>(h) + eps);
     float* orow = o + i * h;
 #pragma omp simd
-    for (int64_t c = 0; c < h; ++c) orow[c] = row[c] * r * w[c];
+    for (int64_t c = 0; c < h; ++c) orow[c] = row[c] * r * (offset + w[c]);
     if (rs) rs[i] = r;
   }
 }
 
-// y_c = x_c r w_c with r = (mean(x^2) + eps)^-1/2, so
-// dx_c = r (dy_c w_c) - r^3 / H * x_c * sum_j dy_j w_j x_j, and dw_c += dy_c x_c r.
+// y_c = x_c r g_c with r = (mean(x^2) + eps)^-1/2 and the gain g_c = offset + w_c, so
+// dx_c = r (dy_c g_c) - r^3 / H * x_c * sum_j dy_j g_j x_j, and dw_c += dy_c x_c r.
 void CpuBackend::rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                                       const Tensor& weight, const Tensor& rstd) {
+                                       const Tensor& weight, const Tensor& rstd, float offset) {
   const int64_t n = x.shape().rows(), h = x.shape().cols();
   const float *xx = x.f32(), *w = weight.f32(), *dy = dout.f32(), *rs = rstd.f32();
   float *dxx = dx.f32(), *dw = dweight.f32();
@@ -93,12 +93,12 @@ void CpuBackend::rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, 
       const float r = rs[i];
       float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-      for (int64_t c = 0; c < h; ++c) dot += dyr[c] * w[c] * xr[c];
+      for (int64_t c = 0; c < h; ++c) dot += dyr[c] * (offset + w[c]) * xr[c];
       const float k = r * r * r * dot / static_cast<float>(h);
       float* dxr = dxx + i * h;
 #pragma omp simd
       for (int64_t c = 0; c < h; ++c) {
-        dxr[c] = r * dyr[c] * w[c] - k * xr[c];
+        dxr[c] = r * dyr[c] * (offset + w[c]) - k * xr[c];
         mine[c] += dyr[c] * xr[c] * r;
       }
     }
@@ -112,11 +112,10 @@ void CpuBackend::rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, 
 namespace {
 
 // Rotates x (N, H, D) in place by +angle (sign 1) or -angle (sign -1), HF rotate_half layout.
-void rope_apply(int num_threads, const Tensor& x, const Tensor& positions, float theta, float sign) {
+void rope_apply(int num_threads, const Tensor& x, const Tensor& positions, const Tensor& freqs, float scale,
+                float sign) {
   const int64_t n = x.dim(0), heads = x.dim(1), d = x.dim(2), half = d / 2;
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i)  // f32 like HF: 1 / theta ** (arange(0, D, 2).float() / D)
-    inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(d));
+  const float* inv_freq = freqs.f32();
   const int32_t* pos = positions.i32();
   float* xx = x.f32();
 #pragma omp parallel num_threads(num_threads)
@@ -126,9 +125,9 @@ void rope_apply(int num_threads, const Tensor& x, const Tensor& positions, float
     for (int64_t t = 0; t < n; ++t) {
       const float p = static_cast<float>(pos[t]);
       for (int64_t i = 0; i < half; ++i) {
-        const float angle = p * inv_freq[i];
-        cs[i] = std::cos(angle);
-        sn[i] = sign * std::sin(angle);
+        const float angle = p * inv_freq[i];  // f32 like HF; cos and sin then scaled in f32 (YaRN)
+        cs[i] = std::cos(angle) * scale;
+        sn[i] = sign * (std::sin(angle) * scale);
       }
       for (int64_t hd = 0; hd < heads; ++hd) {
         float* x1 = xx + (t * heads + hd) * d;
@@ -146,12 +145,12 @@ void rope_apply(int num_threads, const Tensor& x, const Tensor& positions, float
 
 }  // namespace
 
-void CpuBackend::rope_forward_impl(const Tensor& x, const Tensor& positions, float theta) {
-  rope_apply(threads_for(x.numel()), x, positions, theta, 1.0f);
+void CpuBackend::rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale) {
+  rope_apply(threads_for(x.numel()), x, positions, inv_freq, scale, 1.0f);
 }
 
-void CpuBackend::rope_backward_impl(const Tensor& dx, const Tensor& positions, float theta) {
-  rope_apply(threads_for(dx.numel()), dx, positions, theta, -1.0f);
+void CpuBackend::rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale) {
+  rope_apply(threads_for(dx.numel()), dx, positions, inv_freq, scale, -1.0f);
 }
 
 // ---- SwiGLU -------------------------------------------------------------------------------------------

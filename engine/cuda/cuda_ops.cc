@@ -36,31 +36,33 @@ void CudaBackend::embedding_backward_impl(const Tensor& dtable, const Tensor& do
 // ---- RMSNorm ----------------------------------------------------------------------------------------
 
 void CudaBackend::rmsnorm_forward_impl(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                                       float eps) {
+                                       float eps, float offset) {
   const int64_t n = x.shape().rows(), h = x.shape().cols();
   make_current();
-  cuda::rmsnorm_forward(bf(out), f32(rstd), bf(x), bf(weight), n, h, eps, stream_);
+  cuda::rmsnorm_forward(bf(out), f32(rstd), bf(x), bf(weight), n, h, eps, offset, stream_);
 }
 
 void CudaBackend::rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                                        const Tensor& weight, const Tensor& rstd) {
+                                        const Tensor& weight, const Tensor& rstd, float offset) {
   const int64_t n = x.shape().rows(), h = x.shape().cols();
   RLRUN_CHECK(h <= kRmsNormMaxHidden, "rmsnorm_backward: hidden size " + std::to_string(h) + " > " +
                                           std::to_string(kRmsNormMaxHidden) + " (the kernel's shared-memory sum)");
   make_current();
-  cuda::rmsnorm_backward(bf(dx), f32(dweight), bf(dout), bf(x), bf(weight), f32(rstd), n, h, stream_);
+  cuda::rmsnorm_backward(bf(dx), f32(dweight), bf(dout), bf(x), bf(weight), f32(rstd), n, h, offset, stream_);
 }
 
 // ---- rotary embedding ---------------------------------------------------------------------------------
 
-void CudaBackend::rope_forward_impl(const Tensor& x, const Tensor& positions, float theta) {
+void CudaBackend::rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale) {
   make_current();
-  cuda::rope(bf(x), i32(positions), x.dim(0), x.dim(1), x.dim(2), theta, 1.0f, stream_);
+  cuda::rope(bf(x), i32(positions), f32(inv_freq), x.dim(0), x.dim(1), x.dim(2), scale,
+             1.0f, stream_);
 }
 
-void CudaBackend::rope_backward_impl(const Tensor& dx, const Tensor& positions, float theta) {
+void CudaBackend::rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale) {
   make_current();
-  cuda::rope(bf(dx), i32(positions), dx.dim(0), dx.dim(1), dx.dim(2), theta, -1.0f, stream_);
+  cuda::rope(bf(dx), i32(positions), f32(inv_freq), dx.dim(0), dx.dim(1), dx.dim(2),
+             scale, -1.0f, stream_);
 }
 
 // ---- attention -------------------------------------------------------------------------------------------
@@ -87,15 +89,20 @@ AttentionDims attention_dims(const char* op, const Tensor& q, const Tensor& k, c
 }  // namespace
 
 void CudaBackend::attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                         const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen) {
-  const AttentionDims d = attention_dims("attention_forward", q, k, cu_seqlens, max_seqlen);
+                                         const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen,
+                                         int64_t window) {
+  AttentionDims d = attention_dims("attention_forward", q, k, cu_seqlens, max_seqlen);
+  d.window = window;
   make_current();
   cuda::attention_forward(bf(out), f32(lse), bf(q), bf(k), bf(v), i32(cu_seqlens), d, error_flags_, stream_);
 }
 
 void CudaBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                           const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                          const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen) {
+                                          const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
+                                          int64_t window) {
+  // Not yet: the backward kernel's key loop has no window (Gemma 3's local layers train on the CPU).
+  RLRUN_CHECK(window == 0, "attention_backward: a sliding window is not implemented on CUDA yet");
   const AttentionDims d = attention_dims("attention_backward", q, k, cu_seqlens, max_seqlen);
   make_current();
   const size_t delta_elems = static_cast<size_t>(d.n) * d.hq;
@@ -110,9 +117,11 @@ void CudaBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, co
 
 void CudaBackend::paged_attention_forward_impl(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                                                const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
-                                               const Tensor& block_tables, int64_t block_size, int64_t max_context) {
+                                               const Tensor& block_tables, int64_t block_size, int64_t max_context,
+                                               int64_t window) {
   // A sequence has at most min(N, max_context) new rows: the launch covers that many.
-  const AttentionDims d = attention_dims("paged_attention_forward", q, k_cache, cu_q, std::min(q.dim(0), max_context));
+  AttentionDims d = attention_dims("paged_attention_forward", q, k_cache, cu_q, std::min(q.dim(0), max_context));
+  d.window = window;
   PagedKv kv;
   kv.k_cache = bf(k_cache);
   kv.v_cache = bf(v_cache);
@@ -126,6 +135,17 @@ void CudaBackend::paged_attention_forward_impl(const Tensor& out, const Tensor& 
 }
 
 // ---- SwiGLU ---------------------------------------------------------------------------------------------------
+
+void CudaBackend::geglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  make_current();
+  cuda::geglu_forward(bf(out), bf(gate), bf(up), gate.numel(), stream_);
+}
+
+void CudaBackend::geglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                                      const Tensor& up) {
+  make_current();
+  cuda::geglu_backward(bf(dgate), bf(dup), bf(dout), bf(gate), bf(up), gate.numel(), stream_);
+}
 
 void CudaBackend::swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) {
   make_current();

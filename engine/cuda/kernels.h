@@ -44,16 +44,24 @@ void embedding_backward(float* dtable, const bf16* dout, const int32_t* ids, int
 
 // ---- rmsnorm.cu (h <= kRmsNormMaxHidden) ----------------------------------------------------------
 constexpr int64_t kRmsNormMaxHidden = 16384;
-// out, x (n, h); weight (h); rstd (n, f32) or null.
+// out, x (n, h); weight (h), the gain is offset + weight; rstd (n, f32) or null.
 void rmsnorm_forward(bf16* out, float* rstd, const bf16* x, const bf16* weight, int64_t n, int64_t h, float eps,
-                     cudaStream_t stream);
+                     float offset, cudaStream_t stream);
 // dx (n, h) overwritten; dweight (h, f32) accumulated.
 void rmsnorm_backward(bf16* dx, float* dweight, const bf16* dout, const bf16* x, const bf16* weight,
-                      const float* rstd, int64_t n, int64_t h, cudaStream_t stream);
+                      const float* rstd, int64_t n, int64_t h, float offset, cudaStream_t stream);
 
 // ---- rope.cu: x (n, heads, d) rotated in place by sign * angle (sign +1 forward, -1 backward) ----
-void rope(bf16* x, const int32_t* positions, int64_t n, int64_t heads, int64_t d, float theta, float sign,
+// inv_freq (d/2, f32) on the device; cos and sin are multiplied by `scale` (YaRN).
+void rope(bf16* x, const int32_t* positions, const float* inv_freq, int64_t n, int64_t heads, int64_t d, float scale,
+          float sign,
           cudaStream_t stream);
+
+// ---- geglu.cu (n elements): gelu_pytorch_tanh(gate) * up ----------------------------------------------
+void geglu_forward(bf16* out, const bf16* gate, const bf16* up, int64_t n, cudaStream_t stream);
+// dgate may alias gate, dup up.
+void geglu_backward(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, const bf16* up, int64_t n,
+                    cudaStream_t stream);
 
 // ---- swiglu.cu (n elements) ------------------------------------------------------------------------
 void swiglu_forward(bf16* out, const bf16* gate, const bf16* up, int64_t n, cudaStream_t stream);
@@ -86,6 +94,7 @@ struct AttentionDims {
   int d = 0;            // head dim
   int num_seqs = 0;
   int64_t max_rows = 0;  // most query rows of any sequence (launch size)
+  int64_t window = 0;    // > 0: a query sees only the last `window` positions (forward kernels only)
 };
 // out, q (n, hq, d); k, v (n, hkv, d); cu_seqlens (num_seqs + 1); lse (n, hq, f32) or null.
 void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const int32_t* cu_seqlens,

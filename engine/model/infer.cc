@@ -26,6 +26,13 @@ Status validate_cached_batch(const ModelConfig& c, const KvCache& cache, std::sp
     if (!cache.has_sequence(seqs[s])) return invalid_argument(str("forward_cached: sequence ", seqs[s], " is not in the kv cache"));
     if (!seen.insert(seqs[s]).second) return invalid_argument(str("forward_cached: sequence ", seqs[s], " appears twice"));
   }
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int64_t end = cache.length(seqs[s]) + cu_new[s + 1] - cu_new[s];
+    if (c.rope_scaling.type == "dynamic" && end > c.max_position)
+      return invalid_argument(str("forward_cached: sequence ", seqs[s], " would reach position ", end - 1,
+                                  ", past max_position_embeddings ", c.max_position,
+                                  ", where dynamic RoPE would rescale (not implemented)"));
+  }
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
       return invalid_argument(str("forward_cached: token ", i, " has id ", tokens[i], " outside the vocabulary [0, ",
@@ -77,13 +84,14 @@ Result<Tensor> Model::forward_cached(KvCache& cache, std::span<const SeqId> seqs
   Tensor x = b.uninitialized({n, c.hidden_size}, b.compute_dtype());
   Tensor x_next = b.uninitialized({n, c.hidden_size}, b.compute_dtype());
   b.embedding_forward(x, weights_.embed_tokens(), ids);
+  if (c.embedding_scale != 1.0) b.scale(x, static_cast<float>(c.embedding_scale));
   LayerActs a = alloc_layer_acts(b, c, n, /*save_stats=*/false);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    layer_qkv_forward(b, c, weights_.layer(l), x, pos, a);
+    layer_qkv_forward(b, c, weights_.layer(l), ropes_[l], x, pos, a);
     for (int64_t s = 0; s < num_seqs; ++s)
       cache.write(l, seqs[s], start[s], a.k.rows(cu_new[s], cu_new[s + 1]), a.v.rows(cu_new[s], cu_new[s + 1]));
     b.paged_attention_forward(a.attn, a.q, cache.keys(l), cache.values(l), cu_q, seq_start, block_tables,
-                              cache.block_size(), max_context);
+                              cache.block_size(), max_context, ropes_[l].window);
     layer_post_attention_forward(b, c, weights_.layer(l), x, a, x_next);
     std::swap(x, x_next);
   }
@@ -93,7 +101,8 @@ Result<Tensor> Model::forward_cached(KvCache& cache, std::span<const SeqId> seqs
   Tensor last = b.uninitialized({num_seqs, c.hidden_size}, b.compute_dtype());
   for (int64_t s = 0; s < num_seqs; ++s) b.copy(last.rows(s, s + 1), x.rows(cu_new[s + 1] - 1, cu_new[s + 1]));
   Tensor normed = b.uninitialized({num_seqs, c.hidden_size}, b.compute_dtype());
-  b.rmsnorm_forward(normed, Tensor(), last, weights_.final_norm(), static_cast<float>(c.rms_norm_eps));
+  b.rmsnorm_forward(normed, Tensor(), last, weights_.final_norm(), static_cast<float>(c.rms_norm_eps),
+                    static_cast<float>(c.norm_weight_offset));
   Tensor logits = b.uninitialized({num_seqs, c.vocab_size}, b.compute_dtype());
   b.matmul(logits, normed, weights_.lm_head(), false, true);
   return logits;

@@ -1,5 +1,9 @@
 #include "engine/model/layer.h"
 
+#include <cmath>
+
+#include "engine/model/rope.h"
+
 namespace rlrun::engine {
 
 namespace {
@@ -13,6 +17,16 @@ Dims dims(const ModelConfig& c) {
 
 // (N, H, D) -> (N, H*D), the matrix view matmul and add_bias read.
 Tensor flat2(const Tensor& t) { return t.view({t.dim(0), t.numel() / t.dim(0)}); }
+
+// The attention ops scale scores by 1/sqrt(D); q times this makes it c.attention_scale()
+// (Gemma's query_pre_attn_scalar). 1 otherwise.
+float query_scale(const ModelConfig& c) {
+  if (c.query_pre_attn_scalar <= 0) return 1.0f;
+  return static_cast<float>(c.attention_scale() * std::sqrt(static_cast<double>(c.head_dim())));
+}
+
+// (N, H, D) -> (N*H, D): one row per head, what the per-head norms read.
+Tensor heads_as_rows(const Tensor& t) { return t.view({t.dim(0) * t.dim(1), t.dim(2)}); }
 
 // y = x W^T (+ b)
 void linear(Backend& b, const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -41,11 +55,27 @@ LayerActs alloc_layer_acts(Backend& b, const ModelConfig& c, int64_t n, bool sav
     a.lse = b.uninitialized({n, d.hq}, DType::kF32);
   }
   a.h1 = b.uninitialized({n, d.h}, t);
+  if (c.qk_norm) {
+    a.q_pre = b.uninitialized({n, d.hq, d.d}, t);
+    a.k_pre = b.uninitialized({n, d.hkv, d.d}, t);
+    if (save_stats) {
+      a.rstd_q = b.uninitialized({n * d.hq}, DType::kF32);
+      a.rstd_k = b.uninitialized({n * d.hkv}, DType::kF32);
+    }
+  }
   a.q = b.uninitialized({n, d.hq, d.d}, t);
   a.k = b.uninitialized({n, d.hkv, d.d}, t);
   a.v = b.uninitialized({n, d.hkv, d.d}, t);
   a.attn = b.uninitialized({n, d.hq, d.d}, t);
   a.x_mid = b.uninitialized({n, d.h}, t);
+  if (c.sandwich_norms) {
+    a.attn_o = b.uninitialized({n, d.h}, t);
+    a.mlp_o = b.uninitialized({n, d.h}, t);
+    if (save_stats) {
+      a.rstd_ao = b.uninitialized({n}, DType::kF32);
+      a.rstd_mo = b.uninitialized({n}, DType::kF32);
+    }
+  }
   a.h2 = b.uninitialized({n, d.h}, t);
   a.gate = b.uninitialized({n, d.i}, t);
   a.up = b.uninitialized({n, d.i}, t);
@@ -55,15 +85,25 @@ LayerActs alloc_layer_acts(Backend& b, const ModelConfig& c, int64_t n, bool sav
 
 int64_t layer_acts_bytes(const ModelConfig& c, int64_t n, DType dtype) {
   const Dims d = dims(c);
-  const int64_t stats = (2 * n + n * d.hq) * 4;
-  const int64_t elems = n * (3 * d.h + 2 * d.hq * d.d + 2 * d.hkv * d.d + 3 * d.i);
+  int64_t stats = (2 * n + n * d.hq) * 4;
+  int64_t elems = n * (3 * d.h + 2 * d.hq * d.d + 2 * d.hkv * d.d + 3 * d.i);
+  if (c.qk_norm) {
+    stats += n * (d.hq + d.hkv) * 4;
+    elems += n * (d.hq + d.hkv) * d.d;
+  }
+  if (c.sandwich_norms) {
+    stats += 2 * n * 4;
+    elems += 2 * n * d.h;
+  }
   return stats + elems * static_cast<int64_t>(dtype_size(dtype));
 }
 
 int64_t bytes_of(const LayerActs& a) {
   int64_t total = 0;
   for (const Tensor* t : {&a.rstd1, &a.h1, &a.q, &a.k, &a.v, &a.attn, &a.lse, &a.x_mid, &a.rstd2, &a.h2, &a.gate,
-                          &a.up, &a.m, &a.xq, &a.xk, &a.xv, &a.xattn, &a.xlse})
+                          &a.up, &a.m, &a.q_pre, &a.k_pre, &a.rstd_q, &a.rstd_k, &a.attn_o, &a.rstd_ao,
+                          &a.mlp_o, &a.rstd_mo, &a.xq, &a.xk, &a.xv, &a.xattn,
+                          &a.xlse})
     if (t->defined()) total += static_cast<int64_t>(t->nbytes());
   return total;
 }
@@ -79,18 +119,39 @@ LayerGradScratch alloc_layer_grad_scratch(Backend& b, const ModelConfig& c, int6
   s.dq = b.zeros({n, d.hq, d.d}, t);
   s.dk = b.zeros({n, d.hkv, d.d}, t);
   s.dv = b.zeros({n, d.hkv, d.d}, t);
+  if (c.qk_norm) {
+    s.dq_pre = b.zeros({n, d.hq, d.d}, t);
+    s.dk_pre = b.zeros({n, d.hkv, d.d}, t);
+  }
+  if (c.sandwich_norms) s.dout_pre = b.zeros({n, d.h}, t);
   return s;
 }
 
-void layer_qkv_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const Tensor& x_in,
-                       const Tensor& positions, LayerActs& a) {
-  const float eps = static_cast<float>(c.rms_norm_eps), theta = static_cast<float>(c.rope_theta);
-  b.rmsnorm_forward(a.h1, a.rstd1, x_in, w.input_norm, eps);
-  linear(b, a.q, a.h1, w.q, w.q_bias);
-  linear(b, a.k, a.h1, w.k, w.k_bias);
+std::vector<LayerRope> make_layer_ropes(Backend& b, const ModelConfig& c) {
+  std::vector<LayerRope> ropes;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::vector<float> f = rope_inv_freq(c, l);
+    ropes.push_back({from_host(b, {static_cast<int64_t>(f.size())}, f), rope_scale(c, l),
+                     c.is_sliding(l) ? c.sliding_window : 0});
+  }
+  return ropes;
+}
+
+void layer_qkv_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerRope& rope,
+                       const Tensor& x_in, const Tensor& positions, LayerActs& a) {
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float off = static_cast<float>(c.norm_weight_offset);
+  b.rmsnorm_forward(a.h1, a.rstd1, x_in, w.input_norm, eps, off);
+  linear(b, c.qk_norm ? a.q_pre : a.q, a.h1, w.q, w.q_bias);
+  linear(b, c.qk_norm ? a.k_pre : a.k, a.h1, w.k, w.k_bias);
   linear(b, a.v, a.h1, w.v, w.v_bias);
-  b.rope_forward(a.q, positions, theta);
-  b.rope_forward(a.k, positions, theta);
+  if (c.qk_norm) {  // per head: (N * H, D) rows
+    b.rmsnorm_forward(heads_as_rows(a.q), a.rstd_q, heads_as_rows(a.q_pre), w.q_norm, eps, off);
+    b.rmsnorm_forward(heads_as_rows(a.k), a.rstd_k, heads_as_rows(a.k_pre), w.k_norm, eps, off);
+  }
+  b.rope_forward(a.q, positions, rope.inv_freq, rope.scale);
+  b.rope_forward(a.k, positions, rope.inv_freq, rope.scale);
+  if (const float qs = query_scale(c); qs != 1.0f) b.scale(a.q, qs);
 }
 
 namespace {
@@ -113,9 +174,10 @@ void alloc_attention_set(Backend& b, const Dims& d, int64_t n, Tensor& q, Tensor
 
 }  // namespace
 
-void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAttention& layout, LayerActs& a) {
+void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAttention& layout, int64_t window,
+                              LayerActs& a) {
   if (!layout.expanded) {
-    b.attention_forward(a.attn, a.lse, a.q, a.k, a.v, layout.cu_seqlens, layout.max_seqlen);
+    b.attention_forward(a.attn, a.lse, a.q, a.k, a.v, layout.cu_seqlens, layout.max_seqlen, window);
     return;
   }
   const Dims d = dims(c);
@@ -127,31 +189,47 @@ void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAtte
   b.embedding_forward(flat2(a.xq), flat2(a.q), layout.gather);
   b.embedding_forward(flat2(a.xk), flat2(a.k), layout.gather);
   b.embedding_forward(flat2(a.xv), flat2(a.v), layout.gather);
-  b.attention_forward(a.xattn, a.xlse, a.xq, a.xk, a.xv, layout.cu_expanded, layout.max_expanded);
+  // Each expanded row holds its prefixes' tokens right before its own, in position order, so
+  // the window counts positions here too.
+  b.attention_forward(a.xattn, a.xlse, a.xq, a.xk, a.xv, layout.cu_expanded, layout.max_expanded, window);
   b.embedding_forward(flat2(a.attn), flat2(a.xattn), layout.pick);
 }
 
 void layer_post_attention_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const Tensor& x_in,
                                   LayerActs& a, const Tensor& x_out) {
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  b.matmul(a.x_mid, flat2(a.attn), w.o, false, true);  // attn Wo^T
+  const float eps = static_cast<float>(c.rms_norm_eps), off = static_cast<float>(c.norm_weight_offset);
+  if (c.sandwich_norms) {  // x_mid = x_in + norm(attn Wo^T)
+    b.matmul(a.attn_o, flat2(a.attn), w.o, false, true);
+    b.rmsnorm_forward(a.x_mid, a.rstd_ao, a.attn_o, w.attn_out_norm, eps, off);
+  } else {
+    b.matmul(a.x_mid, flat2(a.attn), w.o, false, true);  // attn Wo^T
+  }
   b.add(a.x_mid, a.x_mid, x_in);
-  b.rmsnorm_forward(a.h2, a.rstd2, a.x_mid, w.post_norm, eps);
+  b.rmsnorm_forward(a.h2, a.rstd2, a.x_mid, w.post_norm, eps, off);
   linear(b, a.gate, a.h2, w.gate, Tensor());
   linear(b, a.up, a.h2, w.up, Tensor());
-  b.swiglu_forward(a.m, a.gate, a.up);
-  b.matmul(x_out, a.m, w.down, false, true);  // m Wd^T
+  if (c.hidden_act == "gelu_pytorch_tanh") {
+    b.geglu_forward(a.m, a.gate, a.up);
+  } else {
+    b.swiglu_forward(a.m, a.gate, a.up);
+  }
+  if (c.sandwich_norms) {  // x_out = x_mid + norm(m Wd^T)
+    b.matmul(a.mlp_o, a.m, w.down, false, true);
+    b.rmsnorm_forward(x_out, a.rstd_mo, a.mlp_o, w.mlp_out_norm, eps, off);
+  } else {
+    b.matmul(x_out, a.m, w.down, false, true);  // m Wd^T
+  }
   b.add(x_out, x_out, a.x_mid);
 }
 
 namespace {
 
 // s.dq, s.dk, s.dv from s.dattn.
-void packed_attention_backward(Backend& b, const ModelConfig& c, const PackedAttention& layout, const LayerActs& a,
-                               LayerGradScratch& s) {
+void packed_attention_backward(Backend& b, const ModelConfig& c, const PackedAttention& layout, int64_t window,
+                               const LayerActs& a, LayerGradScratch& s) {
   if (!layout.expanded) {
     b.attention_backward(s.dq, s.dk, s.dv, s.dattn, a.q, a.k, a.v, a.attn, a.lse, layout.cu_seqlens,
-                         layout.max_seqlen);
+                         layout.max_seqlen, window);
     return;
   }
   const Dims d = dims(c);
@@ -160,7 +238,7 @@ void packed_attention_backward(Backend& b, const ModelConfig& c, const PackedAtt
   // Only the picked expanded rows carry an output gradient; the others' is zero.
   sum_rows_into(b, s.xdattn, s.dattn, layout.pick);
   b.attention_backward(s.xdq, s.xdk, s.xdv, s.xdattn, a.xq, a.xk, a.xv, a.xattn, a.xlse, layout.cu_expanded,
-                       layout.max_expanded);
+                       layout.max_expanded, window);
   sum_rows_into(b, s.dq, s.xdq, layout.gather);
   sum_rows_into(b, s.dk, s.xdk, layout.gather);
   sum_rows_into(b, s.dv, s.xdv, layout.gather);
@@ -169,26 +247,47 @@ void packed_attention_backward(Backend& b, const ModelConfig& c, const PackedAtt
 }  // namespace
 
 void layer_backward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerGrads& g,
-                    const Tensor& x_in, const Tensor& positions, const PackedAttention& layout, LayerActs& a,
-                    LayerGradScratch& s, const Tensor& dx) {
-  const float theta = static_cast<float>(c.rope_theta);
+                    const LayerRope& rope, const Tensor& x_in, const Tensor& positions, const PackedAttention& layout,
+                    LayerActs& a, LayerGradScratch& s, const Tensor& dx) {
+  const float off = static_cast<float>(c.norm_weight_offset);
   // MLP: dx is d(x_out) = d(x_mid) through the residual, plus the MLP branch below.
-  linear_backward(b, s.dm, false, dx, a.m, w.down, g.down, Tensor());
-  b.swiglu_backward(a.gate, a.up, s.dm, a.gate, a.up);  // in place: gate, up become dgate, dup
+  if (c.sandwich_norms) {
+    b.rmsnorm_backward(s.dout_pre, g.mlp_out_norm, dx, a.mlp_o, w.mlp_out_norm, a.rstd_mo, off);
+    linear_backward(b, s.dm, false, s.dout_pre, a.m, w.down, g.down, Tensor());
+  } else {
+    linear_backward(b, s.dm, false, dx, a.m, w.down, g.down, Tensor());
+  }
+  if (c.hidden_act == "gelu_pytorch_tanh") {
+    b.geglu_backward(a.gate, a.up, s.dm, a.gate, a.up);  // in place: gate, up become dgate, dup
+  } else {
+    b.swiglu_backward(a.gate, a.up, s.dm, a.gate, a.up);
+  }
   linear_backward(b, s.dh, false, a.gate, a.h2, w.gate, g.gate, Tensor());
   linear_backward(b, s.dh, true, a.up, a.h2, w.up, g.up, Tensor());
-  b.rmsnorm_backward(s.dtmp, g.post_norm, s.dh, a.x_mid, w.post_norm, a.rstd2);
+  b.rmsnorm_backward(s.dtmp, g.post_norm, s.dh, a.x_mid, w.post_norm, a.rstd2, off);
   b.axpy(dx, 1.0f, s.dtmp);  // dx = d(x_mid)
 
   // Attention: d(x_mid) = d(x_in) through the residual, plus the attention branch below.
-  linear_backward(b, flat2(s.dattn), false, dx, flat2(a.attn), w.o, g.o, Tensor());
-  packed_attention_backward(b, c, layout, a, s);
-  b.rope_backward(s.dq, positions, theta);
-  b.rope_backward(s.dk, positions, theta);
-  linear_backward(b, s.dh, false, s.dq, a.h1, w.q, g.q, g.q_bias);
-  linear_backward(b, s.dh, true, s.dk, a.h1, w.k, g.k, g.k_bias);
+  if (c.sandwich_norms) {
+    b.rmsnorm_backward(s.dout_pre, g.attn_out_norm, dx, a.attn_o, w.attn_out_norm, a.rstd_ao, off);
+    linear_backward(b, flat2(s.dattn), false, s.dout_pre, flat2(a.attn), w.o, g.o, Tensor());
+  } else {
+    linear_backward(b, flat2(s.dattn), false, dx, flat2(a.attn), w.o, g.o, Tensor());
+  }
+  packed_attention_backward(b, c, layout, rope.window, a, s);
+  if (const float qs = query_scale(c); qs != 1.0f) b.scale(s.dq, qs);
+  b.rope_backward(s.dq, positions, rope.inv_freq, rope.scale);
+  b.rope_backward(s.dk, positions, rope.inv_freq, rope.scale);
+  if (c.qk_norm) {
+    b.rmsnorm_backward(heads_as_rows(s.dq_pre), g.q_norm, heads_as_rows(s.dq), heads_as_rows(a.q_pre), w.q_norm,
+                       a.rstd_q, off);
+    b.rmsnorm_backward(heads_as_rows(s.dk_pre), g.k_norm, heads_as_rows(s.dk), heads_as_rows(a.k_pre), w.k_norm,
+                       a.rstd_k, off);
+  }
+  linear_backward(b, s.dh, false, c.qk_norm ? s.dq_pre : s.dq, a.h1, w.q, g.q, g.q_bias);
+  linear_backward(b, s.dh, true, c.qk_norm ? s.dk_pre : s.dk, a.h1, w.k, g.k, g.k_bias);
   linear_backward(b, s.dh, true, s.dv, a.h1, w.v, g.v, g.v_bias);
-  b.rmsnorm_backward(s.dtmp, g.input_norm, s.dh, x_in, w.input_norm, a.rstd1);
+  b.rmsnorm_backward(s.dtmp, g.input_norm, s.dh, x_in, w.input_norm, a.rstd1, off);
   b.axpy(dx, 1.0f, s.dtmp);  // dx = d(x_in)
 }
 

@@ -4,11 +4,15 @@
 //   x_in (N, H)
 //   h1   = rmsnorm(x_in) * input_norm                    rstd1 (N)
 //   q    = rope(h1 Wq^T + bq)  (N, Hq, D)    k = rope(h1 Wk^T + bk), v = h1 Wv^T + bv  (N, Hkv, D)
+//          with qk_norm, rope(rmsnorm_per_head(q_pre) * q_norm): q_pre = h1 Wq^T (+ bq),
+//          rstd_q (N*Hq); the same for k; rope with the layer's LayerRope
 //   attn = causal GQA attention(q, k, v)  (N, Hq, D)      lse (N, Hq)   [the caller's part]
-//   x_mid = x_in + attn Wo^T
+//   x_mid = x_in + attn Wo^T      (sandwich_norms: x_in + norm(attn_o), attn_o = attn Wo^T, rstd_ao)
 //   h2   = rmsnorm(x_mid) * post_norm                    rstd2 (N)
-//   m    = silu(h2 Wg^T) * (h2 Wu^T)  (N, I)             gate, up (N, I)
-//   x_out = x_mid + m Wd^T
+//   m    = act(h2 Wg^T) * (h2 Wu^T)  (N, I)              gate, up (N, I); act silu or gelu_tanh
+//   x_out = x_mid + m Wd^T        (sandwich_norms: x_mid + norm(mlp_o), mlp_o = m Wd^T, rstd_mo)
+// Every norm multiplies by (norm_weight_offset + weight); q is scaled after RoPE so that the
+// attention's 1/sqrt(D) becomes attention_scale() (query_pre_attn_scalar).
 // The attention itself is the caller's: packed causal attention in training (PackedAttention
 // below), paged attention over the KV cache in inference. Everything else is shared.
 #pragma once
@@ -17,12 +21,16 @@
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
 
+#include <vector>
+
 namespace rlrun::engine {
 
 // Activations of one layer over N tokens. With `save_stats` false (inference) rstd and lse are
 // left undefined and the ops skip them.
 struct LayerActs {
   Tensor rstd1, h1, q, k, v, attn, lse, x_mid, rstd2, h2, gate, up, m;
+  Tensor q_pre, k_pre, rstd_q, rstd_k;  // qk_norm only: the projections before their norm
+  Tensor attn_o, rstd_ao, mlp_o, rstd_mo;  // sandwich_norms only: the branch outputs before their norm
   Tensor xq, xk, xv, xattn, xlse;  // the expanded attention's (PackedAttention::expanded), else undefined
 };
 LayerActs alloc_layer_acts(Backend& backend, const ModelConfig& config, int64_t n, bool save_stats);
@@ -34,6 +42,8 @@ int64_t bytes_of(const LayerActs& acts);
 // Gradient scratch shared by every layer of one backward pass.
 struct LayerGradScratch {
   Tensor dm, dh, dtmp, dattn, dq, dk, dv;
+  Tensor dq_pre, dk_pre;  // qk_norm only
+  Tensor dout_pre;        // sandwich_norms only: a branch output's gradient before its norm
   Tensor xdattn, xdq, xdk, xdv;  // expanded attention only
 };
 
@@ -55,12 +65,22 @@ struct PackedAttention {
   int64_t max_expanded = 0;
 };
 // acts.attn (and acts.lse, or the expanded tensors) from acts.q, k, v.
-void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAttention& layout, LayerActs& acts);
+void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAttention& layout, int64_t window,
+                              LayerActs& acts);
 LayerGradScratch alloc_layer_grad_scratch(Backend& backend, const ModelConfig& config, int64_t n);
 
+// What differs between a model's layers: RoPE's inverse frequencies (D/2, f32, on the backend) and
+// cos/sin scale (model/rope.h), and the attention window (sliding layers; 0 = full).
+struct LayerRope {
+  Tensor inv_freq;
+  float scale = 1.0f;
+  int64_t window = 0;
+};
+std::vector<LayerRope> make_layer_ropes(Backend& backend, const ModelConfig& config);
+
 // h1, q, k, v of `acts` from x_in; positions (N, i32).
-void layer_qkv_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const Tensor& x_in,
-                       const Tensor& positions, LayerActs& acts);
+void layer_qkv_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerRope& rope,
+                       const Tensor& x_in, const Tensor& positions, LayerActs& acts);
 // x_mid, h2, gate, up, m of `acts` and x_out, from x_in and acts.attn.
 void layer_post_attention_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const Tensor& x_in,
                                   LayerActs& acts, const Tensor& x_out);
@@ -69,7 +89,7 @@ void layer_post_attention_forward(Backend& b, const ModelConfig& c, const LayerW
 // return. Parameter gradients are accumulated into g. acts.gate and acts.up are overwritten
 // (they become their own gradients), so a layer's acts serve one backward only.
 void layer_backward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerGrads& g,
-                    const Tensor& x_in, const Tensor& positions, const PackedAttention& layout, LayerActs& acts,
-                    LayerGradScratch& s, const Tensor& dx);
+                    const LayerRope& rope, const Tensor& x_in, const Tensor& positions, const PackedAttention& layout,
+                    LayerActs& acts, LayerGradScratch& s, const Tensor& dx);
 
 }  // namespace rlrun::engine

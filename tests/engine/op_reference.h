@@ -39,24 +39,33 @@ inline Vec ref_rmsnorm(const Vec& x, const Vec& w, int64_t n, int64_t h, double 
 }
 
 // x (N, H, D) rotated by position * theta^(-2i/D), rotate_half pairs (i, i + D/2).
-inline Vec ref_rope(const Vec& x, const std::vector<int32_t>& pos, int64_t h, int64_t d, double theta) {
+// RoPE with given inverse frequencies (d/2) and cos/sin scale.
+inline Vec ref_rope_freqs(const Vec& x, const std::vector<int32_t>& pos, int64_t h, int64_t d, const Vec& inv_freq,
+                          double scale) {
   Vec y(x.size());
   const int64_t n = static_cast<int64_t>(pos.size()), half = d / 2;
   for (int64_t t = 0; t < n; ++t)
     for (int64_t hd = 0; hd < h; ++hd)
       for (int64_t i = 0; i < half; ++i) {
-        const double angle = pos[t] * std::pow(theta, -2.0 * i / d);
+        const double angle = pos[t] * inv_freq[i];
         const int64_t base = (t * h + hd) * d;
         const double a = x[base + i], b = x[base + i + half];
-        y[base + i] = a * std::cos(angle) - b * std::sin(angle);
-        y[base + i + half] = b * std::cos(angle) + a * std::sin(angle);
+        y[base + i] = scale * (a * std::cos(angle) - b * std::sin(angle));
+        y[base + i + half] = scale * (b * std::cos(angle) + a * std::sin(angle));
       }
   return y;
 }
 
-// Naive causal GQA attention over packed sequences: q (N, Hq, D), k, v (N, Hkv, D).
+inline Vec ref_rope(const Vec& x, const std::vector<int32_t>& pos, int64_t h, int64_t d, double theta) {
+  Vec inv_freq(static_cast<size_t>(d / 2));
+  for (int64_t i = 0; i < d / 2; ++i) inv_freq[i] = std::pow(theta, -2.0 * i / d);
+  return ref_rope_freqs(x, pos, h, d, inv_freq, 1.0);
+}
+
+// Naive causal GQA attention over packed sequences: q (N, Hq, D), k, v (N, Hkv, D); window > 0:
+// row i sees rows i - window + 1 .. i of its sequence.
 inline Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const std::vector<int32_t>& cu, int64_t hq,
-                         int64_t hkv, int64_t d, Vec* lse = nullptr) {
+                         int64_t hkv, int64_t d, Vec* lse = nullptr, int64_t window = 0) {
   Vec out(q.size(), 0.0);
   const int64_t n = cu.back();
   if (lse) lse->assign(static_cast<size_t>(n * hq), 0.0);
@@ -67,7 +76,7 @@ inline Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const std::ve
       const int64_t g = h / (hq / hkv);
       std::vector<Vec> scores(static_cast<size_t>(len), Vec(static_cast<size_t>(len), -INFINITY));
       for (int64_t i = 0; i < len; ++i)
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0; j <= i; ++j) {
           double sc = 0.0;
           for (int64_t c = 0; c < d; ++c) sc += q[((b + i) * hq + h) * d + c] * k[((b + j) * hkv + g) * d + c];
           scores[i][j] = sc * scale;
@@ -75,7 +84,7 @@ inline Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const std::ve
       for (int64_t i = 0; i < len; ++i) {
         const double m = *std::max_element(scores[i].begin(), scores[i].end());
         double z = 0.0;
-        for (int64_t j = 0; j <= i; ++j) z += std::exp(scores[i][j] - m);
+        for (int64_t j = 0; j <= i; ++j) z += std::exp(scores[i][j] - m);  // -inf outside: exp 0
         for (int64_t j = 0; j <= i; ++j) {
           const double p = std::exp(scores[i][j] - m) / z;
           for (int64_t c = 0; c < d; ++c) out[((b + i) * hq + h) * d + c] += p * v[((b + j) * hkv + g) * d + c];
@@ -83,6 +92,17 @@ inline Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const std::ve
         if (lse) (*lse)[(b + i) * hq + h] = m + std::log(z);
       }
     }
+  }
+  return out;
+}
+
+// gelu_pytorch_tanh(gate) * up (Gemma's GeGLU).
+inline Vec ref_geglu(const Vec& gate, const Vec& up) {
+  Vec out(gate.size());
+  const double c = std::sqrt(2.0 / M_PI);
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = gate[i];
+    out[i] = 0.5 * g * (1.0 + std::tanh(c * (g + 0.044715 * g * g * g))) * up[i];
   }
   return out;
 }
