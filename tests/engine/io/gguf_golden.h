@@ -7,15 +7,23 @@
 #include <nlohmann/json.hpp>
 
 #include <bit>
+#include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
+#include <tuple>
 #include <string>
 
 #include "engine/io/gguf.h"
 #include "engine/io/gguf_dequant.h"
+#include "engine/io/gguf_tokenizer.h"
+#include "engine/io/tokenizer_config.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace rlrun::engine::testing {
 
@@ -80,6 +88,81 @@ inline std::map<std::string, TypeTally> expect_dequantization_matches(const Gguf
     tally.values += static_cast<int64_t>(values->size());
   }
   return per_type;
+}
+
+// A merge as a pair, from either spelling of tokenizer.json ("a b" or ["a", "b"]).
+inline std::pair<std::string, std::string> merge_pair(const nlohmann::json& m) {
+  if (m.is_array()) return {m[0].get<std::string>(), m[1].get<std::string>()};
+  const std::string s = m.get<std::string>();
+  const size_t space = s.find(' ');
+  return {s.substr(0, space), s.substr(space + 1)};
+}
+
+// The tokenizer rlrun builds from `gguf` against the one transformers builds from it (`ref`: a
+// gguf_reference.py tokenizer directory): the same vocabulary, merges (in order), added tokens and
+// BPE flags; the golden texts' ids and decodings; the chat prompts' text and ids.
+inline void expect_tokenizer_matches(const std::filesystem::path& gguf, const std::filesystem::path& ref) {
+  Result<GgufFile> file = GgufFile::open(gguf.string());
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  const auto start = std::chrono::steady_clock::now();
+  Result<Tokenizer> loaded = load_gguf_tokenizer(gguf.string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  std::printf("load_gguf_tokenizer(%s): %.2f s\n", gguf.filename().c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  Result<std::string> text = gguf_tokenizer_json(*file);
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  const nlohmann::json ours = nlohmann::json::parse(*text);
+  std::ifstream ref_in(ref / "tokenizer.json");
+  const nlohmann::json theirs = nlohmann::json::parse(ref_in);
+  EXPECT_EQ(ours["model"]["vocab"], theirs["model"]["vocab"]);
+  const nlohmann::json &a = ours["model"]["merges"], &b = theirs["model"]["merges"];
+  ASSERT_EQ(a.size(), b.size()) << "merges";
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(merge_pair(a[i]), merge_pair(b[i])) << "merge " << i;
+  }
+  for (const char* key : {"byte_fallback", "fuse_unk", "unk_token", "ignore_merges"}) {
+    EXPECT_EQ(ours["model"].value(key, nlohmann::json()), theirs["model"].value(key, nlohmann::json())) << key;
+  }
+  std::set<std::tuple<int64_t, std::string, bool>> added_ours, added_theirs;
+  for (const nlohmann::json& t : ours["added_tokens"]) added_ours.emplace(t["id"], t["content"], t["special"]);
+  for (const nlohmann::json& t : theirs["added_tokens"]) added_theirs.emplace(t["id"], t["content"], t["special"]);
+  EXPECT_EQ(added_ours.size(), added_theirs.size());
+  EXPECT_TRUE(added_ours == added_theirs) << "added tokens differ";
+
+  const Result<Tokenizer>& tok = loaded;
+  std::ifstream golden(ref / "golden.jsonl");
+  std::string line;
+  std::getline(golden, line);  // the header
+  int cases = 0;
+  while (std::getline(golden, line)) {
+    const nlohmann::json c = nlohmann::json::parse(line);
+    const std::string t = c["text"].get<std::string>();
+    const std::vector<int32_t> want = c["ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(tok->encode(t), want) << "text: " << c["text"].dump();
+    Result<std::string> decoded = tok->decode(want);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+    EXPECT_EQ(*decoded, c["decoded"].get<std::string>()) << "decoding the ids of " << c["text"].dump();
+    ++cases;
+  }
+  EXPECT_GT(cases, 300);
+
+  if (!std::filesystem::exists(ref / "chat.jsonl")) return;
+  Result<TokenizerChatConfig> chat = read_tokenizer_chat_config(gguf.string());
+  ASSERT_TRUE(chat.ok()) << chat.status().message();
+  Result<ChatTemplate> tmpl = ChatTemplate::parse(chat->chat_template);
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().message();
+  std::ifstream chats(ref / "chat.jsonl");
+  while (std::getline(chats, line)) {
+    const nlohmann::ordered_json c = nlohmann::ordered_json::parse(line);
+    ChatRenderInput input;
+    input.messages = c["messages"];
+    input.add_generation_prompt = true;
+    input.special_tokens = chat->special_tokens;
+    Result<std::string> rendered = tmpl->render(input);
+    ASSERT_TRUE(rendered.ok()) << rendered.status().message();
+    EXPECT_EQ(*rendered, c["text"].get<std::string>());
+    EXPECT_EQ(tok->encode(*rendered), c["ids"].get<std::vector<int32_t>>()) << *rendered;
+  }
 }
 
 }  // namespace rlrun::engine::testing
