@@ -11,6 +11,10 @@
 #                           (scripts/gguf_golden.py)
 #   gguf-golden/NAME.tokenizer/  the tokenizer transformers 5 builds from NAME.gguf, its ids for
 #                           golden texts and chat prompts (scripts/gguf_reference.py, $RLRUN_PYREF5)
+#   gguf-golden/NAME.model/ the config, parameters and greedy ids of the model transformers loads
+#                           from NAME.gguf (scripts/gguf_reference.py)
+#   gguf-golden/tiny-ARCH/  tiny random llama (Llama 3.2-style), qwen3 and gemma3 HF models and
+#                           llama.cpp's conversion of each to GGUF (scripts/gguf_reference.py tiny)
 #   claude-v1-tokenizer/    tokenizer.json shipped in `anthropic` 0.38.0 (byte-level BPE, NFKC)
 #   sp-tokenizers/          SentencePiece-style BPE tokenizer.json files (Llama 2 / Mistral / Gemma
 #                           style, from a model trained by `sentencepiece` and converted by
@@ -112,6 +116,35 @@ gguf_tokenizer_reference() {
   echo "$want" > "$out/.fetched"
 }
 
+# gguf_model_reference FILE VENV: gguf-golden/NAME.model/, the config, parameters (checksums) and
+# greedy ids of the model transformers loads from $MODELS/NAME.gguf, for the prompts of
+# NAME.tokenizer/chat.jsonl (scripts/gguf_reference.py; redone when the script changes)
+gguf_model_reference() {
+  local out="$MODELS/gguf-golden/${1%.gguf}.model" want
+  want=$(cat scripts/gguf_reference.py scripts/gguf_golden.py | sha256sum | cut -c1-16)
+  if [ -f "$out/.fetched" ] && [ "$(cat "$out/.fetched")" = "$want" ]; then return; fi
+  echo "fetch-test-models: transformers' model of $1 (a few minutes)" >&2
+  "$2/bin/python" scripts/gguf_reference.py model "$MODELS/$1" "$MODELS/gguf-golden/${1%.gguf}.tokenizer/chat.jsonl" "$out"
+  echo "$want" > "$out/.fetched"
+}
+
+# gguf_tiny ARCH: gguf-golden/tiny-ARCH/, a tiny random HF model of ARCH and llama.cpp's own
+# conversion of it to GGUF (scripts/gguf_reference.py tiny, in $RLRUN_PYREF5; redone when the
+# script changes); for llama also transformers' tokenizer of that file (llama-bpe)
+gguf_tiny() {
+  local out="$MODELS/gguf-golden/tiny-$1" want
+  want=$(cat scripts/gguf_reference.py | sha256sum | cut -c1-16)
+  if [ -f "$out/.fetched" ] && [ "$(cat "$out/.fetched")" = "$want" ]; then return; fi
+  echo "fetch-test-models: tiny $1 model, converted by llama.cpp" >&2
+  "$VENV5/bin/python" scripts/gguf_reference.py tiny "$1" "$MODELS/qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf" \
+    "$(sdist llama-cpp-python 0.3.36)" "$out" > "$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
+  if [ "$1" = llama ]; then
+    "$VENV5/bin/python" scripts/gguf_reference.py tokenizer "$out/model.gguf" "$out/tokenizer"
+  fi
+  rm -f "$out.log"
+  echo "$want" > "$out/.fetched"
+}
+
 # sp-tokenizers/: SentencePiece-style BPE tokenizer.json files (trained here, converted by
 # transformers) and transformers' conversion of the SmolLM2 GGUF, each with its golden; redone
 # when the script changes
@@ -135,5 +168,10 @@ if [ "${RLRUN_FETCH_TOKENIZER_ONLY:-0}" != 1 ]; then
 fi
 gguf_tokenizer_reference qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf
 gguf_tokenizer_reference gemma-3-270m.Q4_K_M.gguf
+if [ "${RLRUN_FETCH_TOKENIZER_ONLY:-0}" != 1 ]; then
+  # transformers 4.46.3 (build/pyref) dequantizes through the `gguf` package and runs Qwen2
+  gguf_model_reference qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf "$VENV"
+  for arch in llama qwen3 gemma3; do gguf_tiny "$arch"; done
+fi
 sp_tokenizers
 echo "fetch-test-models: $MODELS ready"

@@ -69,12 +69,12 @@ def write_types(out):
 def checksum(values):
     """sum over i of bits[i] * (2 i + 1), modulo 2^64 (numpy's uint64 arithmetic wraps)."""
     bits = values.view(np.uint32)
-    total = np.uint64(0)
+    total = 0
     for start in range(0, bits.size, CHUNK):
         part = bits[start:start + CHUNK].astype(np.uint64)
         weights = np.arange(start, start + part.size, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-        total += (part * weights).sum(dtype=np.uint64)
-    return int(total)
+        total = (total + int((part * weights).sum(dtype=np.uint64))) % (1 << 64)
+    return total
 
 
 def write_dequant(path, out):
@@ -102,5 +102,4 @@ def main():
 
 
 if __name__ == "__main__":
-    with np.errstate(over="ignore"):
-        main()
+    main()

@@ -2,6 +2,7 @@
 // reference does, rather than once in a fused multiply-add.
 #include "engine/io/gguf_dequant.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -180,6 +181,29 @@ Status check_finite(const GgufTensor& tensor, const std::vector<float>& values) 
   return {};
 }
 
+// Dequantizes blocks [0, blocks) of `in` (of `type`) into `out`.
+void dequantize_blocks(GgmlType type, const uint8_t* in, int64_t blocks, float* out) {
+  switch (type) {
+    case GgmlType::kF32: std::memcpy(out, in, static_cast<size_t>(blocks) * 4); break;
+    case GgmlType::kF16:
+      for (int64_t i = 0; i < blocks; ++i) out[i] = f16_to_f32(u16_at(in + 2 * i));
+      break;
+    case GgmlType::kBF16:
+      for (int64_t i = 0; i < blocks; ++i) out[i] = bf16_to_f32(u16_at(in + 2 * i));
+      break;
+    case GgmlType::kQ8_0: dequantize_q8_0(in, blocks, out); break;
+    case GgmlType::kQ4_0: dequantize_q4_0(in, blocks, out); break;
+    case GgmlType::kQ4_1: dequantize_q4_1(in, blocks, out); break;
+    case GgmlType::kQ5_0: dequantize_q5_0(in, blocks, out); break;
+    case GgmlType::kQ5_1: dequantize_q5_1(in, blocks, out); break;
+    case GgmlType::kQ2_K: dequantize_q2_k(in, blocks, out); break;
+    case GgmlType::kQ3_K: dequantize_q3_k(in, blocks, out); break;
+    case GgmlType::kQ4_K: dequantize_q4_k(in, blocks, out); break;
+    case GgmlType::kQ5_K: dequantize_q5_k(in, blocks, out); break;
+    case GgmlType::kQ6_K: dequantize_q6_k(in, blocks, out); break;
+  }
+}
+
 }  // namespace
 
 Result<std::vector<float>> dequantize_f32(const GgufTensor& tensor) {
@@ -188,26 +212,14 @@ Result<std::vector<float>> dequantize_f32(const GgufTensor& tensor) {
   RLRUN_CHECK(static_cast<int64_t>(tensor.bytes.size()) == n / block.elements * block.bytes,
               "GgufFile validated the tensor's byte size");
   std::vector<float> out(static_cast<size_t>(n));
-  const uint8_t* in = tensor.bytes.data();
   const int64_t blocks = n / block.elements;
-  switch (tensor.type) {
-    case GgmlType::kF32: std::memcpy(out.data(), in, out.size() * 4); break;
-    case GgmlType::kF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(u16_at(in + 2 * i));
-      break;
-    case GgmlType::kBF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(u16_at(in + 2 * i));
-      break;
-    case GgmlType::kQ8_0: dequantize_q8_0(in, blocks, out.data()); break;
-    case GgmlType::kQ4_0: dequantize_q4_0(in, blocks, out.data()); break;
-    case GgmlType::kQ4_1: dequantize_q4_1(in, blocks, out.data()); break;
-    case GgmlType::kQ5_0: dequantize_q5_0(in, blocks, out.data()); break;
-    case GgmlType::kQ5_1: dequantize_q5_1(in, blocks, out.data()); break;
-    case GgmlType::kQ2_K: dequantize_q2_k(in, blocks, out.data()); break;
-    case GgmlType::kQ3_K: dequantize_q3_k(in, blocks, out.data()); break;
-    case GgmlType::kQ4_K: dequantize_q4_k(in, blocks, out.data()); break;
-    case GgmlType::kQ5_K: dequantize_q5_k(in, blocks, out.data()); break;
-    case GgmlType::kQ6_K: dequantize_q6_k(in, blocks, out.data()); break;
+  // Chunks of ~64k values on the OpenMP threads: a large model's load is mostly this loop.
+  const int64_t per_chunk = std::max<int64_t>(1, (int64_t{1} << 16) / block.elements);
+  const int64_t chunks = (blocks + per_chunk - 1) / per_chunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t first = c * per_chunk, count = std::min(per_chunk, blocks - first);
+    dequantize_blocks(tensor.type, tensor.bytes.data() + first * block.bytes, count, out.data() + first * block.elements);
   }
   RLRUN_RETURN_IF_ERROR(check_finite(tensor, out));
   return out;

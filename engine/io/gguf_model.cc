@@ -43,6 +43,7 @@ class Metadata {
   Result<double> number(std::string_view suffix) const { return file_.get_float(key(suffix)); }
   Result<double> number(std::string_view suffix, double dflt) const { return has(suffix) ? number(suffix) : dflt; }
   Result<std::string> text(std::string_view suffix) const { return file_.get_string(key(suffix)); }
+  int64_t tensor_count() const { return static_cast<int64_t>(file_.tensors().size()); }
   Status refuse(std::string_view suffix, const std::string& value, const std::string& why) const {
     return invalid_argument(str(file_.source(), ": ", key(suffix), " = ", value, ": ", why));
   }
@@ -83,6 +84,9 @@ Status read_shape(const Metadata& m, ModelConfig& c) {
   RLRUN_ASSIGN_OR_RETURN(c.num_kv_heads, m.integer("attention.head_count_kv", c.num_heads));  // llama.cpp's default
   RLRUN_ASSIGN_OR_RETURN(c.intermediate_size, m.integer("feed_forward_length"));
   RLRUN_ASSIGN_OR_RETURN(c.max_position, m.integer("context_length"));
+  if (c.num_layers < 1 || c.num_layers > m.tensor_count()) {  // before a hostile count sizes anything
+    return m.refuse("block_count", str(c.num_layers), str("the file has ", m.tensor_count(), " tensors"));
+  }
   RLRUN_ASSIGN_OR_RETURN(c.rms_norm_eps, m.number("attention.layer_norm_rms_epsilon"));
   RLRUN_ASSIGN_OR_RETURN(c.rope_theta, m.number("rope.freq_base", 10000.0));  // llama.cpp's default
   if (m.has("attention.key_length")) {

@@ -7,10 +7,15 @@
 // skips them on a machine that cannot fetch.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <filesystem>
 
 #include "engine/io/gguf.h"
+#include "engine/io/gguf_model.h"
 #include "tests/engine/io/gguf_golden.h"
 
 namespace rlrun::engine {
@@ -26,6 +31,45 @@ fs::path golden_of(const fs::path& gguf) { return models_dir() / "gguf-golden" /
 fs::path tokenizer_reference_of(const fs::path& gguf) {
   return models_dir() / "gguf-golden" / (gguf.stem().string() + ".tokenizer");
 }
+fs::path model_reference_of(const fs::path& gguf) { return models_dir() / "gguf-golden" / (gguf.stem().string() + ".model"); }
+
+double peak_rss_gib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / (1 << 20);  // KiB
+}
+
+// load_gguf_checkpoint, timed (the process's peak memory printed too: ctest runs each test alone).
+HfCheckpoint load_timed(const fs::path& gguf) {
+  const double rss_before = peak_rss_gib();
+  const auto start = std::chrono::steady_clock::now();
+  const std::clock_t cpu_start = std::clock();
+  Result<HfCheckpoint> checkpoint = load_gguf_checkpoint(gguf.string());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double cpu_seconds = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+  EXPECT_TRUE(checkpoint.ok()) << checkpoint.status().message();
+  if (!checkpoint.ok()) return {};
+  std::printf("load_gguf_checkpoint(%s): %.2f s (%.2f s of CPU), %lld parameters, peak RSS %.2f GiB (%.2f GiB before)\n",
+              gguf.filename().c_str(), seconds, cpu_seconds, static_cast<long long>(checkpoint->config.num_parameters()),
+              peak_rss_gib(), rss_before);
+  return std::move(*checkpoint);
+}
+
+// The tensors against the parameters transformers loads from the same file (gguf_reference.py
+// model: HF names, shapes, checksums of the fp32 values).
+void expect_weights_equal_transformers(const HfCheckpoint& checkpoint, const fs::path& weights_json) {
+  std::ifstream in(weights_json);
+  const nlohmann::json theirs = nlohmann::json::parse(in);
+  size_t compared = 0;
+  for (const HostTensor& t : checkpoint.tensors) {
+    ASSERT_TRUE(theirs.contains(t.name)) << t.name << " is not a parameter of transformers' model";
+    const nlohmann::json& w = theirs[t.name];
+    EXPECT_EQ(t.shape, w["shape"].get<std::vector<int64_t>>()) << t.name;
+    EXPECT_EQ(std::to_string(testing::golden_checksum(t.data)), w["checksum"].get<std::string>()) << t.name;
+    ++compared;
+  }
+  std::printf("%zu tensors bit-identical to transformers' parameters (%zu in its state dict)\n", compared, theirs.size());
+}
 
 void expect_bit_identical(const fs::path& gguf) {
   REQUIRE_MODEL_FILE(gguf);
@@ -40,6 +84,32 @@ void expect_bit_identical(const fs::path& gguf) {
 
 TEST(GgufDownloads, QwenDequantizesBitIdenticallyToTheGgufPackage) { expect_bit_identical(kQwen); }
 TEST(GgufDownloads, GemmaDequantizesBitIdenticallyToTheGgufPackage) { expect_bit_identical(kGemma); }
+
+TEST(GgufDownloads, QwenLoadsAsTransformersLoadsIt) {
+  REQUIRE_MODEL_FILE(kQwen);
+  REQUIRE_MODEL_FILE(model_reference_of(kQwen));
+  const HfCheckpoint checkpoint = load_timed(kQwen);
+  std::ifstream in(model_reference_of(kQwen) / "config.json");
+  const nlohmann::json hf = nlohmann::json::parse(in);
+  const ModelConfig& c = checkpoint.config;
+  EXPECT_EQ(c.architecture, "qwen2");
+  EXPECT_EQ(c.hidden_size, hf["hidden_size"]);
+  EXPECT_EQ(c.num_layers, hf["num_hidden_layers"]);
+  EXPECT_EQ(c.num_heads, hf["num_attention_heads"]);
+  EXPECT_EQ(c.num_kv_heads, hf["num_key_value_heads"]);
+  EXPECT_EQ(c.intermediate_size, hf["intermediate_size"]);
+  EXPECT_EQ(c.vocab_size, hf["vocab_size"]);
+  EXPECT_EQ(c.max_position, hf["max_position_embeddings"]);
+  EXPECT_EQ(c.rope_theta, hf["rope_theta"].get<double>());
+  EXPECT_EQ(c.rms_norm_eps, hf["rms_norm_eps"].get<double>());
+  EXPECT_EQ(c.tie_embeddings, hf["tie_word_embeddings"].get<bool>());
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_EQ(c.rope_scaling.type, "default");
+  EXPECT_TRUE(hf["rope_scaling"].is_null());
+  EXPECT_EQ(c.bos_token_id, hf["bos_token_id"]);
+  EXPECT_EQ(c.eos_token_id, hf["eos_token_id"]);
+  expect_weights_equal_transformers(checkpoint, model_reference_of(kQwen) / "weights.json");
+}
 
 TEST(GgufDownloads, QwenTokenizerEncodesAsTransformersBuildsIt) {
   REQUIRE_MODEL_FILE(kQwen);

@@ -14,45 +14,15 @@
 #include "common/observe/log.h"
 #include "engine/bf16.h"
 #include "engine/io/gguf_dequant.h"
+#include "tests/engine/io/gguf_writer.h"
 
 namespace rlrun::engine {
 namespace {
 
 using ::testing::HasSubstr;
 
-// Appends GGUF fields little-endian; tensors() lays out the data area with `alignment`.
-class GgufBytes {
- public:
-  template <typename T>
-  GgufBytes& put(T v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    out_.insert(out_.end(), p, p + sizeof v);
-    return *this;
-  }
-  GgufBytes& string(const std::string& s) {
-    put<uint64_t>(s.size());
-    out_.insert(out_.end(), s.begin(), s.end());
-    return *this;
-  }
-  GgufBytes& key(const std::string& k, GgufValueType type) {
-    string(k);
-    return put(static_cast<uint32_t>(type));
-  }
-  void pad_to(size_t alignment) {
-    while (out_.size() % alignment != 0) out_.push_back(0);
-  }
-  std::vector<uint8_t>& bytes() { return out_; }
-
- private:
-  std::vector<uint8_t> out_;
-};
-
-struct TensorData {
-  std::string name;
-  std::vector<uint64_t> dims;
-  GgmlType type;
-  std::vector<uint8_t> data;
-};
+using testing::GgufBytes;
+using testing::TensorData;
 
 std::vector<uint8_t> u16s(const std::vector<uint16_t>& v) {
   std::vector<uint8_t> out(v.size() * 2);
