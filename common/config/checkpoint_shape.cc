@@ -1,5 +1,6 @@
-// model.checkpoint: the model's shape comes from the checkpoint's HF config.json (or from the
-// config.json that the registered CheckpointFileReader makes of a .gguf file).
+// model.checkpoint: the model's shape comes from the checkpoint, read by the registered
+// CheckpointReader (the engine's one reader of config.json and .gguf files: engine/io/hf_config.h),
+// which refuses what the engine cannot compute and returns the config.json of its verdict.
 //
 // Design choice: explicit shape keys next to model.checkpoint are an error, not an override. A
 // shape that disagrees with the weights cannot load, so a silent override would only move the
@@ -8,7 +9,6 @@
 
 #include <atomic>
 #include <filesystem>
-#include <fstream>
 
 #include "common/config/load.h"
 #include "common/config/schema.h"
@@ -26,7 +26,7 @@ constexpr std::string_view kShapeKeys[] = {
 
 const std::string kOrigin = "model.checkpoint config.json";
 
-std::atomic<CheckpointFileReader> checkpoint_file_reader{nullptr};
+std::atomic<CheckpointReader> checkpoint_reader{nullptr};
 
 // Reads config.json fields into config.model, checking each against its key's range.
 class HfConfigReader {
@@ -66,18 +66,26 @@ class HfConfigReader {
   std::string file_;
 };
 
-void read_hf_config(ConfigLoad& load, const nlohmann::json& json, const std::string& file) {
-  ModelSection& m = load.config.model;
+// The architecture of the reader's config.json: its model_type.
+void read_architecture(ConfigLoad& load, const nlohmann::json& json, const std::string& file) {
   auto type_it = json.find("model_type");
   const std::string model_type =
       type_it != json.end() && type_it->is_string() ? type_it->get<std::string>() : std::string();
-  if (model_type == "llama" || model_type == "qwen2") {
-    m.architecture = model_type == "llama" ? Architecture::kLlama : Architecture::kQwen2;
-    load.origins["model.architecture"] = kOrigin;
-  } else {
-    load.error(file, str("`model_type` is `", model_type,
-                         "`; rlrun supports llama and qwen2 (Llama-family decoders)"));
+  ModelSection& m = load.config.model;
+  if (model_type == "llama") m.architecture = Architecture::kLlama;
+  else if (model_type == "qwen2") m.architecture = Architecture::kQwen2;
+  else if (model_type == "qwen3") m.architecture = Architecture::kQwen3;
+  else if (model_type == "gemma3_text" || model_type == "gemma3") m.architecture = Architecture::kGemma3;
+  else {
+    load.error(file, str("`model_type` is `", model_type, "`; rlrun supports llama, qwen2, qwen3 and gemma3_text"));
+    return;
   }
+  load.origins["model.architecture"] = kOrigin;
+}
+
+void read_hf_config(ConfigLoad& load, const nlohmann::json& json, const std::string& file) {
+  ModelSection& m = load.config.model;
+  read_architecture(load, json, file);
   HfConfigReader r(load, json, file);
   r.read("hidden_size", "hidden_size", nullptr);
   r.read("num_hidden_layers", "num_layers", nullptr);
@@ -93,9 +101,9 @@ void read_hf_config(ConfigLoad& load, const nlohmann::json& json, const std::str
   r.read("rms_norm_eps", "rms_norm_eps", "1e-6");
   r.read("tie_word_embeddings", "tie_embeddings", "false");
   r.read("max_position_embeddings", "max_position", "2048");
-  // qwen2 always has q/k/v biases; llama has them when `attention_bias` says so.
-  r.read("attention_bias", "qkv_bias", model_type == "qwen2" ? "true" : "false");
-  if (model_type == "qwen2") m.qkv_bias = true;
+  // qwen2 always has q/k/v biases; the others never (the reader refuses attention_bias: true).
+  m.qkv_bias = m.architecture == Architecture::kQwen2;
+  load.origins["model.qkv_bias"] = kOrigin;
 }
 
 }  // namespace
@@ -106,7 +114,7 @@ bool is_checkpoint_shape_key(std::string_view model_key) {
   return false;
 }
 
-void set_checkpoint_file_reader(CheckpointFileReader reader) { checkpoint_file_reader.store(reader); }
+void set_checkpoint_reader(CheckpointReader reader) { checkpoint_reader.store(reader); }
 
 void resolve_model_checkpoint(ConfigLoad& load) {
   ModelSection& m = load.config.model;
@@ -124,39 +132,31 @@ void resolve_model_checkpoint(ConfigLoad& load) {
 
   const fs::path folder(m.checkpoint);
   std::error_code ec;
-  nlohmann::json json;
-  std::string file;
-  if (fs::is_regular_file(folder, ec)) {
-    // A model file (.gguf): the registered reader gives its config.json; it is its own tokenizer.
-    file = folder.string();
-    const CheckpointFileReader reader = checkpoint_file_reader.load();
-    if (reader == nullptr) {
-      load.error(where, str("`model.checkpoint` = `", m.checkpoint, "` is a file; this program reads only HF folders"));
-      return;
-    }
-    Result<std::string> text = reader(file);
-    if (!text.ok()) {
-      load.error(where, str("`model.checkpoint`: ", text.status().message()));
-      return;
-    }
-    json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (m.tokenizer.empty()) {
-      m.tokenizer = file;
-      load.origins["model.tokenizer"] = "model.checkpoint";
-    }
-  } else {
-    if (!fs::is_directory(folder, ec)) {
-      load.error(where, str("`model.checkpoint` = `", m.checkpoint, "` is not an existing folder or file",
-                            " (an HF model folder with config.json, or a .gguf file)"));
-      return;
-    }
-    file = (folder / "config.json").string();
-    std::ifstream in(file);
-    if (!in) {
-      load.error(where, str("`model.checkpoint`: `", file, "` does not exist; the folder must hold an HF config.json"));
-      return;
-    }
-    json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const bool is_file = fs::is_regular_file(folder, ec);
+  if (!is_file && !fs::is_directory(folder, ec)) {
+    load.error(where, str("`model.checkpoint` = `", m.checkpoint, "` is not an existing folder or file",
+                          " (an HF model folder with config.json, or a .gguf file)"));
+    return;
+  }
+  const std::string file = is_file ? folder.string() : (folder / "config.json").string();
+  if (!is_file && !fs::is_regular_file(file, ec)) {
+    load.error(where, str("`model.checkpoint`: `", file, "` does not exist; the folder must hold an HF config.json"));
+    return;
+  }
+  const CheckpointReader reader = checkpoint_reader.load();
+  if (reader == nullptr) {
+    load.error(where, str("`model.checkpoint` = `", m.checkpoint, "`: this program reads no checkpoints"));
+    return;
+  }
+  Result<std::string> text = reader(m.checkpoint);
+  if (!text.ok()) {
+    load.error(where, str("`model.checkpoint`: ", text.status().message()));
+    return;
+  }
+  const nlohmann::json json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (is_file && m.tokenizer.empty()) {  // a model file (.gguf) is its own tokenizer
+    m.tokenizer = file;
+    load.origins["model.tokenizer"] = "model.checkpoint";
   }
   if (json.is_discarded() || !json.is_object()) {
     load.error(where, str("`model.checkpoint`: `", file, "` is not a JSON object"));

@@ -40,7 +40,7 @@ enum class ClipRefLogprobs { kRollout, kBatch };  // denominator of the PPO rati
 enum class TisMode { kTruncate, kIcepop };
 enum class KlEstimator { kK2, kK3 };
 enum class KlReferenceOn { kTrainer, kRollout };  // which process scores the KL reference
-enum class Architecture { kLlama, kQwen2 };
+enum class Architecture { kLlama, kQwen2, kQwen3, kGemma3 };
 enum class TaskName { kArithmetic, kCountdown, kReverse, kSort, kJsonl };
 enum class ControlPlaneSecurity { kCurve, kNone };
 enum class CheckpointWriteFailure { kStop, kContinue };
@@ -54,7 +54,7 @@ RLRUN_CONFIG_ENUM(ClipRefLogprobs, "rollout|batch");
 RLRUN_CONFIG_ENUM(TisMode, "truncate|icepop");
 RLRUN_CONFIG_ENUM(KlEstimator, "k2|k3");
 RLRUN_CONFIG_ENUM(KlReferenceOn, "trainer|rollout");
-RLRUN_CONFIG_ENUM(Architecture, "llama|qwen2");
+RLRUN_CONFIG_ENUM(Architecture, "llama|qwen2|qwen3|gemma3");
 RLRUN_CONFIG_ENUM(TaskName, "arithmetic|countdown|reverse|sort|jsonl");
 RLRUN_CONFIG_ENUM(ControlPlaneSecurity, "curve|none");
 RLRUN_CONFIG_ENUM(CheckpointWriteFailure, "stop|continue");
@@ -116,12 +116,14 @@ Result<Config> load_config(const std::string& path, const std::vector<std::strin
 Result<Config> load_config_text(std::string_view yaml, const std::string& source_name,
                                 const std::vector<std::string>& overrides);
 
-// model.checkpoint may name a file instead of an HF folder: a .gguf, which only the engine reads
-// (engine/io/model_io.h gguf_config_json; common must not depend on engine). The program
-// registers the reader once at startup, before any load_config(): it returns the HF config.json
-// text equivalent to the file's model. Without one, a file checkpoint is an error. Thread-safe.
-using CheckpointFileReader = Result<std::string> (*)(const std::string& path);
-void set_checkpoint_file_reader(CheckpointFileReader reader);
+// model.checkpoint (an HF folder or a .gguf file) is read by the engine, the one reader of
+// checkpoints (engine/io/model_io.h checkpoint_config_json; common must not depend on engine). The
+// program registers it once at startup, before any load_config(): given the checkpoint's path, it
+// returns the config.json text of the model it reads (the engine's verdict: a checkpoint the
+// engine would compute wrongly is an error naming the field). Without one, a checkpoint is an
+// error. Thread-safe.
+using CheckpointReader = Result<std::string> (*)(const std::string& checkpoint);
+void set_checkpoint_reader(CheckpointReader reader);
 
 // ------------------------------------------------------------------------------ rendering
 enum class RenderStyle {

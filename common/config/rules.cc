@@ -114,6 +114,10 @@ void check_optimization(Rules& r) {
 
 void check_model(Rules& r) {
   const ModelSection& m = r.config().model;
+  r.file_exists("model.tokenizer", m.tokenizer);
+  // A checkpoint's shape was checked by the engine's reader (its head_dim need not be
+  // hidden_size / num_heads); the rules below are for a shape written in the config.
+  if (!m.checkpoint.empty()) return;
   if (m.hidden_size % m.num_heads != 0) {
     r.fail({"model.hidden_size", "model.num_heads"},
            str("`model.hidden_size` (", m.hidden_size, ") is not divisible by `model.num_heads` (",
@@ -132,7 +136,10 @@ void check_model(Rules& r) {
     r.fail({"model.architecture", "model.qkv_bias"},
            "`model.architecture: qwen2` has q/k/v biases: set `model.qkv_bias: true` too");
   }
-  r.file_exists("model.tokenizer", m.tokenizer);
+  if ((m.architecture == Architecture::kQwen3 || m.architecture == Architecture::kGemma3) && m.qkv_bias) {
+    r.fail({"model.architecture", "model.qkv_bias"},
+           str("`model.architecture: ", enum_name(m.architecture), "` has no q/k/v biases: remove `model.qkv_bias`"));
+  }
 }
 
 // task.reward and the keys its terms need.

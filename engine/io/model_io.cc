@@ -44,15 +44,22 @@ Status load_weights(Model& model, const std::string& checkpoint) {
 }
 
 Result<ModelConfig> read_checkpoint_config(const std::string& checkpoint) {
-  if (!is_gguf_path(checkpoint)) return read_hf_config((std::filesystem::path(checkpoint) / "config.json").string());
-  RLRUN_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(checkpoint));
-  return gguf_model_config(file);
+  ModelConfig config;
+  if (!is_gguf_path(checkpoint)) {
+    const std::string path = (std::filesystem::path(checkpoint) / "config.json").string();
+    RLRUN_ASSIGN_OR_RETURN(config, read_hf_config(path));
+    RLRUN_RETURN_IF_ERROR(check_implemented(config).with_context(path));
+  } else {
+    RLRUN_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(checkpoint));
+    RLRUN_ASSIGN_OR_RETURN(config, gguf_model_config(file));
+    RLRUN_RETURN_IF_ERROR(check_implemented(config).with_context(checkpoint));
+  }
+  return config;
 }
 
-Result<std::string> gguf_config_json(const std::string& path) {
-  RLRUN_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
-  RLRUN_ASSIGN_OR_RETURN(const ModelConfig config, gguf_model_config(file));
-  return hf_config_json(config, "float32");
+Result<std::string> checkpoint_config_json(const std::string& checkpoint) {
+  RLRUN_ASSIGN_OR_RETURN(const ModelConfig config, read_checkpoint_config(checkpoint));
+  return hf_config_json(config, config.torch_dtype == "bfloat16" ? "bfloat16" : "float32");
 }
 
 Result<Tokenizer> load_tokenizer_file(const std::string& path) {

@@ -25,11 +25,13 @@ Status load_weights(Model& model, std::span<const HostTensor> tensors);
 // config.json must describe the same shape, or gguf_model_tensors of a .gguf file.
 Status load_weights(Model& model, const std::string& checkpoint);
 
-// The shape of a checkpoint: a folder's config.json or a .gguf file's metadata.
+// The model of a checkpoint: a folder's config.json (parse_hf_config, the one reader, which
+// refuses what the engine would compute wrongly) or a .gguf file's metadata.
 Result<ModelConfig> read_checkpoint_config(const std::string& checkpoint);
-// The HF config.json text of a .gguf file's model (what load_config() reads for a
-// model.checkpoint that is a file: common/config/config.h set_checkpoint_file_reader).
-Result<std::string> gguf_config_json(const std::string& path);
+// read_checkpoint_config as config.json text (hf_config_json): what load_config() reads for
+// model.checkpoint (common/config/config.h set_checkpoint_reader), so `rlrun CONFIG` and its
+// workers get the same verdict as generate, serve and convert.
+Result<std::string> checkpoint_config_json(const std::string& checkpoint);
 
 // A tokenizer.json, or the tokenizer in a .gguf file's metadata.
 Result<Tokenizer> load_tokenizer_file(const std::string& path);

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
+
 namespace rlrun::engine {
 
 // RoPE's frequencies, as HF's `rope_type` computes them (modeling_rope_utils.py): "default"
@@ -60,6 +62,7 @@ struct ModelConfig {
   int64_t max_position = 2048;
   int64_t bos_token_id = -1;           // -1: none
   int64_t eos_token_id = -1;           // the first of config.json's eos_token_id; -1: none
+  int64_t pad_token_id = -1;           // -1: none; else its embedding lookups get no gradient (torch's padding_idx)
   std::vector<int64_t> extra_eos_token_ids;  // the rest of an eos_token_id list (Llama 3: 128008, 128009)
 
   // ---- beyond Llama/Qwen2 (defaults: what Llama computes) ----
@@ -92,5 +95,19 @@ struct ModelConfig {
   int64_t num_parameters() const;
   bool operator==(const ModelConfig&) const = default;
 };
+
+// The defaults of an architecture, with what it always computes: qwen2 q/k/v biases; qwen3
+// QK-norm; gemma3 QK-norm, GeGLU, (1 + w) norms, sandwich norms, embeddings scaled by
+// sqrt(hidden_size) (set again whenever hidden_size changes: hf_config, gguf_model), query scale
+// 1/sqrt(256) and tied embeddings. An unknown name keeps Llama's defaults
+// (validate_model_config refuses it).
+ModelConfig architecture_config(const std::string& architecture);
+
+// Checks a ModelConfig, from wherever it comes (config.json, YAML, GGUF): positive sizes, head
+// counts that divide, an even head_dim, a known architecture, activation, RoPE type and layer
+// types. Errors name the member.
+Status validate_model_config(const ModelConfig& config);
+// What the engine reads but does not compute yet (Model::create and read_checkpoint_config refuse it).
+Status check_implemented(const ModelConfig& config);
 
 }  // namespace rlrun::engine

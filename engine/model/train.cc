@@ -34,10 +34,11 @@ Model::Model(Backend& backend, const ModelConfig& config, ModelOptions options)
 
 Model::~Model() = default;
 
-// validate_model_config() is defined once, in hf_config.cc (declared in model.h and hf_config.h).
+// validate_model_config() is defined once, in model/config.cc (declared in model.h and hf_config.h).
 
 Result<std::unique_ptr<Model>> Model::create(Backend& backend, const ModelConfig& config, ModelOptions options) {
   RLRUN_RETURN_IF_ERROR(validate_model_config(config));
+  RLRUN_RETURN_IF_ERROR(check_implemented(config));
   if (options.logits_chunk_elements <= 0) return invalid_argument("logits_chunk_elements must be > 0");
   return std::unique_ptr<Model>(new Model(backend, config, options));
 }

@@ -33,7 +33,7 @@ void fill_normal(std::vector<float>& out, uint64_t key, float std) {
 }  // namespace
 
 std::vector<ParamInfo> parameter_layout(const ModelConfig& c) {
-  const int64_t h = c.hidden_size, q_out = c.num_heads * c.head_dim(), kv_out = c.num_kv_heads * c.head_dim();
+  const int64_t h = c.hidden_size, d = c.head_dim(), q_out = c.num_heads * d, kv_out = c.num_kv_heads * d;
   std::vector<ParamInfo> out;
   int64_t offset = 0;
   auto add = [&](std::string name, Shape shape, bool is_norm = false, bool is_bias = false) {
@@ -51,11 +51,17 @@ std::vector<ParamInfo> parameter_layout(const ModelConfig& c) {
     if (c.qkv_bias) add(p + "self_attn.k_proj.bias", {kv_out}, false, true);
     add(p + "self_attn.v_proj.weight", {kv_out, h});
     if (c.qkv_bias) add(p + "self_attn.v_proj.bias", {kv_out}, false, true);
+    if (c.qk_norm) {
+      add(p + "self_attn.q_norm.weight", {d}, true);
+      add(p + "self_attn.k_norm.weight", {d}, true);
+    }
     add(p + "self_attn.o_proj.weight", {h, q_out});
     add(p + "post_attention_layernorm.weight", {h}, true);
+    if (c.sandwich_norms) add(p + "pre_feedforward_layernorm.weight", {h}, true);
     add(p + "mlp.gate_proj.weight", {c.intermediate_size, h});
     add(p + "mlp.up_proj.weight", {c.intermediate_size, h});
     add(p + "mlp.down_proj.weight", {h, c.intermediate_size});
+    if (c.sandwich_norms) add(p + "post_feedforward_layernorm.weight", {h}, true);
   }
   add("model.norm.weight", {h}, true);
   if (!c.tie_embeddings) add("lm_head.weight", {c.vocab_size, h});
@@ -110,8 +116,16 @@ void ModelWeights::bind(const Tensor& flat, Tensor& embed, Tensor& norm, Tensor&
     w.k_bias = view_by_name(flat, p + "self_attn.k_proj.bias");
     w.v = view_by_name(flat, p + "self_attn.v_proj.weight");
     w.v_bias = view_by_name(flat, p + "self_attn.v_proj.bias");
+    w.q_norm = view_by_name(flat, p + "self_attn.q_norm.weight");
+    w.k_norm = view_by_name(flat, p + "self_attn.k_norm.weight");
     w.o = view_by_name(flat, p + "self_attn.o_proj.weight");
-    w.post_norm = view_by_name(flat, p + "post_attention_layernorm.weight");
+    if (config_.sandwich_norms) {  // Gemma: post_attention_layernorm normalizes the attention's output
+      w.attn_out_norm = view_by_name(flat, p + "post_attention_layernorm.weight");
+      w.post_norm = view_by_name(flat, p + "pre_feedforward_layernorm.weight");
+      w.mlp_out_norm = view_by_name(flat, p + "post_feedforward_layernorm.weight");
+    } else {
+      w.post_norm = view_by_name(flat, p + "post_attention_layernorm.weight");
+    }
     w.gate = view_by_name(flat, p + "mlp.gate_proj.weight");
     w.up = view_by_name(flat, p + "mlp.up_proj.weight");
     w.down = view_by_name(flat, p + "mlp.down_proj.weight");
@@ -125,8 +139,8 @@ void ModelWeights::init_random(uint64_t seed, float init_std) {
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ParamInfo& p = layout_[i];
     std::vector<float> values(static_cast<size_t>(p.numel));
-    if (p.is_norm) {
-      std::fill(values.begin(), values.end(), 1.0f);
+    if (p.is_norm) {  // a gain of 1: w = 1, or w = 0 where the norm multiplies by (1 + w)
+      std::fill(values.begin(), values.end(), static_cast<float>(1.0 - config_.norm_weight_offset));
     } else if (!p.is_bias) {
       fill_normal(values, stream_key(seed, p.name), init_std);
     }

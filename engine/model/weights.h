@@ -1,4 +1,4 @@
-// model/weights.h - every parameter of a Llama-family decoder, by its HF name, in ONE flat buffer.
+// model/weights.h - every parameter of the decoder, by its HF name, in ONE flat buffer.
 //
 // Layout (the order of params(), which checkpoint IO, the optimizer and weight sync iterate):
 //   model.embed_tokens.weight                         (V, H)
@@ -7,9 +7,13 @@
 //     self_attn.q_proj.weight (Hq*D, H)  [.bias (Hq*D)  qkv_bias only]
 //     self_attn.k_proj.weight (Hkv*D, H) [.bias (Hkv*D)]
 //     self_attn.v_proj.weight (Hkv*D, H) [.bias (Hkv*D)]
+//     self_attn.q_norm.weight (D), self_attn.k_norm.weight (D)   qk_norm only
 //     self_attn.o_proj.weight (H, Hq*D)
-//     post_attention_layernorm.weight                 (H)
+//     post_attention_layernorm.weight                 (H)  the MLP's input norm; with sandwich_norms
+//                                                          the attention output's norm, and then:
+//     pre_feedforward_layernorm.weight                (H)  sandwich_norms: the MLP's input norm
 //     mlp.gate_proj.weight (I, H), mlp.up_proj.weight (I, H), mlp.down_proj.weight (H, I)
+//     post_feedforward_layernorm.weight               (H)  sandwich_norms: the MLP output's norm
 //   model.norm.weight                                 (H)
 //   lm_head.weight                                    (V, H)   absent when tie_embeddings
 // Linear weights are (out_features, in_features) row-major, exactly like torch.nn.Linear, so an
@@ -60,9 +64,12 @@ std::vector<ParamInfo> parameter_layout(const ModelConfig& config);
 // Total elements of the flat buffers (including alignment padding).
 int64_t flat_parameter_count(const std::vector<ParamInfo>& layout);
 
-// Compute-dtype views of one decoder layer's weights (biases undefined unless qkv_bias).
+// Compute-dtype views of one decoder layer's weights (biases undefined unless qkv_bias; q_norm,
+// k_norm unless qk_norm; attn_out_norm, mlp_out_norm unless sandwich_norms). post_norm is the
+// MLP's input norm whatever its HF name.
 struct LayerWeights {
-  Tensor input_norm, q, q_bias, k, k_bias, v, v_bias, o, post_norm, gate, up, down;
+  Tensor input_norm, q, q_bias, k, k_bias, v, v_bias, q_norm, k_norm, o, attn_out_norm, post_norm, gate, up, down,
+      mlp_out_norm;
 };
 // The same views into the f32 grad buffer.
 using LayerGrads = LayerWeights;

@@ -300,7 +300,7 @@ int rlrun_main(int argc, char** argv) {
   // run need (measured: SmolLM2 decode 1.3 tokens/s with spinning, 20.8 passive, on 2 busy
   // cores). Set before the OpenMP runtime starts; an explicit user setting wins; workers inherit it.
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
-  set_checkpoint_file_reader(&engine::gguf_config_json);  // model.checkpoint may name a .gguf
+  set_checkpoint_reader(&engine::checkpoint_config_json);  // model.checkpoint: the engine reads it
   Args args(argv + 1, argv + argc);
   if (args.empty() || is_help(args[0])) {
     print_overview();

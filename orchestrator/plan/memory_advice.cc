@@ -73,7 +73,7 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   } else {
     RLRUN_ASSIGN_OR_RETURN(p.device, device_memory_for(c));
   }
-  p.model = model_config_from(c.model);
+  RLRUN_ASSIGN_OR_RETURN(p.model, model_config_from(c.model));
   if (Status s = engine::validate_model_config(p.model); !s.ok())
     return invalid_argument(str("cannot plan memory: ", s.message()));
   const bool cuda = c.backend == BackendKind::kCuda;

@@ -56,7 +56,9 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
   const int threads = static_cast<int>(config.cpu_threads_per_worker);
   Result<std::unique_ptr<engine::Backend>> backend = engine::create_backend("cpu", threads);
   if (!backend.ok()) return log::error(backend.status().message()), kExitFailed;
-  Result<std::unique_ptr<engine::Model>> model = engine::Model::create(**backend, model_config_from(config.model));
+  Result<engine::ModelConfig> model_config = model_config_from(config.model);
+  if (!model_config.ok()) return log::error(str("rollout: ", model_config.status().message())), kExitUsage;
+  Result<std::unique_ptr<engine::Model>> model = engine::Model::create(**backend, *model_config);
   if (!model.ok()) return log::error(str("rollout: ", model.status().message())), kExitUsage;
   if (!config.model.checkpoint.empty()) {
     // load_config() took the model's shape from the checkpoint's config.json.

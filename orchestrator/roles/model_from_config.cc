@@ -1,5 +1,6 @@
 #include "orchestrator/roles/model_from_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -14,9 +15,11 @@ namespace rlrun::orchestrator {
 
 extern const std::string_view kBuiltinTokenizerJson;  // builtin_tokenizer.cc.in
 
-engine::ModelConfig model_config_from(const ModelSection& model) {
-  engine::ModelConfig m;
-  m.architecture = std::string(enum_name(model.architecture));
+Result<engine::ModelConfig> model_config_from(const ModelSection& model) {
+  // A checkpoint's model is what the engine's reader makes of it, all of it (head_dim, RoPE
+  // scaling, Gemma's layers...), not only the shape keys the config section holds.
+  if (!model.checkpoint.empty()) return engine::read_checkpoint_config(model.checkpoint);
+  engine::ModelConfig m = engine::architecture_config(std::string(enum_name(model.architecture)));
   m.hidden_size = model.hidden_size;
   m.num_layers = model.num_layers;
   m.num_heads = model.num_heads;
@@ -24,10 +27,12 @@ engine::ModelConfig model_config_from(const ModelSection& model) {
   m.intermediate_size = model.intermediate_size;
   m.vocab_size = model.vocab_size;
   m.rope_theta = model.rope_theta;
+  m.rope_local_theta = 0;  // a config-written gemma3 has global layers only
   m.rms_norm_eps = model.rms_norm_eps;
   m.tie_embeddings = model.tie_embeddings;
   m.qkv_bias = model.qkv_bias;
   m.max_position = model.max_position;
+  if (m.architecture == "gemma3") m.embedding_scale = std::sqrt(static_cast<double>(m.hidden_size));
   // bos/eos ids belong to the tokenizer; the engine fills them when it loads one.
   return m;
 }

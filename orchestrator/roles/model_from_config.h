@@ -2,7 +2,7 @@
 // tokenizer, a rollout worker's scheduler (whose KV pool `rlrun plan` predicts).
 //
 // Lives in the orchestrator because common (the config) must not depend on engine. With
-// model.checkpoint set, load_config() has already filled the shape from its config.json.
+// model.checkpoint set, load_config() has already filled the shape keys through the same reader.
 #pragma once
 
 #include "common/config/config.h"
@@ -12,7 +12,9 @@
 
 namespace rlrun::orchestrator {
 
-engine::ModelConfig model_config_from(const ModelSection& model);
+// The engine's model of the config: the checkpoint's (engine::read_checkpoint_config, the one
+// reader) when model.checkpoint is set, else the shape keys with the architecture's fixed math.
+Result<engine::ModelConfig> model_config_from(const ModelSection& model);
 
 // The run's tokenizer: model.tokenizer (load_config() defaults it to the checkpoint's
 // tokenizer.json, or to a .gguf checkpoint itself), else the built-in small tokenizer compiled into rlrun.

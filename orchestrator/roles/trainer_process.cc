@@ -53,7 +53,8 @@ Status build_rank(const Config& config, const TrainerProcessOptions& options, Tr
                                                            static_cast<int>(config.cpu_threads_per_worker)));
   engine::ModelOptions model_options;
   model_options.gradient_checkpointing = config.gradient_checkpointing;
-  RLRUN_ASSIGN_OR_RETURN(r.model, engine::Model::create(*r.backend, model_config_from(config.model), model_options));
+  RLRUN_ASSIGN_OR_RETURN(const engine::ModelConfig model_config, model_config_from(config.model));
+  RLRUN_ASSIGN_OR_RETURN(r.model, engine::Model::create(*r.backend, model_config, model_options));
   if (!config.model.checkpoint.empty()) {
     // load_config() took the model's shape from the checkpoint's config.json.
     RLRUN_RETURN_IF_ERROR(engine::load_weights(*r.model, config.model.checkpoint));
@@ -93,7 +94,7 @@ Status build_rank(const Config& config, const TrainerProcessOptions& options, Tr
   RLRUN_ASSIGN_OR_RETURN(r.trainer, trainer::Trainer::create(trainer_options, *r.adapter, r.dp.get(),
                                                              r.weights.get(), &r.memory));
   if (config.kl_coef > 0) {  // a frozen copy of the compute weights, scored without gradients
-    RLRUN_ASSIGN_OR_RETURN(r.reference, engine::Model::create(*r.backend, model_config_from(config.model), model_options));
+    RLRUN_ASSIGN_OR_RETURN(r.reference, engine::Model::create(*r.backend, model_config, model_options));
     r.reference->weights().release_grads();
     r.reference->weights().release_master();
     r.reference_adapter = std::make_unique<trainer::ModelAdapter>(*r.reference);

@@ -80,7 +80,8 @@ Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher
       reference_scoring_([this](int worker, const ScoreRequest& request) { return server_.send(workers_[worker].name, request); }),
       prompts_(task, format, config.enable_prompt_prefetch ? config.prompt_prefetch_buffer_size : 0) {
   last_tick_ = Clock::now();
-  weight_bytes_ = model_config_from(config.model).num_parameters() * static_cast<int64_t>(sizeof(float));
+  const Result<engine::ModelConfig> model = model_config_from(config.model);  // read by load_config() already
+  weight_bytes_ = model.ok() ? model->num_parameters() * static_cast<int64_t>(sizeof(float)) : 0;
 }
 
 WorkerSlot* Orchestrator::worker_by_name(const std::string& name) {

@@ -20,7 +20,9 @@ void Orchestrator::set_cluster_shape(int64_t nodes, int64_t slots_per_node) {
   const int64_t per_node = (profile_.rollout_workers + profile_.trainer_ranks + profile_.nodes - 1) / profile_.nodes;
   profile_.threads = config_.cpu_threads_per_worker > 0 ? config_.cpu_threads_per_worker
                                                         : std::max<int64_t>(1, profile_.slots_per_node / per_node);
-  profile_.parameters = model_config_from(config_.model).num_parameters();
+  // load_config() read the checkpoint already, so its model is known to read.
+  const Result<engine::ModelConfig> model = model_config_from(config_.model);
+  profile_.parameters = model.ok() ? model->num_parameters() : 0;
 }
 
 void Orchestrator::profile_step(int64_t step, const std::map<std::string, double>& rank0, double train_seconds) {

@@ -42,6 +42,20 @@ class TempDir {
   std::string path_;
 };
 
+// A stand-in for the engine's checkpoint reader (engine/io/model_io.h checkpoint_config_json,
+// tested with the real reader in tests/engine/io and tests/orchestrator): a folder's config.json
+// text as it is; a file is "not a model file". Registered for the lifetime of the object.
+class PassThroughCheckpointReader {
+ public:
+  PassThroughCheckpointReader() { set_checkpoint_reader(&read); }
+  ~PassThroughCheckpointReader() { set_checkpoint_reader(nullptr); }
+  static Result<std::string> read(const std::string& checkpoint) {
+    std::ifstream in(std::filesystem::path(checkpoint) / "config.json");
+    if (!in) return invalid_argument(checkpoint + ": not a model file");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+};
+
 // The error lines of a failed load (fails the test when the load succeeded).
 inline std::vector<std::string> error_lines(const Result<Config>& result) {
   std::vector<std::string> lines;

@@ -12,6 +12,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using rlrun::testing::error_lines;
 using rlrun::testing::load_text;
+using rlrun::testing::PassThroughCheckpointReader;
 using rlrun::testing::TempDir;
 
 TEST(ConfigRules, DefaultsPassEveryRule) {
@@ -177,6 +178,7 @@ constexpr char kHfConfig[] = R"({
 })";
 
 TEST(ConfigCheckpoint, ShapeComesFromConfigJson) {
+  PassThroughCheckpointReader reader;
   TempDir dir;
   dir.write("ckpt/config.json", kHfConfig);
   dir.write("ckpt/tokenizer.json", "{}");
@@ -197,6 +199,7 @@ TEST(ConfigCheckpoint, ShapeComesFromConfigJson) {
 }
 
 TEST(ConfigCheckpoint, ExplicitShapeKeysAreForbidden) {
+  PassThroughCheckpointReader reader;
   TempDir dir;
   dir.write("ckpt/config.json", kHfConfig);
   EXPECT_THAT(error_lines(load_text("model:\n  checkpoint: " + dir.path() + "/ckpt\n",
@@ -207,6 +210,7 @@ TEST(ConfigCheckpoint, ExplicitShapeKeysAreForbidden) {
 }
 
 TEST(ConfigCheckpoint, MissingFolderOrConfigJsonOrFieldIsReported) {
+  PassThroughCheckpointReader reader;
   EXPECT_THAT(error_lines(load_text("model:\n  checkpoint: /no/such/folder\n")),
               ElementsAre(HasSubstr("run.yaml:2: `model.checkpoint` = `/no/such/folder` is not an "
                                     "existing folder")));
@@ -228,6 +232,7 @@ TEST(ConfigCheckpoint, MissingFolderOrConfigJsonOrFieldIsReported) {
 }
 
 TEST(ConfigCheckpoint, Qwen2CheckpointHasQkvBias) {
+  PassThroughCheckpointReader reader;
   TempDir dir;
   std::string json = kHfConfig;
   json.replace(json.find("llama"), 5, "qwen2");
@@ -237,6 +242,37 @@ TEST(ConfigCheckpoint, Qwen2CheckpointHasQkvBias) {
   EXPECT_EQ(c->model.architecture, Architecture::kQwen2);
   EXPECT_TRUE(c->model.qkv_bias);
   EXPECT_THAT(c->model.tokenizer, IsEmpty());
+}
+
+// The reader's verdict is the config's: a refusal is an error of the load, naming the key.
+Result<std::string> refusing_reader(const std::string& checkpoint) {
+  return invalid_argument(checkpoint + "/config.json: `rope_scaling` = {\"rope_type\":\"longrope\"} is not supported");
+}
+
+TEST(ConfigCheckpoint, TheReadersRefusalIsTheLoadsError) {
+  TempDir dir;
+  dir.write("ckpt/config.json", kHfConfig);
+  EXPECT_THAT(error_lines(load_text("model:\n  checkpoint: " + dir.path() + "/ckpt\n")),
+              ElementsAre(HasSubstr("this program reads no checkpoints")));
+  set_checkpoint_reader(&refusing_reader);
+  EXPECT_THAT(error_lines(load_text("model:\n  checkpoint: " + dir.path() + "/ckpt\n")),
+              ElementsAre(HasSubstr("run.yaml:2: `model.checkpoint`: " + dir.path() +
+                                    "/ckpt/config.json: `rope_scaling` = {\"rope_type\":\"longrope\"} is not supported")));
+  set_checkpoint_reader(nullptr);
+}
+
+TEST(ConfigCheckpoint, Qwen3AndGemma3CheckpointsNameTheirArchitecture) {
+  PassThroughCheckpointReader reader;
+  TempDir dir;
+  for (auto [model_type, arch] : {std::pair{"qwen3", Architecture::kQwen3}, {"gemma3_text", Architecture::kGemma3}}) {
+    std::string json = kHfConfig;
+    json.replace(json.find("llama"), 5, model_type);
+    dir.write(std::string(model_type) + "/config.json", json);
+    Result<Config> c = load_text("model:\n  checkpoint: " + dir.path() + "/" + model_type + "\n");
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ(c->model.architecture, arch);
+    EXPECT_FALSE(c->model.qkv_bias);
+  }
 }
 
 }  // namespace

@@ -15,6 +15,7 @@ using ::testing::HasSubstr;
 using ::testing::SizeIs;
 using rlrun::testing::error_lines;
 using rlrun::testing::load_text;
+using rlrun::testing::PassThroughCheckpointReader;
 using rlrun::testing::TempDir;
 
 TEST(ConfigLoad, EmptyFileGivesDefaults) {
@@ -276,6 +277,7 @@ TEST(ConfigPaths, AMissingFileIsNamedWithWhereItWasLookedFor) {
 // The effective config (validate prints it, a run folder holds it) loads back to the same Config,
 // also with model.checkpoint, whose shape keys it may not repeat.
 TEST(EffectiveConfig, ReadsBackWithACheckpoint) {
+  PassThroughCheckpointReader reader;
   TempDir dir;
   dir.write("model/config.json",
             R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -296,8 +298,8 @@ TEST(EffectiveConfig, ReadsBackWithACheckpoint) {
   EXPECT_EQ(*effective_again, *effective);
 }
 
-// A model.checkpoint that is a file goes to the registered CheckpointFileReader (rlrun registers
-// the engine's .gguf reader), whose config.json text gives the shape; the file is the tokenizer.
+// A model.checkpoint that is a file goes to the registered CheckpointReader (rlrun registers
+// the engine's reader), whose config.json text gives the shape; the file is the tokenizer.
 Result<std::string> fake_gguf_reader(const std::string& path) {
   if (path.ends_with("broken.gguf")) return invalid_argument(str(path, ": not a GGUF file"));
   return std::string(R"({"model_type": "llama", "hidden_size": 96, "num_hidden_layers": 3,
@@ -309,10 +311,10 @@ TEST(CheckpointFile, ReadsTheShapeThroughTheRegisteredReader) {
   TempDir dir;
   const std::string gguf = dir.write("m.gguf", "bytes the fake reader ignores");
   const std::string config = dir.write("run.yaml", "model:\n  checkpoint: m.gguf\n");
-  set_checkpoint_file_reader(nullptr);
+  set_checkpoint_reader(nullptr);
   EXPECT_THAT(error_lines(load_config(config, {})),
-              ElementsAre(AllOf(HasSubstr("is a file; this program reads only HF folders"))));
-  set_checkpoint_file_reader(&fake_gguf_reader);
+              ElementsAre(AllOf(HasSubstr("this program reads no checkpoints"))));
+  set_checkpoint_reader(&fake_gguf_reader);
   Result<Config> c = load_config(config, {});
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->model.hidden_size, 96);
@@ -323,7 +325,7 @@ TEST(CheckpointFile, ReadsTheShapeThroughTheRegisteredReader) {
   const std::string broken = dir.write("broken.gguf", "");
   EXPECT_THAT(error_lines(load_config(config, {str("model.checkpoint=", broken)})),
               ElementsAre(HasSubstr("`model.checkpoint`: " + broken + ": not a GGUF file")));
-  set_checkpoint_file_reader(nullptr);
+  set_checkpoint_reader(nullptr);
 }
 
 }  // namespace

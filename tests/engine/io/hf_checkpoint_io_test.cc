@@ -100,10 +100,12 @@ TEST_F(HfCheckpointIo, MissingTensorIsNamed) {
 
 TEST_F(HfCheckpointIo, WrongShapeIsNamed) {
   std::vector<HostTensor> t = tensors_;
-  t[3].shape = {t[3].shape[1], t[3].shape[0]};  // k_proj (8, 16) stored transposed
+  size_t k = 0;
+  while (t[k].name != "model.layers.0.self_attn.k_proj.weight") ++k;
+  t[k].shape = {t[k].shape[1], t[k].shape[0]};  // k_proj (8, 16) stored transposed
   write_model(t);
   Status st = load_hf_checkpoint_tensors(dir_, config_).status();
-  EXPECT_THAT(st.message(), HasSubstr("`" + tensors_[3].name + "` has shape [16, 8], expected [8, 16]"));
+  EXPECT_THAT(st.message(), HasSubstr("`" + tensors_[k].name + "` has shape [16, 8], expected [8, 16]"));
   EXPECT_THAT(st.message(), HasSubstr("model.safetensors"));
 }
 

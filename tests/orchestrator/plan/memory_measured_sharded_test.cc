@@ -112,7 +112,7 @@ TEST(MemoryMeasuredSharded, F32DecoderOnTwoAndFourRanksMatchesThePlan) {
     ASSERT_TRUE(plan.ok()) << plan.status().message();
     const TrainerBudget& t = plan->trainer;
     EXPECT_EQ(t.master_weights, 0);  // f32 weights are the master
-    const engine::ModelConfig mc = model_config_from(c.model);
+    const engine::ModelConfig mc = *model_config_from(c.model);
     const int64_t tokens = c.seq_len * c.micro_batch_rows;
     const auto measured = measure(ranks, tokens, mc.vocab_size, [&](engine::Backend& backend) {
       auto r = std::make_unique<DecoderRank>();

@@ -56,7 +56,7 @@ TEST(MemoryMeasured, TrainerStepOfTheQuickstartModelMatchesThePlan) {
 
     auto backend = engine::create_backend("cpu", 1);
     ASSERT_TRUE(backend.ok());
-    auto model = engine::Model::create(**backend, model_config_from(c.model), engine::ModelOptions{ckpt});
+    auto model = engine::Model::create(**backend, *model_config_from(c.model), engine::ModelOptions{ckpt});
     ASSERT_TRUE(model.ok());
     (*model)->weights().init_random(1, 0.02f);
     // The AdamW moments m and v the trainer's optimizer keeps (f32, one per parameter each).
@@ -89,7 +89,7 @@ TEST(MemoryMeasured, KlReferenceWeightsMatchThePlan) {
   EXPECT_EQ(without->trainer.reference_weights, 0.0);
   auto backend = engine::create_backend("cpu", 1);
   ASSERT_TRUE(backend.ok());
-  auto reference = engine::Model::create(**backend, model_config_from(c.model));
+  auto reference = engine::Model::create(**backend, *model_config_from(c.model));
   ASSERT_TRUE(reference.ok());
   (*reference)->weights().release_grads();
   (*reference)->weights().release_master();
@@ -109,7 +109,7 @@ TEST(MemoryMeasured, RolloutWeightsAndKvPoolMatchThePlan) {
 
     auto backend = engine::create_backend("cpu", 1);
     ASSERT_TRUE(backend.ok());
-    auto model = engine::Model::create(**backend, model_config_from(c.model));
+    auto model = engine::Model::create(**backend, *model_config_from(c.model));
     ASSERT_TRUE(model.ok());
     (*model)->weights().release_grads();  // a rollout worker needs no gradients
     const double weights = static_cast<double>((*backend)->bytes_in_use());

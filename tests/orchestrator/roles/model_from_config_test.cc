@@ -20,7 +20,7 @@ TEST(ModelFromConfig, CopiesEveryShapeField) {
   s.tie_embeddings = true;
   s.qkv_bias = true;
   s.max_position = 777;
-  const engine::ModelConfig m = model_config_from(s);
+  const engine::ModelConfig m = *model_config_from(s);
   EXPECT_EQ(m.architecture, "qwen2");
   EXPECT_EQ(m.hidden_size, 96);
   EXPECT_EQ(m.num_layers, 3);
@@ -38,7 +38,7 @@ TEST(ModelFromConfig, CopiesEveryShapeField) {
 
 TEST(ModelFromConfig, DefaultsAgreeWithTheEngine) {
   // Both describe the same default decoder; a drift would make `model:` defaults surprising.
-  const engine::ModelConfig from_config = model_config_from(ModelSection{});
+  const engine::ModelConfig from_config = *model_config_from(ModelSection{});
   const engine::ModelConfig engine_default;
   EXPECT_EQ(from_config.architecture, engine_default.architecture);
   EXPECT_EQ(from_config.num_parameters(), engine_default.num_parameters());
@@ -48,7 +48,7 @@ TEST(ModelFromConfig, DefaultsAgreeWithTheEngine) {
 TEST(ModelFromConfig, QuickstartModelIsOneToThreeMillionParameters) {
   Result<Config> c = load_config(std::string(RLRUN_SOURCE_DIR) + "/configs/quickstart.yaml", {});
   ASSERT_TRUE(c.ok()) << c.status().message();
-  const int64_t n = model_config_from(c->model).num_parameters();
+  const int64_t n = model_config_from(c->model)->num_parameters();
   EXPECT_GE(n, 1'000'000);
   EXPECT_LE(n, 3'000'000);
 }
