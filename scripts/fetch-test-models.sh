@@ -116,15 +116,16 @@ gguf_tokenizer_reference() {
   echo "$want" > "$out/.fetched"
 }
 
-# gguf_model_reference FILE VENV: gguf-golden/NAME.model/, the config, parameters (checksums) and
-# greedy ids of the model transformers loads from $MODELS/NAME.gguf, for the prompts of
-# NAME.tokenizer/chat.jsonl (scripts/gguf_reference.py; redone when the script changes)
+# gguf_model_reference FILE VENV PROMPTS: gguf-golden/NAME.model/, the config, parameters
+# (checksums) and greedy ids of the model transformers loads from $MODELS/NAME.gguf, for the
+# prompts of NAME.tokenizer/PROMPTS (chat.jsonl or prompts.jsonl; scripts/gguf_reference.py;
+# redone when the script changes)
 gguf_model_reference() {
   local out="$MODELS/gguf-golden/${1%.gguf}.model" want
   want=$(cat scripts/gguf_reference.py scripts/gguf_golden.py | sha256sum | cut -c1-16)
   if [ -f "$out/.fetched" ] && [ "$(cat "$out/.fetched")" = "$want" ]; then return; fi
   echo "fetch-test-models: transformers' model of $1 (a few minutes)" >&2
-  "$2/bin/python" scripts/gguf_reference.py model "$MODELS/$1" "$MODELS/gguf-golden/${1%.gguf}.tokenizer/chat.jsonl" "$out"
+  "$2/bin/python" scripts/gguf_reference.py model "$MODELS/$1" "$MODELS/gguf-golden/${1%.gguf}.tokenizer/$3" "$out"
   echo "$want" > "$out/.fetched"
 }
 
@@ -169,8 +170,10 @@ fi
 gguf_tokenizer_reference qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf
 gguf_tokenizer_reference gemma-3-270m.Q4_K_M.gguf
 if [ "${RLRUN_FETCH_TOKENIZER_ONLY:-0}" != 1 ]; then
-  # transformers 4.46.3 (build/pyref) dequantizes through the `gguf` package and runs Qwen2
-  gguf_model_reference qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf "$VENV"
+  # transformers 4.46.3 (build/pyref) dequantizes through the `gguf` package and runs Qwen2;
+  # Gemma 3 needs transformers 5 (which loads this file through the `gguf` package too)
+  gguf_model_reference qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf "$VENV" chat.jsonl
+  gguf_model_reference gemma-3-270m.Q4_K_M.gguf "$VENV5" prompts.jsonl
   for arch in llama qwen3 gemma3; do gguf_tiny "$arch"; done
 fi
 sp_tokenizers

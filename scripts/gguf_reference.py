@@ -9,12 +9,15 @@
                                {"messages", "text": the rendered prompt, "ids": its token ids}, as
                                apply_chat_template(..., add_generation_prompt=True) gives them
       OUT_DIR/special.json     bos/eos/unk/pad tokens and add_bos_token as transformers reads them
+      OUT_DIR/prompts.jsonl    plain prompts as a base model gets them: {"text", "ids":
+                               encode(text), BOS added when the tokenizer adds one}
 
-  python gguf_reference.py model MODEL.gguf CHAT_JSONL OUT_DIR [NEW_TOKENS]
+  python gguf_reference.py model MODEL.gguf PROMPTS_JSONL OUT_DIR [NEW_TOKENS]
       OUT_DIR/config.json      the config transformers reads from the file
       OUT_DIR/weights.json     every parameter of the model transformers loads from the file (fp32):
                                {name: {"shape", "first_bits", "checksum"}} (gguf_golden.py's checksum)
-      OUT_DIR/greedy.jsonl     for each prompt of CHAT_JSONL (a `tokenizer` chat.jsonl; its ids):
+      OUT_DIR/greedy.jsonl     for each prompt of PROMPTS_JSONL (a `tokenizer` chat.jsonl or
+                               prompts.jsonl; its ids):
                                {"prompt_ids", "ids": NEW_TOKENS (default 16) greedy tokens,
                                "logprobs": each one's log-probability, "margins": its logit's lead
                                over the runner-up} from the model's fp32 forward pass
@@ -56,6 +59,8 @@ GGUF_TEXTS = [
     "Привет, мир! Γειά σου κόσμε. שלום עולם. مرحبا بالعالم. नमस्ते दुनिया.", "😀😃😄😁 🇫🇷 🏳️‍🌈 ❤️",
     "\u0000\u0001\u001f control chars \u007f", "trailing spaces   ", "   leading spaces", "▁already▁metaspace",
 ]
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"]
 
 CONVERSATIONS = [
     [{"role": "user", "content": "What is 2+2?"}],
@@ -100,6 +105,9 @@ def write_tokenizer(path, out):
                 text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
                 ids = ids_of(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
                 f.write(json.dumps({"messages": messages, "text": text, "ids": ids}, ensure_ascii=False) + "\n")
+    with open(os.path.join(tmp, "prompts.jsonl"), "w", encoding="utf-8") as f:
+        for text in PROMPTS:
+            f.write(json.dumps({"text": text, "ids": tok.encode(text)}, ensure_ascii=False) + "\n")
     special = {name: getattr(tok, name) for name in ("bos_token", "eos_token", "unk_token", "pad_token")}
     special.update({f"{name}_id": getattr(tok, f"{name}_id") for name in ("bos_token", "eos_token", "unk_token", "pad_token")})
     special["add_bos_token"] = bool(getattr(tok, "add_bos_token", False))
@@ -109,7 +117,7 @@ def write_tokenizer(path, out):
     os.rename(tmp, out)
 
 
-def write_model(path, chat_jsonl, out, new_tokens):
+def write_model(path, prompts_jsonl, out, new_tokens):
     import numpy as np
     import torch
     from transformers import AutoModelForCausalLM
@@ -133,7 +141,7 @@ def write_model(path, chat_jsonl, out, new_tokens):
                          "checksum": str(checksum(w))}
     with open(os.path.join(tmp, "weights.json"), "w") as f:
         json.dump(weights, f)
-    with open(chat_jsonl, encoding="utf-8") as f, open(os.path.join(tmp, "greedy.jsonl"), "w") as g:
+    with open(prompts_jsonl, encoding="utf-8") as f, open(os.path.join(tmp, "greedy.jsonl"), "w") as g:
         for line in f:
             prompt = json.loads(line)["ids"]
             ids, logprobs, margins = list(prompt), [], []

@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <cstdio>
 #include <filesystem>
@@ -85,30 +86,59 @@ void expect_bit_identical(const fs::path& gguf) {
 TEST(GgufDownloads, QwenDequantizesBitIdenticallyToTheGgufPackage) { expect_bit_identical(kQwen); }
 TEST(GgufDownloads, GemmaDequantizesBitIdenticallyToTheGgufPackage) { expect_bit_identical(kGemma); }
 
+// The config of a checkpoint against the one transformers reads from the same file (to_dict()).
+void expect_config_equals_transformers(const ModelConfig& c, const nlohmann::json& hf) {
+  EXPECT_EQ(c.hidden_size, hf["hidden_size"]);
+  EXPECT_EQ(c.num_layers, hf["num_hidden_layers"]);
+  EXPECT_EQ(c.num_heads, hf["num_attention_heads"]);
+  EXPECT_EQ(c.num_kv_heads, hf["num_key_value_heads"]);
+  if (hf.contains("head_dim")) EXPECT_EQ(c.head_dim(), hf["head_dim"]);
+  EXPECT_EQ(c.intermediate_size, hf["intermediate_size"]);
+  EXPECT_EQ(c.vocab_size, hf["vocab_size"]);
+  EXPECT_EQ(c.max_position, hf["max_position_embeddings"]);
+  EXPECT_EQ(c.rms_norm_eps, hf["rms_norm_eps"].get<double>());
+  EXPECT_EQ(c.tie_embeddings, hf["tie_word_embeddings"].get<bool>());
+  EXPECT_EQ(c.bos_token_id, hf["bos_token_id"]);
+  EXPECT_EQ(c.eos_token_id, hf["eos_token_id"]);
+}
+
 TEST(GgufDownloads, QwenLoadsAsTransformersLoadsIt) {
   REQUIRE_MODEL_FILE(kQwen);
   REQUIRE_MODEL_FILE(model_reference_of(kQwen));
   const HfCheckpoint checkpoint = load_timed(kQwen);
   std::ifstream in(model_reference_of(kQwen) / "config.json");
-  const nlohmann::json hf = nlohmann::json::parse(in);
+  const nlohmann::json hf = nlohmann::json::parse(in);  // transformers 4.46.3
   const ModelConfig& c = checkpoint.config;
   EXPECT_EQ(c.architecture, "qwen2");
-  EXPECT_EQ(c.hidden_size, hf["hidden_size"]);
-  EXPECT_EQ(c.num_layers, hf["num_hidden_layers"]);
-  EXPECT_EQ(c.num_heads, hf["num_attention_heads"]);
-  EXPECT_EQ(c.num_kv_heads, hf["num_key_value_heads"]);
-  EXPECT_EQ(c.intermediate_size, hf["intermediate_size"]);
-  EXPECT_EQ(c.vocab_size, hf["vocab_size"]);
-  EXPECT_EQ(c.max_position, hf["max_position_embeddings"]);
+  expect_config_equals_transformers(c, hf);
   EXPECT_EQ(c.rope_theta, hf["rope_theta"].get<double>());
-  EXPECT_EQ(c.rms_norm_eps, hf["rms_norm_eps"].get<double>());
-  EXPECT_EQ(c.tie_embeddings, hf["tie_word_embeddings"].get<bool>());
   EXPECT_TRUE(c.qkv_bias);
   EXPECT_EQ(c.rope_scaling.type, "default");
   EXPECT_TRUE(hf["rope_scaling"].is_null());
-  EXPECT_EQ(c.bos_token_id, hf["bos_token_id"]);
-  EXPECT_EQ(c.eos_token_id, hf["eos_token_id"]);
   expect_weights_equal_transformers(checkpoint, model_reference_of(kQwen) / "weights.json");
+}
+
+TEST(GgufDownloads, GemmaLoadsAsTransformersLoadsIt) {
+  REQUIRE_MODEL_FILE(kGemma);
+  REQUIRE_MODEL_FILE(model_reference_of(kGemma));
+  const HfCheckpoint checkpoint = load_timed(kGemma);
+  std::ifstream in(model_reference_of(kGemma) / "config.json");
+  const nlohmann::json hf = nlohmann::json::parse(in);  // transformers 5
+  const ModelConfig& c = checkpoint.config;
+  EXPECT_EQ(c.architecture, "gemma3");
+  expect_config_equals_transformers(c, hf);
+  EXPECT_EQ(c.rope_theta, hf["rope_parameters"]["full_attention"]["rope_theta"].get<double>());
+  EXPECT_EQ(c.rope_local_theta, hf["rope_parameters"]["sliding_attention"]["rope_theta"].get<double>());
+  EXPECT_EQ(c.rope_scaling.type, hf["rope_parameters"]["full_attention"]["rope_type"]);
+  EXPECT_EQ(c.layer_types, hf["layer_types"].get<std::vector<std::string>>());
+  EXPECT_EQ(c.sliding_window, hf["sliding_window"]);
+  EXPECT_EQ(c.query_pre_attn_scalar, hf["query_pre_attn_scalar"].get<double>());
+  EXPECT_EQ(c.hidden_act, hf["hidden_activation"]);
+  EXPECT_TRUE(hf["final_logit_softcapping"].is_null() && hf["attn_logit_softcapping"].is_null());
+  EXPECT_TRUE(c.qk_norm && c.sandwich_norms);
+  EXPECT_EQ(c.norm_weight_offset, 1.0);
+  EXPECT_EQ(c.embedding_scale, std::sqrt(640.0));
+  expect_weights_equal_transformers(checkpoint, model_reference_of(kGemma) / "weights.json");
 }
 
 TEST(GgufDownloads, QwenTokenizerEncodesAsTransformersBuildsIt) {
