@@ -23,6 +23,7 @@
 // there is no output.weight. Untrusted input: every value is checked before it sizes anything.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,8 +40,13 @@ bool is_gguf_path(const std::string& path);
 
 Result<ModelConfig> gguf_model_config(const GgufFile& file);
 
-// Every tensor of hf_tensor_specs(config), in that order, dequantized to fp32 and in HF's layout.
-// Errors name the file and tensor: missing, unexpected, of the wrong shape, or not finite.
+// Every tensor of hf_tensor_specs(config), dequantized to fp32 and in HF's layout, handed to `take`
+// one at a time in file order: only one tensor's fp32 values are alive at a time (a model loads
+// without a second copy of its weights). Errors name the file and tensor: missing, unexpected,
+// given twice, of the wrong shape, or not finite; an error from `take` stops the walk.
+Status for_each_gguf_tensor(const GgufFile& file, const ModelConfig& config,
+                            const std::function<Status(HostTensor&&)>& take);
+// The same, collected in hf_tensor_specs(config) order.
 Result<std::vector<HostTensor>> gguf_model_tensors(const GgufFile& file, const ModelConfig& config);
 
 // GgufFile::open, gguf_model_config, gguf_model_tensors.

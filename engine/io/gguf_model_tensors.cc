@@ -65,11 +65,12 @@ bool is_config_tensor(const std::string& name) { return name == "rope_freqs.weig
 
 }  // namespace
 
-Result<std::vector<HostTensor>> gguf_model_tensors(const GgufFile& file, const ModelConfig& config) {
+Status for_each_gguf_tensor(const GgufFile& file, const ModelConfig& config,
+                            const std::function<Status(HostTensor&&)>& take) {
   const std::vector<TensorSpec> specs = hf_tensor_specs(config);
   std::map<std::string, size_t> position;  // HF name -> index in specs
   for (size_t i = 0; i < specs.size(); ++i) position[specs[i].name] = i;
-  std::vector<HostTensor> out(specs.size());
+  std::vector<bool> seen(specs.size());
   for (const GgufTensor& t : file.tensors()) {
     if (is_config_tensor(t.name)) continue;
     const std::string name = hf_name(t.name, config.architecture);
@@ -83,11 +84,11 @@ Result<std::vector<HostTensor>> gguf_model_tensors(const GgufFile& file, const M
       return invalid_argument(str(file.source(), ": tensor `", t.name, "` has shape ", shape_string(t.shape()),
                                   "; the config gives ", spec.name, " the shape ", shape_string(spec.shape)));
     }
-    HostTensor& h = out[it->second];
-    if (!h.name.empty()) return invalid_argument(str(file.source(), ": two tensors map to ", spec.name));
+    if (seen[it->second]) return invalid_argument(str(file.source(), ": two tensors map to ", spec.name));
+    seen[it->second] = true;
     Result<std::vector<float>> values = dequantize_f32(t);
     if (!values.ok()) return values.status().with_context(file.source());
-    h = {spec.name, spec.shape, std::move(*values)};
+    HostTensor h{spec.name, spec.shape, std::move(*values)};
     // llama.cpp permutes Q/K for its llama architecture only (qwen2, qwen3 and gemma3 keep HF's order).
     const bool q = t.name.find(".attn_q.") != std::string::npos, k = t.name.find(".attn_k.") != std::string::npos;
     if (config.architecture == "llama" && (q || k)) {
@@ -99,10 +100,23 @@ Result<std::vector<HostTensor>> gguf_model_tensors(const GgufFile& file, const M
     if (config.architecture == "gemma3" && t.name.ends_with("norm.weight")) {
       for (float& v : h.data) v = v - 1.0f;
     }
+    RLRUN_RETURN_IF_ERROR(take(std::move(h)));
   }
   for (size_t i = 0; i < specs.size(); ++i) {
-    if (out[i].name.empty()) return not_found(str(file.source(), ": no tensor for ", specs[i].name));
+    if (!seen[i]) return not_found(str(file.source(), ": no tensor for ", specs[i].name));
   }
+  return {};
+}
+
+Result<std::vector<HostTensor>> gguf_model_tensors(const GgufFile& file, const ModelConfig& config) {
+  const std::vector<TensorSpec> specs = hf_tensor_specs(config);
+  std::map<std::string, size_t> position;
+  for (size_t i = 0; i < specs.size(); ++i) position[specs[i].name] = i;
+  std::vector<HostTensor> out(specs.size());
+  RLRUN_RETURN_IF_ERROR(for_each_gguf_tensor(file, config, [&](HostTensor&& t) {
+    out[position.at(t.name)] = std::move(t);
+    return Status();
+  }));
   return out;
 }
 
