@@ -260,9 +260,8 @@ Result<Json> gemma_bpe(const Metadata& m) {
   };
 }
 
-}  // namespace
-
-Result<std::string> gguf_tokenizer_json(const GgufFile& file) {
+// The tokenizer.json document of the file's tokenizer.
+Result<Json> tokenizer_document(const GgufFile& file) {
   RLRUN_ASSIGN_OR_RETURN(const Metadata m, read_metadata(file));
   Json j;
   if (m.model == "gpt2") {
@@ -281,13 +280,20 @@ Result<std::string> gguf_tokenizer_json(const GgufFile& file) {
   j["version"] = "1.0";
   j["truncation"] = nullptr;
   j["padding"] = nullptr;
+  return j;
+}
+
+}  // namespace
+
+Result<std::string> gguf_tokenizer_json(const GgufFile& file) {
+  RLRUN_ASSIGN_OR_RETURN(const Json j, tokenizer_document(file));
   return j.dump();  // every string was checked to be UTF-8
 }
 
 Result<Tokenizer> load_gguf_tokenizer(const std::string& path) {
   RLRUN_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
-  RLRUN_ASSIGN_OR_RETURN(const std::string json, gguf_tokenizer_json(file));
-  return Tokenizer::from_json(json, path);
+  RLRUN_ASSIGN_OR_RETURN(const Json j, tokenizer_document(file));
+  return Tokenizer::from_json_value(j, path);
 }
 
 Result<std::string> gguf_tokenizer_config_json(const GgufFile& file, const ModelConfig& config) {
