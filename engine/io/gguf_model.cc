@@ -304,6 +304,27 @@ Result<ModelConfig> gguf_model_config(const GgufFile& file) {
   return c;
 }
 
+std::string gguf_weight_types(const GgufFile& file) {
+  // llama.cpp's LlamaFileType names (general.file_type), without MOSTLY_
+  static const std::map<int64_t, const char*> kFileTypes = {
+      {0, "F32"},     {1, "F16"},     {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},    {8, "Q5_0"},
+      {9, "Q5_1"},    {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"}, {13, "Q3_K_L"}, {14, "Q4_K_S"},
+      {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"}, {18, "Q6_K"},   {21, "Q2_K_S"}, {32, "BF16"}};
+  std::map<std::string, int> counts;
+  for (const GgufTensor& t : file.tensors()) ++counts[ggml_type_name(static_cast<uint32_t>(t.type))];
+  std::vector<std::pair<int, std::string>> by_count;
+  for (const auto& [type, n] : counts) by_count.emplace_back(-n, type);
+  std::sort(by_count.begin(), by_count.end());
+  std::string types;
+  for (const auto& [n, type] : by_count) types += str(types.empty() ? "" : ", ", -n, " ", type);
+  std::string name = "GGUF";
+  if (Result<int64_t> ft = file.get_int("general.file_type"); ft.ok()) {
+    auto it = kFileTypes.find(*ft);
+    name = it != kFileTypes.end() ? it->second : str("file type ", *ft);
+  }
+  return str(name, " (", types, "), dequantized to fp32 on load");
+}
+
 Result<HfCheckpoint> load_gguf_checkpoint(const std::string& path) {
   RLRUN_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
   HfCheckpoint checkpoint;

@@ -116,6 +116,9 @@ TEST(GgufDownloads, QwenLoadsAsTransformersLoadsIt) {
   EXPECT_EQ(c.rope_scaling.type, "default");
   EXPECT_TRUE(hf["rope_scaling"].is_null());
   expect_weights_equal_transformers(checkpoint, model_reference_of(kQwen) / "weights.json");
+  Result<GgufFile> file = GgufFile::open(kQwen.string());
+  ASSERT_TRUE(file.ok());
+  EXPECT_EQ(gguf_weight_types(*file), "Q4_K_M (133 Q5_0, 121 F32, 13 Q8_0, 12 Q4_K, 12 Q6_K), dequantized to fp32 on load");
 }
 
 TEST(GgufDownloads, GemmaLoadsAsTransformersLoadsIt) {
