@@ -2,6 +2,7 @@
 #include "engine/backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <charconv>
 
 #include "common/check.h"
@@ -250,22 +251,40 @@ void Backend::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Te
 
 namespace {
 
-void check_rope(const OpCheck& c, DType compute, const Tensor& x, const Tensor& positions) {
+void check_rope(const OpCheck& c, DType compute, const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
   c.dtype("x", x, compute);
   if (x.rank() != 3 || x.dim(2) % 2 != 0) c.fail("x must be (N, H, D) with even D, got " + x.str());
   c.tensor("positions", positions, Shape{x.dim(0)}, DType::kI32);
+  c.tensor("inv_freq", inv_freq, Shape{x.dim(2) / 2}, DType::kF32);
+}
+
+// 1 / theta^(2i/D) in f32, as HF computes it.
+Tensor default_inv_freq(Backend& b, float theta, int64_t d) {
+  std::vector<float> f(static_cast<size_t>(d / 2));
+  for (int64_t i = 0; i < d / 2; ++i) f[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(d));
+  return from_host(b, Shape{d / 2}, f);
 }
 
 }  // namespace
 
+void Backend::rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale) {
+  check_rope(OpCheck(*this, "rope_forward"), compute_dtype(), x, positions, inv_freq);
+  rope_forward_impl(x, positions, inv_freq, scale);
+}
+
+void Backend::rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale) {
+  check_rope(OpCheck(*this, "rope_backward"), compute_dtype(), dx, positions, inv_freq);
+  rope_backward_impl(dx, positions, inv_freq, scale);
+}
+
 void Backend::rope_forward(const Tensor& x, const Tensor& positions, float theta) {
-  check_rope(OpCheck(*this, "rope_forward"), compute_dtype(), x, positions);
-  rope_forward_impl(x, positions, theta);
+  if (x.rank() != 3) check_rope(OpCheck(*this, "rope_forward"), compute_dtype(), x, positions, Tensor());
+  rope_forward(x, positions, default_inv_freq(*this, theta, x.dim(2)));
 }
 
 void Backend::rope_backward(const Tensor& dx, const Tensor& positions, float theta) {
-  check_rope(OpCheck(*this, "rope_backward"), compute_dtype(), dx, positions);
-  rope_backward_impl(dx, positions, theta);
+  if (dx.rank() != 3) check_rope(OpCheck(*this, "rope_backward"), compute_dtype(), dx, positions, Tensor());
+  rope_backward(dx, positions, default_inv_freq(*this, theta, dx.dim(2)));
 }
 
 // ---- attention ----------------------------------------------------------------------------------

@@ -139,12 +139,16 @@ class Backend {
                         const Tensor& weight, const Tensor& rstd);
 
   // ---- rotary position embedding (HF Llama "rotate_half": pairs (i, i + D/2), not interleaved) ----
-  // x (N, H, D) rotated IN PLACE: for i < D/2, angle = positions[n] * theta^(-2i/D),
-  //   x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin   with x1 = x[..., i], x2 = x[..., i + D/2].
-  // positions (N, i32) restart at 0 for each packed sequence. D must be even. Angles are computed
-  // in fp32 like HF (inv_freq rounded to f32, angle = f32(position) * inv_freq in f32).
+  // x (N, H, D) rotated IN PLACE and scaled: for i < D/2, angle = positions[n] * inv_freq[i],
+  //   x1' = s (x1 cos - x2 sin),  x2' = s (x2 cos + x1 sin)   with x1 = x[..., i], x2 = x[..., i + D/2]
+  // and s = `scale` (YaRN's attention factor; 1 otherwise). inv_freq (D/2, f32) holds the RoPE
+  // variant (model/rope.h computes it as HF does); positions (N, i32) restart at 0 for each packed
+  // sequence. D must be even. Angles in fp32 like HF: angle = f32(position) * inv_freq in f32.
+  void rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale = 1.0f);
+  // dx (N, H, D) IN PLACE: the transpose, s times the rotation by -angle.
+  void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale = 1.0f);
+  // Plain RoPE of base `theta` (inv_freq[i] = 1 / theta^(2i/D) in f32, uploaded per call: tests).
   void rope_forward(const Tensor& x, const Tensor& positions, float theta);
-  // dx (N, H, D) IN PLACE: the inverse rotation (rotation by -angle), which is the transpose.
   void rope_backward(const Tensor& dx, const Tensor& positions, float theta);
 
   // ---- grouped-query causal attention over packed sequences --------------------------------------
@@ -229,8 +233,8 @@ class Backend {
                                     float eps) = 0;
   virtual void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
                                      const Tensor& weight, const Tensor& rstd) = 0;
-  virtual void rope_forward_impl(const Tensor& x, const Tensor& positions, float theta) = 0;
-  virtual void rope_backward_impl(const Tensor& dx, const Tensor& positions, float theta) = 0;
+  virtual void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale) = 0;
+  virtual void rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale) = 0;
   virtual void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                                       const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen) = 0;
   virtual void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,

@@ -112,11 +112,10 @@ void CpuBackend::rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, 
 namespace {
 
 // Rotates x (N, H, D) in place by +angle (sign 1) or -angle (sign -1), HF rotate_half layout.
-void rope_apply(int num_threads, const Tensor& x, const Tensor& positions, float theta, float sign) {
+void rope_apply(int num_threads, const Tensor& x, const Tensor& positions, const Tensor& freqs, float scale,
+                float sign) {
   const int64_t n = x.dim(0), heads = x.dim(1), d = x.dim(2), half = d / 2;
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i)  // f32 like HF: 1 / theta ** (arange(0, D, 2).float() / D)
-    inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(d));
+  const float* inv_freq = freqs.f32();
   const int32_t* pos = positions.i32();
   float* xx = x.f32();
 #pragma omp parallel num_threads(num_threads)
@@ -126,9 +125,9 @@ void rope_apply(int num_threads, const Tensor& x, const Tensor& positions, float
     for (int64_t t = 0; t < n; ++t) {
       const float p = static_cast<float>(pos[t]);
       for (int64_t i = 0; i < half; ++i) {
-        const float angle = p * inv_freq[i];
-        cs[i] = std::cos(angle);
-        sn[i] = sign * std::sin(angle);
+        const float angle = p * inv_freq[i];  // f32 like HF; cos and sin then scaled in f32 (YaRN)
+        cs[i] = std::cos(angle) * scale;
+        sn[i] = sign * (std::sin(angle) * scale);
       }
       for (int64_t hd = 0; hd < heads; ++hd) {
         float* x1 = xx + (t * heads + hd) * d;
@@ -146,12 +145,12 @@ void rope_apply(int num_threads, const Tensor& x, const Tensor& positions, float
 
 }  // namespace
 
-void CpuBackend::rope_forward_impl(const Tensor& x, const Tensor& positions, float theta) {
-  rope_apply(threads_for(x.numel()), x, positions, theta, 1.0f);
+void CpuBackend::rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale) {
+  rope_apply(threads_for(x.numel()), x, positions, inv_freq, scale, 1.0f);
 }
 
-void CpuBackend::rope_backward_impl(const Tensor& dx, const Tensor& positions, float theta) {
-  rope_apply(threads_for(dx.numel()), dx, positions, theta, -1.0f);
+void CpuBackend::rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale) {
+  rope_apply(threads_for(dx.numel()), dx, positions, inv_freq, scale, -1.0f);
 }
 
 // ---- SwiGLU -------------------------------------------------------------------------------------------

@@ -86,8 +86,8 @@ class CudaBackend final : public Backend {
   void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
                              const Tensor& weight, const Tensor& rstd) override;
 
-  void rope_forward_impl(const Tensor& x, const Tensor& positions, float theta) override;
-  void rope_backward_impl(const Tensor& dx, const Tensor& positions, float theta) override;
+  void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale) override;
+  void rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale) override;
 
   void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& cu_seqlens, int64_t max_seqlen) override;

@@ -53,14 +53,16 @@ void CudaBackend::rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight,
 
 // ---- rotary embedding ---------------------------------------------------------------------------------
 
-void CudaBackend::rope_forward_impl(const Tensor& x, const Tensor& positions, float theta) {
+void CudaBackend::rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale) {
   make_current();
-  cuda::rope(bf(x), i32(positions), x.dim(0), x.dim(1), x.dim(2), theta, 1.0f, stream_);
+  cuda::rope(bf(x), i32(positions), f32(inv_freq), x.dim(0), x.dim(1), x.dim(2), scale,
+             1.0f, stream_);
 }
 
-void CudaBackend::rope_backward_impl(const Tensor& dx, const Tensor& positions, float theta) {
+void CudaBackend::rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale) {
   make_current();
-  cuda::rope(bf(dx), i32(positions), dx.dim(0), dx.dim(1), dx.dim(2), theta, -1.0f, stream_);
+  cuda::rope(bf(dx), i32(positions), f32(inv_freq), dx.dim(0), dx.dim(1), dx.dim(2),
+             scale, -1.0f, stream_);
 }
 
 // ---- attention -------------------------------------------------------------------------------------------

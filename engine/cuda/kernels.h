@@ -52,7 +52,9 @@ void rmsnorm_backward(bf16* dx, float* dweight, const bf16* dout, const bf16* x,
                       const float* rstd, int64_t n, int64_t h, cudaStream_t stream);
 
 // ---- rope.cu: x (n, heads, d) rotated in place by sign * angle (sign +1 forward, -1 backward) ----
-void rope(bf16* x, const int32_t* positions, int64_t n, int64_t heads, int64_t d, float theta, float sign,
+// inv_freq (d/2, f32) on the device; cos and sin are multiplied by `scale` (YaRN).
+void rope(bf16* x, const int32_t* positions, const float* inv_freq, int64_t n, int64_t heads, int64_t d, float scale,
+          float sign,
           cudaStream_t stream);
 
 // ---- swiglu.cu (n elements) ------------------------------------------------------------------------

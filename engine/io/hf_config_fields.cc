@@ -19,7 +19,7 @@ constexpr HfConfigField kFields[] = {
     {"num_hidden_layers", U::kRead, "decoder layers"},
     {"num_attention_heads", U::kRead, "query heads"},
     {"num_key_value_heads", U::kRead, "key/value heads (grouped-query attention); default num_attention_heads"},
-    {"head_dim", U::kRead, "dimensions per head; default hidden_size / num_attention_heads"},
+    {"head_dim", U::kRead, "dimensions per head; default hidden_size / num_attention_heads (qwen3: 128, gemma3: 256)"},
     {"intermediate_size", U::kRead, "width of the gated MLP"},
     {"vocab_size", U::kRead, "rows of the embedding table"},
     {"max_position_embeddings", U::kRead, "longest position; rlrun's max_model_len must not exceed it"},

@@ -107,6 +107,10 @@ ModelConfig architecture_config(const std::string& architecture);
 // counts that divide, an even head_dim, a known architecture, activation, RoPE type and layer
 // types. Errors name the member.
 Status validate_model_config(const ModelConfig& config);
+// One line for a user: architecture, parameter count, context length, RoPE variant, head_dim,
+// sliding layers and the dtype config.json names, e.g. "qwen3, 596.0M parameters, context 40960,
+// RoPE default (theta 1e+06), head_dim 128, stored as bfloat16".
+std::string describe_model(const ModelConfig& config);
 // What the engine reads but does not compute yet (Model::create and read_checkpoint_config refuse it).
 Status check_implemented(const ModelConfig& config);
 

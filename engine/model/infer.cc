@@ -26,6 +26,13 @@ Status validate_cached_batch(const ModelConfig& c, const KvCache& cache, std::sp
     if (!cache.has_sequence(seqs[s])) return invalid_argument(str("forward_cached: sequence ", seqs[s], " is not in the kv cache"));
     if (!seen.insert(seqs[s]).second) return invalid_argument(str("forward_cached: sequence ", seqs[s], " appears twice"));
   }
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int64_t end = cache.length(seqs[s]) + cu_new[s + 1] - cu_new[s];
+    if (c.rope_scaling.type == "dynamic" && end > c.max_position)
+      return invalid_argument(str("forward_cached: sequence ", seqs[s], " would reach position ", end - 1,
+                                  ", past max_position_embeddings ", c.max_position,
+                                  ", where dynamic RoPE would rescale (not implemented)"));
+  }
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
       return invalid_argument(str("forward_cached: token ", i, " has id ", tokens[i], " outside the vocabulary [0, ",
@@ -79,7 +86,7 @@ Result<Tensor> Model::forward_cached(KvCache& cache, std::span<const SeqId> seqs
   b.embedding_forward(x, weights_.embed_tokens(), ids);
   LayerActs a = alloc_layer_acts(b, c, n, /*save_stats=*/false);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    layer_qkv_forward(b, c, weights_.layer(l), x, pos, a);
+    layer_qkv_forward(b, c, weights_.layer(l), ropes_[l], x, pos, a);
     for (int64_t s = 0; s < num_seqs; ++s)
       cache.write(l, seqs[s], start[s], a.k.rows(cu_new[s], cu_new[s + 1]), a.v.rows(cu_new[s], cu_new[s + 1]));
     b.paged_attention_forward(a.attn, a.q, cache.keys(l), cache.values(l), cu_q, seq_start, block_tables,

@@ -1,5 +1,7 @@
 #include "engine/model/layer.h"
 
+#include "engine/model/rope.h"
+
 namespace rlrun::engine {
 
 namespace {
@@ -13,6 +15,9 @@ Dims dims(const ModelConfig& c) {
 
 // (N, H, D) -> (N, H*D), the matrix view matmul and add_bias read.
 Tensor flat2(const Tensor& t) { return t.view({t.dim(0), t.numel() / t.dim(0)}); }
+
+// (N, H, D) -> (N*H, D): one row per head, what the per-head norms read.
+Tensor heads_as_rows(const Tensor& t) { return t.view({t.dim(0) * t.dim(1), t.dim(2)}); }
 
 // y = x W^T (+ b)
 void linear(Backend& b, const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -41,6 +46,14 @@ LayerActs alloc_layer_acts(Backend& b, const ModelConfig& c, int64_t n, bool sav
     a.lse = b.uninitialized({n, d.hq}, DType::kF32);
   }
   a.h1 = b.uninitialized({n, d.h}, t);
+  if (c.qk_norm) {
+    a.q_pre = b.uninitialized({n, d.hq, d.d}, t);
+    a.k_pre = b.uninitialized({n, d.hkv, d.d}, t);
+    if (save_stats) {
+      a.rstd_q = b.uninitialized({n * d.hq}, DType::kF32);
+      a.rstd_k = b.uninitialized({n * d.hkv}, DType::kF32);
+    }
+  }
   a.q = b.uninitialized({n, d.hq, d.d}, t);
   a.k = b.uninitialized({n, d.hkv, d.d}, t);
   a.v = b.uninitialized({n, d.hkv, d.d}, t);
@@ -55,15 +68,20 @@ LayerActs alloc_layer_acts(Backend& b, const ModelConfig& c, int64_t n, bool sav
 
 int64_t layer_acts_bytes(const ModelConfig& c, int64_t n, DType dtype) {
   const Dims d = dims(c);
-  const int64_t stats = (2 * n + n * d.hq) * 4;
-  const int64_t elems = n * (3 * d.h + 2 * d.hq * d.d + 2 * d.hkv * d.d + 3 * d.i);
+  int64_t stats = (2 * n + n * d.hq) * 4;
+  int64_t elems = n * (3 * d.h + 2 * d.hq * d.d + 2 * d.hkv * d.d + 3 * d.i);
+  if (c.qk_norm) {
+    stats += n * (d.hq + d.hkv) * 4;
+    elems += n * (d.hq + d.hkv) * d.d;
+  }
   return stats + elems * static_cast<int64_t>(dtype_size(dtype));
 }
 
 int64_t bytes_of(const LayerActs& a) {
   int64_t total = 0;
   for (const Tensor* t : {&a.rstd1, &a.h1, &a.q, &a.k, &a.v, &a.attn, &a.lse, &a.x_mid, &a.rstd2, &a.h2, &a.gate,
-                          &a.up, &a.m, &a.xq, &a.xk, &a.xv, &a.xattn, &a.xlse})
+                          &a.up, &a.m, &a.q_pre, &a.k_pre, &a.rstd_q, &a.rstd_k, &a.xq, &a.xk, &a.xv, &a.xattn,
+                          &a.xlse})
     if (t->defined()) total += static_cast<int64_t>(t->nbytes());
   return total;
 }
@@ -79,18 +97,35 @@ LayerGradScratch alloc_layer_grad_scratch(Backend& b, const ModelConfig& c, int6
   s.dq = b.zeros({n, d.hq, d.d}, t);
   s.dk = b.zeros({n, d.hkv, d.d}, t);
   s.dv = b.zeros({n, d.hkv, d.d}, t);
+  if (c.qk_norm) {
+    s.dq_pre = b.zeros({n, d.hq, d.d}, t);
+    s.dk_pre = b.zeros({n, d.hkv, d.d}, t);
+  }
   return s;
 }
 
-void layer_qkv_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const Tensor& x_in,
-                       const Tensor& positions, LayerActs& a) {
-  const float eps = static_cast<float>(c.rms_norm_eps), theta = static_cast<float>(c.rope_theta);
+std::vector<LayerRope> make_layer_ropes(Backend& b, const ModelConfig& c) {
+  std::vector<LayerRope> ropes;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::vector<float> f = rope_inv_freq(c, l);
+    ropes.push_back({from_host(b, {static_cast<int64_t>(f.size())}, f), rope_scale(c, l)});
+  }
+  return ropes;
+}
+
+void layer_qkv_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerRope& rope,
+                       const Tensor& x_in, const Tensor& positions, LayerActs& a) {
+  const float eps = static_cast<float>(c.rms_norm_eps);
   b.rmsnorm_forward(a.h1, a.rstd1, x_in, w.input_norm, eps);
-  linear(b, a.q, a.h1, w.q, w.q_bias);
-  linear(b, a.k, a.h1, w.k, w.k_bias);
+  linear(b, c.qk_norm ? a.q_pre : a.q, a.h1, w.q, w.q_bias);
+  linear(b, c.qk_norm ? a.k_pre : a.k, a.h1, w.k, w.k_bias);
   linear(b, a.v, a.h1, w.v, w.v_bias);
-  b.rope_forward(a.q, positions, theta);
-  b.rope_forward(a.k, positions, theta);
+  if (c.qk_norm) {  // per head: (N * H, D) rows
+    b.rmsnorm_forward(heads_as_rows(a.q), a.rstd_q, heads_as_rows(a.q_pre), w.q_norm, eps);
+    b.rmsnorm_forward(heads_as_rows(a.k), a.rstd_k, heads_as_rows(a.k_pre), w.k_norm, eps);
+  }
+  b.rope_forward(a.q, positions, rope.inv_freq, rope.scale);
+  b.rope_forward(a.k, positions, rope.inv_freq, rope.scale);
 }
 
 namespace {
@@ -169,9 +204,8 @@ void packed_attention_backward(Backend& b, const ModelConfig& c, const PackedAtt
 }  // namespace
 
 void layer_backward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerGrads& g,
-                    const Tensor& x_in, const Tensor& positions, const PackedAttention& layout, LayerActs& a,
-                    LayerGradScratch& s, const Tensor& dx) {
-  const float theta = static_cast<float>(c.rope_theta);
+                    const LayerRope& rope, const Tensor& x_in, const Tensor& positions, const PackedAttention& layout,
+                    LayerActs& a, LayerGradScratch& s, const Tensor& dx) {
   // MLP: dx is d(x_out) = d(x_mid) through the residual, plus the MLP branch below.
   linear_backward(b, s.dm, false, dx, a.m, w.down, g.down, Tensor());
   b.swiglu_backward(a.gate, a.up, s.dm, a.gate, a.up);  // in place: gate, up become dgate, dup
@@ -183,10 +217,16 @@ void layer_backward(Backend& b, const ModelConfig& c, const LayerWeights& w, con
   // Attention: d(x_mid) = d(x_in) through the residual, plus the attention branch below.
   linear_backward(b, flat2(s.dattn), false, dx, flat2(a.attn), w.o, g.o, Tensor());
   packed_attention_backward(b, c, layout, a, s);
-  b.rope_backward(s.dq, positions, theta);
-  b.rope_backward(s.dk, positions, theta);
-  linear_backward(b, s.dh, false, s.dq, a.h1, w.q, g.q, g.q_bias);
-  linear_backward(b, s.dh, true, s.dk, a.h1, w.k, g.k, g.k_bias);
+  b.rope_backward(s.dq, positions, rope.inv_freq, rope.scale);
+  b.rope_backward(s.dk, positions, rope.inv_freq, rope.scale);
+  if (c.qk_norm) {
+    b.rmsnorm_backward(heads_as_rows(s.dq_pre), g.q_norm, heads_as_rows(s.dq), heads_as_rows(a.q_pre), w.q_norm,
+                       a.rstd_q);
+    b.rmsnorm_backward(heads_as_rows(s.dk_pre), g.k_norm, heads_as_rows(s.dk), heads_as_rows(a.k_pre), w.k_norm,
+                       a.rstd_k);
+  }
+  linear_backward(b, s.dh, false, c.qk_norm ? s.dq_pre : s.dq, a.h1, w.q, g.q, g.q_bias);
+  linear_backward(b, s.dh, true, c.qk_norm ? s.dk_pre : s.dk, a.h1, w.k, g.k, g.k_bias);
   linear_backward(b, s.dh, true, s.dv, a.h1, w.v, g.v, g.v_bias);
   b.rmsnorm_backward(s.dtmp, g.input_norm, s.dh, x_in, w.input_norm, a.rstd1);
   b.axpy(dx, 1.0f, s.dtmp);  // dx = d(x_in)

@@ -4,6 +4,8 @@
 //   x_in (N, H)
 //   h1   = rmsnorm(x_in) * input_norm                    rstd1 (N)
 //   q    = rope(h1 Wq^T + bq)  (N, Hq, D)    k = rope(h1 Wk^T + bk), v = h1 Wv^T + bv  (N, Hkv, D)
+//          with qk_norm, rope(rmsnorm_per_head(q_pre) * q_norm): q_pre = h1 Wq^T (+ bq),
+//          rstd_q (N*Hq); the same for k; rope with the layer's LayerRope
 //   attn = causal GQA attention(q, k, v)  (N, Hq, D)      lse (N, Hq)   [the caller's part]
 //   x_mid = x_in + attn Wo^T
 //   h2   = rmsnorm(x_mid) * post_norm                    rstd2 (N)
@@ -17,12 +19,15 @@
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
 
+#include <vector>
+
 namespace rlrun::engine {
 
 // Activations of one layer over N tokens. With `save_stats` false (inference) rstd and lse are
 // left undefined and the ops skip them.
 struct LayerActs {
   Tensor rstd1, h1, q, k, v, attn, lse, x_mid, rstd2, h2, gate, up, m;
+  Tensor q_pre, k_pre, rstd_q, rstd_k;  // qk_norm only: the projections before their norm
   Tensor xq, xk, xv, xattn, xlse;  // the expanded attention's (PackedAttention::expanded), else undefined
 };
 LayerActs alloc_layer_acts(Backend& backend, const ModelConfig& config, int64_t n, bool save_stats);
@@ -34,6 +39,7 @@ int64_t bytes_of(const LayerActs& acts);
 // Gradient scratch shared by every layer of one backward pass.
 struct LayerGradScratch {
   Tensor dm, dh, dtmp, dattn, dq, dk, dv;
+  Tensor dq_pre, dk_pre;  // qk_norm only
   Tensor xdattn, xdq, xdk, xdv;  // expanded attention only
 };
 
@@ -58,9 +64,17 @@ struct PackedAttention {
 void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAttention& layout, LayerActs& acts);
 LayerGradScratch alloc_layer_grad_scratch(Backend& backend, const ModelConfig& config, int64_t n);
 
+// One layer's RoPE: its inverse frequencies (D/2, f32, on the backend) and cos/sin scale
+// (model/rope.h).
+struct LayerRope {
+  Tensor inv_freq;
+  float scale = 1.0f;
+};
+std::vector<LayerRope> make_layer_ropes(Backend& backend, const ModelConfig& config);
+
 // h1, q, k, v of `acts` from x_in; positions (N, i32).
-void layer_qkv_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const Tensor& x_in,
-                       const Tensor& positions, LayerActs& acts);
+void layer_qkv_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerRope& rope,
+                       const Tensor& x_in, const Tensor& positions, LayerActs& acts);
 // x_mid, h2, gate, up, m of `acts` and x_out, from x_in and acts.attn.
 void layer_post_attention_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const Tensor& x_in,
                                   LayerActs& acts, const Tensor& x_out);
@@ -69,7 +83,7 @@ void layer_post_attention_forward(Backend& b, const ModelConfig& c, const LayerW
 // return. Parameter gradients are accumulated into g. acts.gate and acts.up are overwritten
 // (they become their own gradients), so a layer's acts serve one backward only.
 void layer_backward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerGrads& g,
-                    const Tensor& x_in, const Tensor& positions, const PackedAttention& layout, LayerActs& acts,
-                    LayerGradScratch& s, const Tensor& dx);
+                    const LayerRope& rope, const Tensor& x_in, const Tensor& positions, const PackedAttention& layout,
+                    LayerActs& acts, LayerGradScratch& s, const Tensor& dx);
 
 }  // namespace rlrun::engine

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "common/status.h"
 #include "engine/backend.h"
@@ -30,6 +31,8 @@
 #include "engine/model/weights.h"
 
 namespace rlrun::engine {
+
+struct LayerRope;  // model/layer.h
 
 struct ModelOptions {
   bool gradient_checkpointing = false;
@@ -106,6 +109,7 @@ class Model {
   void layer_backward_at(TrainState& st, int64_t l, const Tensor& dx);
 
   ModelWeights weights_;
+  std::vector<LayerRope> ropes_;  // per layer (model/layer.h)
   ModelOptions options_;
   std::unique_ptr<TrainState> state_;
 };

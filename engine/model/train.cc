@@ -30,7 +30,7 @@ struct Model::TrainState {
 };
 
 Model::Model(Backend& backend, const ModelConfig& config, ModelOptions options)
-    : weights_(backend, config), options_(options) {}
+    : weights_(backend, config), ropes_(make_layer_ropes(backend, config)), options_(options) {}
 
 Model::~Model() = default;
 
@@ -62,6 +62,9 @@ Status Model::validate(const PackedBatch& b) const {
     if (b.targets[i] >= vocab)
       return invalid_argument(str("packed batch: target ", i, " is ", b.targets[i], ", outside the vocabulary"));
     if (b.positions[i] < 0) return invalid_argument(str("packed batch: position ", i, " is negative"));
+    if (b.positions[i] >= config().max_position && config().rope_scaling.type == "dynamic")
+      return invalid_argument(str("packed batch: position ", b.positions[i], " is past max_position_embeddings ",
+                                  config().max_position, ", where dynamic RoPE would rescale (not implemented)"));
   }
   if (b.prefix_of.empty()) return {};
   const size_t segments = b.cu_seqlens.size() - 1;
@@ -160,7 +163,7 @@ Result<ForwardOutput> Model::forward(const PackedBatch& batch, bool for_backward
     LayerActs& a = keep_all ? st.acts.back() : scratch;
     const Tensor& x_in = st.xs[for_backward ? l : l % 2];
     const Tensor& x_out = st.xs[for_backward ? l + 1 : (l + 1) % 2];
-    layer_qkv_forward(b, c, weights_.layer(l), x_in, st.positions, a);
+    layer_qkv_forward(b, c, weights_.layer(l), ropes_[l], x_in, st.positions, a);
     packed_attention_forward(b, c, st.attention, a);
     layer_post_attention_forward(b, c, weights_.layer(l), x_in, a, x_out);
   }
@@ -270,14 +273,14 @@ void Model::layer_backward_at(TrainState& st, int64_t l, const Tensor& dx) {
     // held; its gradient is already in dx, so nothing reads it again.
     if (!st.recompute.h1.defined()) st.recompute = alloc_layer_acts(b, c, st.n, true);
     a = &st.recompute;
-    layer_qkv_forward(b, c, weights_.layer(l), st.xs[l], st.positions, *a);
+    layer_qkv_forward(b, c, weights_.layer(l), ropes_[l], st.xs[l], st.positions, *a);
     packed_attention_forward(b, c, st.attention, *a);
     layer_post_attention_forward(b, c, weights_.layer(l), st.xs[l], *a, st.xs[l + 1]);
   } else {
     a = &st.acts[l];
   }
-  layer_backward(b, c, weights_.layer(l), weights_.layer_grad(l), st.xs[l], st.positions, st.attention, *a, st.grad,
-                 dx);
+  layer_backward(b, c, weights_.layer(l), weights_.layer_grad(l), ropes_[l], st.xs[l], st.positions, st.attention, *a,
+                 st.grad, dx);
   if (!st.checkpointing) st.acts[l] = LayerActs{};  // free as we go
 }
 

@@ -258,6 +258,9 @@ int cmd_run(const Args& args) {
   // Every line of this process (and every step's progress line) also goes to logs/orchestrator.log.
   if (!log::set_file((fs::path(*dir) / "logs" / "orchestrator.log").string(), config.log_files_max_mb << 20))
     log::warn(str("cannot write ", *dir, "/logs/orchestrator.log; the log goes to stderr only"));
+  const Result<engine::ModelConfig> model = model_config_from(config.model);
+  if (!model.ok()) return report_config_errors("run", model.status());
+  log::info(str("model: ", engine::describe_model(*model)));
   log::info(str("run folder ", *dir));
   if (resume) {
     for (const ResumePoint::Skipped& skipped : resume->skipped)

@@ -3,6 +3,7 @@
 
 #include "common/config/config.h"
 #include "orchestrator/cli/cli_args.h"
+#include "orchestrator/roles/model_from_config.h"
 
 namespace rlrun::orchestrator {
 
@@ -25,6 +26,10 @@ int cmd_validate(const Args& args) {
   if (!config.ok()) return report_config_errors("validate", config.status());
   Result<std::string> effective = render_effective_config(*config);
   if (!effective.ok()) return report_config_errors("validate", effective.status());
+  // What the model is, on stderr: stdout stays the effective config, YAML a run can load.
+  const Result<engine::ModelConfig> model = model_config_from(config->model);
+  if (!model.ok()) return report_config_errors("validate", model.status());
+  std::fprintf(stderr, "model: %s\n", engine::describe_model(*model).c_str());
   std::fputs(effective->c_str(), stdout);
   return kExitOk;
 }

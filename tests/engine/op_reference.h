@@ -39,19 +39,27 @@ inline Vec ref_rmsnorm(const Vec& x, const Vec& w, int64_t n, int64_t h, double 
 }
 
 // x (N, H, D) rotated by position * theta^(-2i/D), rotate_half pairs (i, i + D/2).
-inline Vec ref_rope(const Vec& x, const std::vector<int32_t>& pos, int64_t h, int64_t d, double theta) {
+// RoPE with given inverse frequencies (d/2) and cos/sin scale.
+inline Vec ref_rope_freqs(const Vec& x, const std::vector<int32_t>& pos, int64_t h, int64_t d, const Vec& inv_freq,
+                          double scale) {
   Vec y(x.size());
   const int64_t n = static_cast<int64_t>(pos.size()), half = d / 2;
   for (int64_t t = 0; t < n; ++t)
     for (int64_t hd = 0; hd < h; ++hd)
       for (int64_t i = 0; i < half; ++i) {
-        const double angle = pos[t] * std::pow(theta, -2.0 * i / d);
+        const double angle = pos[t] * inv_freq[i];
         const int64_t base = (t * h + hd) * d;
         const double a = x[base + i], b = x[base + i + half];
-        y[base + i] = a * std::cos(angle) - b * std::sin(angle);
-        y[base + i + half] = b * std::cos(angle) + a * std::sin(angle);
+        y[base + i] = scale * (a * std::cos(angle) - b * std::sin(angle));
+        y[base + i + half] = scale * (b * std::cos(angle) + a * std::sin(angle));
       }
   return y;
+}
+
+inline Vec ref_rope(const Vec& x, const std::vector<int32_t>& pos, int64_t h, int64_t d, double theta) {
+  Vec inv_freq(static_cast<size_t>(d / 2));
+  for (int64_t i = 0; i < d / 2; ++i) inv_freq[i] = std::pow(theta, -2.0 * i / d);
+  return ref_rope_freqs(x, pos, h, d, inv_freq, 1.0);
 }
 
 // Naive causal GQA attention over packed sequences: q (N, Hq, D), k, v (N, Hkv, D).

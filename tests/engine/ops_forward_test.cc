@@ -179,6 +179,24 @@ TEST_P(OpsForward, RopeMatchesReferenceAndBackwardInverts) {
   EXPECT_CLOSE(download(one), Vec(x.begin(), x.begin() + h * d), 1e-7);
 }
 
+// The RoPE variants' form: any inverse frequencies (llama3, yarn: model/rope.h), cos and sin
+// scaled (YaRN's attention factor); backward is the transpose, so forward then backward scales by s^2.
+TEST_P(OpsForward, RopeWithFrequenciesAndScale) {
+  const int64_t h = 2, d = 8;
+  const std::vector<int32_t> pos = {0, 3, 17, 1, 40};
+  const int64_t n = static_cast<int64_t>(pos.size());
+  const Vec x = random_input(n * h * d, 13), freqs = {1.0, 0.3, 0.02, 0.0007};
+  const float scale = 1.25f;
+  Tensor t = upload(Shape{n, h, d}, x), positions = upload_i32(Shape{n}, pos);
+  const Tensor inv_freq = from_host(be(), Shape{d / 2}, std::vector<float>(freqs.begin(), freqs.end()));
+  be().rope_forward(t, positions, inv_freq, scale);
+  EXPECT_CLOSE(download(t), ref_rope_freqs(x, pos, h, d, freqs, scale), tol(1e-5, kBf16Out));
+  be().rope_backward(t, positions, inv_freq, scale);
+  Vec scaled = x;
+  for (double& v : scaled) v *= double{scale} * scale;
+  EXPECT_CLOSE(download(t), scaled, tol(1e-5, kBf16Chain));
+}
+
 // Packed sequences of unequal lengths (one of length 1), GQA ratio 3.
 TEST_P(OpsForward, AttentionPackedGqaMatchesNaive) {
   const std::vector<int32_t> cu = {0, 5, 6, 15, 18};

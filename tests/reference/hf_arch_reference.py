@@ -34,7 +34,7 @@ Output of a variant directory:
                        "shared_logprobs.{k}": the same for system + question + answers[k]
   grads.safetensors    d loss / d param (named_parameters names), loss = mean next-token NLL over
                        every predicted token of `sequences`
-  greedy.json          {"ids": [[new ids]...]} greedy generate(max_new_tokens) of each prompt
+  greedy.json          {"ids": [[new ids]...]} greedy generate(max_new_tokens) of each prompt, no stop token
 """
 import argparse
 import json
@@ -129,11 +129,12 @@ def generate(out, name, seed):
     save_file({n: p.grad.detach().clone().contiguous() for n, p in model.named_parameters()},
               os.path.join(out, "grads.safetensors"))
     greedy = []
+    # No stop token (and no min_new_tokens, which would mask eos): plain argmax for max_new_tokens.
+    model.generation_config.eos_token_id = None
     with torch.no_grad():
         for prompt in prompts:
             ids = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                                 do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
-                                 pad_token_id=0)[0, len(prompt):].tolist()
+                                 do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0)[0, len(prompt):].tolist()
             greedy.append(ids)
     with open(os.path.join(out, "greedy.json"), "w") as f:
         json.dump({"ids": greedy}, f)

@@ -209,7 +209,7 @@ TEST_P(HfArch, GreedyIdsMatchTransformers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, HfArch, ::testing::Values("qwen2_v5"),
+INSTANTIATE_TEST_SUITE_P(Architectures, HfArch, ::testing::Values("qwen2_v5", "qwen3", "llama3", "llama_linear", "llama_dynamic", "llama_yarn"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

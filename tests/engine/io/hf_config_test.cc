@@ -237,6 +237,14 @@ TEST(HfConfig, ReadsQwen3) {
   EXPECT_EQ(shape_of("model.layers.1.self_attn.q_proj.bias"), (std::vector<int64_t>{-1}));
 }
 
+// docs/models.md lists every field the reader knows, so the page cannot fall behind the allow-list.
+TEST(HfConfigFields, EveryFieldIsDocumented) {
+  std::ifstream in(std::string(RLRUN_SOURCE_DIR) + "/docs/models.md");
+  ASSERT_TRUE(in.good());
+  const std::string doc(std::istreambuf_iterator<char>(in), {});
+  for (const HfConfigField& f : hf_config_fields()) EXPECT_THAT(doc, HasSubstr("| `" + std::string(f.name) + "` |"));
+}
+
 TEST(HfConfig, JsonRoundTrips) {
   for (const char* text : {kQwen2Json, kLlamaJson}) {
     Result<ModelConfig> c = parse_hf_config(text, "in");

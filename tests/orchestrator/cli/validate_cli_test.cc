@@ -24,7 +24,9 @@ TEST(ValidateCli, GoodConfigPrintsTheEffectiveConfigAndExitsZero) {
   const std::string path = dir.write("good.yaml", "group_size: 4\nmodel:\n  num_layers: 2\n");
   CliRun r = run_rlrun(dir, "validate '" + path + "' --set seed=9 --set=model.hidden_size=128");
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.err, "");
+  // stderr names the model (architecture, parameters, context, RoPE, dtype); stdout is the config.
+  EXPECT_EQ(r.err, "model: llama, 791.2K parameters, context 2048, RoPE default (theta 10000), head_dim 32, "
+                   "dtype not given\n");
   EXPECT_THAT(r.out, HasSubstr("\ngroup_size: 4\n"));
   EXPECT_THAT(r.out, HasSubstr("\nseed: 9\n"));
   EXPECT_THAT(r.out, HasSubstr("\nmodel:\n  architecture: llama\n  hidden_size: 128\n  num_layers: 2\n"));
