@@ -280,6 +280,7 @@ Result<ModelConfig> gguf_model_config(const GgufFile& file) {
     if (n != c.vocab_size) return m.refuse("vocab_size", str(n), str("tokenizer.ggml.tokens has ", c.vocab_size, " tokens"));
   }
   c.tie_embeddings = !file.find_tensor("output.weight").ok();
+  c.torch_dtype = gguf_weight_types(file);  // what describe_model shows as the stored dtype
   c.qkv_bias = arch == "qwen2";
   c.qk_norm = arch == "qwen3";
   RLRUN_ASSIGN_OR_RETURN(c.bos_token_id, token_id(file, "tokenizer.ggml.bos_token_id", c.vocab_size));

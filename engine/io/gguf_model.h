@@ -49,7 +49,8 @@ Status for_each_gguf_tensor(const GgufFile& file, const ModelConfig& config,
 // The same, collected in hf_tensor_specs(config) order.
 Result<std::vector<HostTensor>> gguf_model_tensors(const GgufFile& file, const ModelConfig& config);
 
-// What the file's weights are stored as, for what a user sees (rlrun validate, the run's log):
+// What the file's weights are stored as, for what a user sees (ModelConfig::torch_dtype, which
+// rlrun validate and the run's first log line print):
 // general.file_type's name and the tensor count of each type, most first, e.g.
 // "Q4_K_M (133 Q5_0, 121 F32, 13 Q8_0, 12 Q4_K, 12 Q6_K), dequantized to fp32 on load".
 std::string gguf_weight_types(const GgufFile& file);
