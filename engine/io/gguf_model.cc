@@ -248,7 +248,7 @@ Status read_gemma3(const GgufFile& file, const Metadata& m, ModelConfig& c) {
     for (int64_t l = 0; l < c.num_layers; ++l) sliding[l] = pattern->bytes[l] != 0;
   } else {
     RLRUN_ASSIGN_OR_RETURN(const int64_t n, m.integer("attention.sliding_window_pattern", 6));
-    if (n < 0 || n > c.num_layers) return m.refuse("attention.sliding_window_pattern", str(n), "expected 0 to block_count");
+    if (n < 0) return m.refuse("attention.sliding_window_pattern", str(n), "must not be negative");
     for (int64_t l = 0; l < c.num_layers; ++l) sliding[l] = n == 0 || l % n < n - 1;  // hparams.set_swa_pattern
   }
   for (int64_t l = 0; l < c.num_layers; ++l) c.layer_types.push_back(sliding[l] ? "sliding_attention" : "full_attention");

@@ -45,6 +45,7 @@ std::vector<std::string> byte_tokens() {
 
 // Which metadata entries a variant of the tiny file drops, and what it adds instead.
 struct Edit {
+  std::string arch = "qwen2";                      // general.architecture and the keys' prefix
   std::string drop;                                // a key left out
   std::function<void(GgufMetadata&)> add;          // entries added at the end
   std::vector<std::string> tokens;                 // replaces the vocabulary when not empty
@@ -62,15 +63,16 @@ std::vector<uint8_t> tiny_file(const Edit& edit = {}) {
   types.back() = 3;
   GgufMetadata m;
   auto keep = [&](const std::string& key) { return key != edit.drop; };
-  if (keep("general.architecture")) m.str("general.architecture", "qwen2");
-  if (keep("qwen2.block_count")) m.u32("qwen2.block_count", 1);
-  if (keep("qwen2.context_length")) m.u32("qwen2.context_length", 64);
-  if (keep("qwen2.embedding_length")) m.u32("qwen2.embedding_length", kHidden);
-  if (keep("qwen2.feed_forward_length")) m.u32("qwen2.feed_forward_length", kFfn);
-  if (keep("qwen2.attention.head_count")) m.u32("qwen2.attention.head_count", 2);
-  if (keep("qwen2.attention.head_count_kv")) m.u32("qwen2.attention.head_count_kv", 1);
-  if (keep("qwen2.attention.layer_norm_rms_epsilon")) m.f32("qwen2.attention.layer_norm_rms_epsilon", 1e-6f);
-  if (keep("qwen2.rope.freq_base")) m.f32("qwen2.rope.freq_base", 1e6f);
+  const std::string a = edit.arch + ".";
+  if (keep("general.architecture")) m.str("general.architecture", edit.arch);
+  if (keep(a + "block_count")) m.u32(a + "block_count", 1);
+  if (keep(a + "context_length")) m.u32(a + "context_length", 64);
+  if (keep(a + "embedding_length")) m.u32(a + "embedding_length", kHidden);
+  if (keep(a + "feed_forward_length")) m.u32(a + "feed_forward_length", kFfn);
+  if (keep(a + "attention.head_count")) m.u32(a + "attention.head_count", 2);
+  if (keep(a + "attention.head_count_kv")) m.u32(a + "attention.head_count_kv", 1);
+  if (keep(a + "attention.layer_norm_rms_epsilon")) m.f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+  if (keep(a + "rope.freq_base")) m.f32(a + "rope.freq_base", 1e6f);
   if (keep("tokenizer.ggml.model")) m.str("tokenizer.ggml.model", "gpt2");
   if (keep("tokenizer.ggml.pre")) m.str("tokenizer.ggml.pre", "qwen2");
   if (keep("tokenizer.ggml.tokens")) m.strings("tokenizer.ggml.tokens", tokens);
@@ -145,7 +147,7 @@ TEST(GgufModelHostile, EveryKeyAtHostileValuesLoadsOrFailsNamingTheFile) {
       "qwen2.rope.scaling.original_context_length", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.bos_token_id",
       "tokenizer.ggml.eot_token_id", "qwen2.expert_count", "qwen2.final_logit_softcapping"};
   int ok = 0, refused = 0;
-  for (const std::string& key : keys) {
+  auto try_values = [&](const std::string& arch, const std::string& key) {
     const std::vector<std::function<void(GgufMetadata&)>> values = {
         [&](GgufMetadata& m) { m.u32(key, 0); },          [&](GgufMetadata& m) { m.u32(key, 1); },
         [&](GgufMetadata& m) { m.u32(key, 3); },          [&](GgufMetadata& m) { m.u32(key, 1u << 25); },
@@ -155,10 +157,25 @@ TEST(GgufModelHostile, EveryKeyAtHostileValuesLoadsOrFailsNamingTheFile) {
         [&](GgufMetadata& m) { m.i32s(key, {8, 8}); },
     };
     for (size_t v = 0; v < values.size(); ++v) {
-      const std::string result = load_all(tiny_file({.drop = key, .add = values[v]}));
+      const std::string result = load_all(tiny_file({.arch = arch, .drop = key, .add = values[v]}));
       (result == "ok" ? ok : refused) += 1;
     }
+  };
+  for (const std::string& key : keys) try_values("qwen2", key);
+  // Gemma 3's layer pattern and local RoPE base (its tensors do not match this file: the config
+  // is what is exercised)
+  for (const char* key : {"gemma3.attention.sliding_window", "gemma3.attention.sliding_window_pattern",
+                          "gemma3.rope.freq_base_swa", "gemma3.attention.key_length", "gemma3.block_count"}) {
+    try_values("gemma3", key);
   }
+  Result<GgufFile> gemma = GgufFile::parse("tiny.gguf", tiny_file({.arch = "gemma3", .add = [](GgufMetadata& m) {
+    m.u32("gemma3.attention.sliding_window", 4);
+  }}));
+  ASSERT_TRUE(gemma.ok());
+  Result<ModelConfig> c = gguf_model_config(*gemma);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->layer_types, (std::vector<std::string>{"sliding_attention"}));  // layer 0 of 6 is local
+  EXPECT_EQ(c->rope_local_theta, 10000.0);
   std::printf("%d hostile variants loaded, %d refused with a message naming the file\n", ok, refused);
   EXPECT_GT(refused, ok);
 }
