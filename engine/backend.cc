@@ -224,18 +224,18 @@ void Backend::embedding_backward(const Tensor& dtable, const Tensor& dout, const
 // ---- RMSNorm ------------------------------------------------------------------------------------
 
 void Backend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                              float eps) {
+                              float eps, float offset) {
   const OpCheck c(*this, "rmsnorm_forward");
   c.dtype("x", x, compute_dtype());
   const int64_t n = x.shape().rows(), h = x.shape().cols();
   c.tensor("out", out, x.shape(), compute_dtype());
   c.tensor("weight", weight, Shape{h}, compute_dtype());
   c.optional("rstd", rstd, Shape{n}, DType::kF32);
-  rmsnorm_forward_impl(out, rstd, x, weight, eps);
+  rmsnorm_forward_impl(out, rstd, x, weight, eps, offset);
 }
 
 void Backend::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                               const Tensor& weight, const Tensor& rstd) {
+                               const Tensor& weight, const Tensor& rstd, float offset) {
   const OpCheck c(*this, "rmsnorm_backward");
   c.dtype("x", x, compute_dtype());
   const int64_t n = x.shape().rows(), h = x.shape().cols();
@@ -244,7 +244,7 @@ void Backend::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Te
   c.tensor("weight", weight, Shape{h}, compute_dtype());
   c.tensor("dweight", dweight, Shape{h}, DType::kF32);
   c.tensor("rstd", rstd, Shape{n}, DType::kF32);
-  rmsnorm_backward_impl(dx, dweight, dout, x, weight, rstd);
+  rmsnorm_backward_impl(dx, dweight, dout, x, weight, rstd, offset);
 }
 
 // ---- rotary embedding ---------------------------------------------------------------------------
@@ -356,6 +356,41 @@ void Backend::paged_attention_forward(const Tensor& out, const Tensor& q, const 
 }
 
 // ---- SwiGLU -------------------------------------------------------------------------------------
+
+namespace {
+
+void check_gated_forward(const OpCheck& c, DType compute, const Tensor& out, const Tensor& gate, const Tensor& up) {
+  c.dtype("gate", gate, compute);
+  c.tensor("up", up, gate.shape(), compute);
+  c.tensor("out", out, gate.shape(), compute);
+}
+
+void check_gated_backward(const OpCheck& c, DType compute, const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                          const Tensor& gate, const Tensor& up) {
+  c.dtype("gate", gate, compute);
+  c.tensor("up", up, gate.shape(), compute);
+  c.tensor("dout", dout, gate.shape(), compute);
+  c.tensor("dgate", dgate, gate.shape(), compute);
+  c.tensor("dup", dup, gate.shape(), compute);
+  c.same_or_disjoint("dgate", dgate, "gate", gate);
+  c.same_or_disjoint("dup", dup, "up", up);
+  c.disjoint("dgate", dgate, "dup", dup);
+  c.disjoint("dgate", dgate, "up", up);
+  c.disjoint("dup", dup, "gate", gate);
+}
+
+}  // namespace
+
+void Backend::geglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  check_gated_forward(OpCheck(*this, "geglu_forward"), compute_dtype(), out, gate, up);
+  geglu_forward_impl(out, gate, up);
+}
+
+void Backend::geglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                             const Tensor& up) {
+  check_gated_backward(OpCheck(*this, "geglu_backward"), compute_dtype(), dgate, dup, dout, gate, up);
+  geglu_backward_impl(dgate, dup, dout, gate, up);
+}
 
 void Backend::swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
   const OpCheck c(*this, "swiglu_forward");

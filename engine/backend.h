@@ -129,14 +129,14 @@ class Backend {
   // dtable (V, H, f32) += scatter of dout (N, H) rows to ids (repeated ids sum).
   void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids);
 
-  // ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * weight ------------------------------------------------
-  // x, out (N, H); weight (H); rstd (N, f32) saved = 1 / sqrt(mean(x^2) + eps).
-  // rstd may be undefined (inference: nothing saved).
+  // ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * (offset + weight) ------------------------------------
+  // x, out (N, H); weight (H); rstd (N, f32) saved = 1 / sqrt(mean(x^2) + eps). offset: 0, or 1
+  // for Gemma's (1 + w) norms. rstd may be undefined (inference: nothing saved).
   void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                       float eps);
-  // dx (N, H) = d/dx; dweight (H, f32) += sum over rows of dout * x * rstd.
+                       float eps, float offset = 0.0f);
+  // dx (N, H) = d/dx; dweight (H, f32) += sum over rows of dout * x * rstd (the same for any offset).
   void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                        const Tensor& weight, const Tensor& rstd);
+                        const Tensor& weight, const Tensor& rstd, float offset = 0.0f);
 
   // ---- rotary position embedding (HF Llama "rotate_half": pairs (i, i + D/2), not interleaved) ----
   // x (N, H, D) rotated IN PLACE and scaled: for i < D/2, angle = positions[n] * inv_freq[i],
@@ -184,6 +184,12 @@ class Backend {
   void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                        const Tensor& up);
 
+  // ---- GeGLU (Gemma): out = gelu(gate) * up, HF's gelu_pytorch_tanh ------------------------------
+  // gelu(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). Shapes and aliasing as SwiGLU.
+  void geglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up);
+  void geglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                      const Tensor& up);
+
   // ---- fused log-softmax + gather + entropy over the vocabulary -------------------------------------
   // logits (N, V); targets (N, i32): a target < 0 means "no target" (logprob 0, no gradient).
   // Writes, all (N, f32): logprob[n] = log softmax(logits[n])[targets[n]],
@@ -230,9 +236,9 @@ class Backend {
   virtual void embedding_forward_impl(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;
   virtual void embedding_backward_impl(const Tensor& dtable, const Tensor& dout, const Tensor& ids) = 0;
   virtual void rmsnorm_forward_impl(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                                    float eps) = 0;
+                                    float eps, float offset) = 0;
   virtual void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                                     const Tensor& weight, const Tensor& rstd) = 0;
+                                     const Tensor& weight, const Tensor& rstd, float offset) = 0;
   virtual void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale) = 0;
   virtual void rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale) = 0;
   virtual void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
@@ -245,6 +251,9 @@ class Backend {
                                             const Tensor& block_tables, int64_t block_size,
                                             int64_t max_context) = 0;
   virtual void swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  virtual void geglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  virtual void geglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                                   const Tensor& up) = 0;
   virtual void swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                                     const Tensor& up) = 0;
   virtual void logprob_forward_impl(const Tensor& logprob, const Tensor& entropy, const Tensor& lse,

@@ -56,7 +56,7 @@ void CpuBackend::embedding_backward_impl(const Tensor& dtable, const Tensor& dou
 // ---- RMSNorm ------------------------------------------------------------------------------------------
 
 void CpuBackend::rmsnorm_forward_impl(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                                      float eps) {
+                                      float eps, float offset) {
   const int64_t n = x.shape().rows(), h = x.shape().cols();
   const float *xx = x.f32(), *w = weight.f32();
   float* o = out.f32();
@@ -70,15 +70,15 @@ void CpuBackend::rmsnorm_forward_impl(const Tensor& out, const Tensor& rstd, con
     const float r = 1.0f / std::sqrt(ss / static_cast<float>(h) + eps);
     float* orow = o + i * h;
 #pragma omp simd
-    for (int64_t c = 0; c < h; ++c) orow[c] = row[c] * r * w[c];
+    for (int64_t c = 0; c < h; ++c) orow[c] = row[c] * r * (offset + w[c]);
     if (rs) rs[i] = r;
   }
 }
 
-// y_c = x_c r w_c with r = (mean(x^2) + eps)^-1/2, so
-// dx_c = r (dy_c w_c) - r^3 / H * x_c * sum_j dy_j w_j x_j, and dw_c += dy_c x_c r.
+// y_c = x_c r g_c with r = (mean(x^2) + eps)^-1/2 and the gain g_c = offset + w_c, so
+// dx_c = r (dy_c g_c) - r^3 / H * x_c * sum_j dy_j g_j x_j, and dw_c += dy_c x_c r.
 void CpuBackend::rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                                       const Tensor& weight, const Tensor& rstd) {
+                                       const Tensor& weight, const Tensor& rstd, float offset) {
   const int64_t n = x.shape().rows(), h = x.shape().cols();
   const float *xx = x.f32(), *w = weight.f32(), *dy = dout.f32(), *rs = rstd.f32();
   float *dxx = dx.f32(), *dw = dweight.f32();
@@ -93,12 +93,12 @@ void CpuBackend::rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, 
       const float r = rs[i];
       float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-      for (int64_t c = 0; c < h; ++c) dot += dyr[c] * w[c] * xr[c];
+      for (int64_t c = 0; c < h; ++c) dot += dyr[c] * (offset + w[c]) * xr[c];
       const float k = r * r * r * dot / static_cast<float>(h);
       float* dxr = dxx + i * h;
 #pragma omp simd
       for (int64_t c = 0; c < h; ++c) {
-        dxr[c] = r * dyr[c] * w[c] - k * xr[c];
+        dxr[c] = r * dyr[c] * (offset + w[c]) - k * xr[c];
         mine[c] += dyr[c] * xr[c] * r;
       }
     }

@@ -82,9 +82,9 @@ class CudaBackend final : public Backend {
   void embedding_backward_impl(const Tensor& dtable, const Tensor& dout, const Tensor& ids) override;
 
   void rmsnorm_forward_impl(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                            float eps) override;
+                            float eps, float offset) override;
   void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                             const Tensor& weight, const Tensor& rstd) override;
+                             const Tensor& weight, const Tensor& rstd, float offset) override;
 
   void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale) override;
   void rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale) override;
@@ -98,6 +98,9 @@ class CudaBackend final : public Backend {
                                     const Tensor& cu_q, const Tensor& seq_start, const Tensor& block_tables,
                                     int64_t block_size, int64_t max_context) override;
 
+  void geglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void geglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                           const Tensor& up) override;
   void swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                             const Tensor& up) override;

@@ -36,19 +36,19 @@ void CudaBackend::embedding_backward_impl(const Tensor& dtable, const Tensor& do
 // ---- RMSNorm ----------------------------------------------------------------------------------------
 
 void CudaBackend::rmsnorm_forward_impl(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                                       float eps) {
+                                       float eps, float offset) {
   const int64_t n = x.shape().rows(), h = x.shape().cols();
   make_current();
-  cuda::rmsnorm_forward(bf(out), f32(rstd), bf(x), bf(weight), n, h, eps, stream_);
+  cuda::rmsnorm_forward(bf(out), f32(rstd), bf(x), bf(weight), n, h, eps, offset, stream_);
 }
 
 void CudaBackend::rmsnorm_backward_impl(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                                        const Tensor& weight, const Tensor& rstd) {
+                                        const Tensor& weight, const Tensor& rstd, float offset) {
   const int64_t n = x.shape().rows(), h = x.shape().cols();
   RLRUN_CHECK(h <= kRmsNormMaxHidden, "rmsnorm_backward: hidden size " + std::to_string(h) + " > " +
                                           std::to_string(kRmsNormMaxHidden) + " (the kernel's shared-memory sum)");
   make_current();
-  cuda::rmsnorm_backward(bf(dx), f32(dweight), bf(dout), bf(x), bf(weight), f32(rstd), n, h, stream_);
+  cuda::rmsnorm_backward(bf(dx), f32(dweight), bf(dout), bf(x), bf(weight), f32(rstd), n, h, offset, stream_);
 }
 
 // ---- rotary embedding ---------------------------------------------------------------------------------
@@ -128,6 +128,17 @@ void CudaBackend::paged_attention_forward_impl(const Tensor& out, const Tensor& 
 }
 
 // ---- SwiGLU ---------------------------------------------------------------------------------------------------
+
+void CudaBackend::geglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  make_current();
+  cuda::geglu_forward(bf(out), bf(gate), bf(up), gate.numel(), stream_);
+}
+
+void CudaBackend::geglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                                      const Tensor& up) {
+  make_current();
+  cuda::geglu_backward(bf(dgate), bf(dup), bf(dout), bf(gate), bf(up), gate.numel(), stream_);
+}
 
 void CudaBackend::swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) {
   make_current();

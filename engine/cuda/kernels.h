@@ -44,18 +44,24 @@ void embedding_backward(float* dtable, const bf16* dout, const int32_t* ids, int
 
 // ---- rmsnorm.cu (h <= kRmsNormMaxHidden) ----------------------------------------------------------
 constexpr int64_t kRmsNormMaxHidden = 16384;
-// out, x (n, h); weight (h); rstd (n, f32) or null.
+// out, x (n, h); weight (h), the gain is offset + weight; rstd (n, f32) or null.
 void rmsnorm_forward(bf16* out, float* rstd, const bf16* x, const bf16* weight, int64_t n, int64_t h, float eps,
-                     cudaStream_t stream);
+                     float offset, cudaStream_t stream);
 // dx (n, h) overwritten; dweight (h, f32) accumulated.
 void rmsnorm_backward(bf16* dx, float* dweight, const bf16* dout, const bf16* x, const bf16* weight,
-                      const float* rstd, int64_t n, int64_t h, cudaStream_t stream);
+                      const float* rstd, int64_t n, int64_t h, float offset, cudaStream_t stream);
 
 // ---- rope.cu: x (n, heads, d) rotated in place by sign * angle (sign +1 forward, -1 backward) ----
 // inv_freq (d/2, f32) on the device; cos and sin are multiplied by `scale` (YaRN).
 void rope(bf16* x, const int32_t* positions, const float* inv_freq, int64_t n, int64_t heads, int64_t d, float scale,
           float sign,
           cudaStream_t stream);
+
+// ---- geglu.cu (n elements): gelu_pytorch_tanh(gate) * up ----------------------------------------------
+void geglu_forward(bf16* out, const bf16* gate, const bf16* up, int64_t n, cudaStream_t stream);
+// dgate may alias gate, dup up.
+void geglu_backward(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, const bf16* up, int64_t n,
+                    cudaStream_t stream);
 
 // ---- swiglu.cu (n elements) ------------------------------------------------------------------------
 void swiglu_forward(bf16* out, const bf16* gate, const bf16* up, int64_t n, cudaStream_t stream);

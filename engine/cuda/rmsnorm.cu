@@ -16,7 +16,7 @@ constexpr int kWarps = 8;  // rows per block at a time
 constexpr int kBackwardBlocks = 264;  // about two per SM on an H100
 
 __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* x, const bf16* w, int64_t n, int64_t h,
-                                       float eps) {
+                                       float eps, float offset) {
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32;
   if (row >= n) return;
@@ -30,12 +30,12 @@ __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* x, co
   const float r = 1.0f / sqrtf(ss / static_cast<float>(h) + eps);
   bf16* orow = out + row * h;
   for (int64_t c = lane; c < h; c += 32)
-    orow[c] = __float2bfloat16_rn(__bfloat162float(xr[c]) * r * __bfloat162float(w[c]));
+    orow[c] = __float2bfloat16_rn(__bfloat162float(xr[c]) * r * (offset + __bfloat162float(w[c])));
   if (rstd != nullptr && lane == 0) rstd[row] = r;
 }
 
 __global__ void rmsnorm_backward_kernel(bf16* dx, float* dweight, const bf16* dout, const bf16* x, const bf16* w,
-                                        const float* rstd, int64_t n, int64_t h) {
+                                        const float* rstd, int64_t n, int64_t h, float offset) {
   extern __shared__ float dw_block[];  // (h)
   for (int64_t c = threadIdx.x; c < h; c += blockDim.x) dw_block[c] = 0.0f;
   __syncthreads();
@@ -45,13 +45,13 @@ __global__ void rmsnorm_backward_kernel(bf16* dx, float* dweight, const bf16* do
     const float r = rstd[row];
     float dot = 0.0f;
     for (int64_t c = lane; c < h; c += 32)
-      dot += __bfloat162float(dyr[c]) * __bfloat162float(w[c]) * __bfloat162float(xr[c]);
+      dot += __bfloat162float(dyr[c]) * (offset + __bfloat162float(w[c])) * __bfloat162float(xr[c]);
     dot = warp_sum(dot);
     const float k = r * r * r * dot / static_cast<float>(h);
     bf16* dxr = dx + row * h;
     for (int64_t c = lane; c < h; c += 32) {
       const float xv = __bfloat162float(xr[c]), dy = __bfloat162float(dyr[c]);
-      dxr[c] = __float2bfloat16_rn(r * dy * __bfloat162float(w[c]) - k * xv);
+      dxr[c] = __float2bfloat16_rn(r * dy * (offset + __bfloat162float(w[c])) - k * xv);
       atomicAdd(&dw_block[c], dy * xv * r);
     }
   }
@@ -62,21 +62,21 @@ __global__ void rmsnorm_backward_kernel(bf16* dx, float* dweight, const bf16* do
 }  // namespace
 
 void rmsnorm_forward(bf16* out, float* rstd, const bf16* x, const bf16* weight, int64_t n, int64_t h, float eps,
-                     cudaStream_t stream) {
+                     float offset, cudaStream_t stream) {
   if (n == 0) return;
   const unsigned blocks = static_cast<unsigned>((n + kWarps - 1) / kWarps);
-  rmsnorm_forward_kernel<<<blocks, kWarps * 32, 0, stream>>>(out, rstd, x, weight, n, h, eps);
+  rmsnorm_forward_kernel<<<blocks, kWarps * 32, 0, stream>>>(out, rstd, x, weight, n, h, eps, offset);
   CUDA_CHECK_LAUNCH();
 }
 
 void rmsnorm_backward(bf16* dx, float* dweight, const bf16* dout, const bf16* x, const bf16* weight,
-                      const float* rstd, int64_t n, int64_t h, cudaStream_t stream) {
+                      const float* rstd, int64_t n, int64_t h, float offset, cudaStream_t stream) {
   if (n == 0) return;
   const size_t smem = static_cast<size_t>(h) * sizeof(float);
   allow_shared_memory(rmsnorm_backward_kernel, smem);
   const int64_t needed = (n + kWarps - 1) / kWarps;
   const unsigned blocks = static_cast<unsigned>(needed < kBackwardBlocks ? needed : kBackwardBlocks);
-  rmsnorm_backward_kernel<<<blocks, kWarps * 32, smem, stream>>>(dx, dweight, dout, x, weight, rstd, n, h);
+  rmsnorm_backward_kernel<<<blocks, kWarps * 32, smem, stream>>>(dx, dweight, dout, x, weight, rstd, n, h, offset);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -4,6 +4,7 @@
 // The export is written in transformers 4.x form (`rope_theta`, `rope_scaling`,
 // `rope_local_base_freq`, `torch_dtype`) plus `layer_types`: transformers 5 converts those keys
 // into its `rope_parameters` when it loads them, so 4.46 (llama, qwen2) and 5.x read one model.
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "common/observe/log.h"
@@ -78,7 +79,9 @@ void write_attention_pattern(const ModelConfig& c, OJson& j) {
     }
     return;
   }
-  j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+  // transformers 5's Gemma3TextConfig is strict: an int (every Gemma 3 has one).
+  const double scalar = c.query_pre_attn_scalar;
+  j["query_pre_attn_scalar"] = scalar == std::floor(scalar) ? OJson(static_cast<int64_t>(scalar)) : OJson(scalar);
   j["sliding_window"] = c.sliding_window > 0 ? OJson(c.sliding_window) : OJson(4096);
   OJson types = OJson::array();
   for (int64_t i = 0; i < c.num_layers; ++i) types.push_back(c.is_sliding(i) ? "sliding_attention" : "full_attention");

@@ -84,6 +84,7 @@ Result<Tensor> Model::forward_cached(KvCache& cache, std::span<const SeqId> seqs
   Tensor x = b.uninitialized({n, c.hidden_size}, b.compute_dtype());
   Tensor x_next = b.uninitialized({n, c.hidden_size}, b.compute_dtype());
   b.embedding_forward(x, weights_.embed_tokens(), ids);
+  if (c.embedding_scale != 1.0) b.scale(x, static_cast<float>(c.embedding_scale));
   LayerActs a = alloc_layer_acts(b, c, n, /*save_stats=*/false);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     layer_qkv_forward(b, c, weights_.layer(l), ropes_[l], x, pos, a);
@@ -100,7 +101,8 @@ Result<Tensor> Model::forward_cached(KvCache& cache, std::span<const SeqId> seqs
   Tensor last = b.uninitialized({num_seqs, c.hidden_size}, b.compute_dtype());
   for (int64_t s = 0; s < num_seqs; ++s) b.copy(last.rows(s, s + 1), x.rows(cu_new[s + 1] - 1, cu_new[s + 1]));
   Tensor normed = b.uninitialized({num_seqs, c.hidden_size}, b.compute_dtype());
-  b.rmsnorm_forward(normed, Tensor(), last, weights_.final_norm(), static_cast<float>(c.rms_norm_eps));
+  b.rmsnorm_forward(normed, Tensor(), last, weights_.final_norm(), static_cast<float>(c.rms_norm_eps),
+                    static_cast<float>(c.norm_weight_offset));
   Tensor logits = b.uninitialized({num_seqs, c.vocab_size}, b.compute_dtype());
   b.matmul(logits, normed, weights_.lm_head(), false, true);
   return logits;

@@ -1,5 +1,7 @@
 #include "engine/model/layer.h"
 
+#include <cmath>
+
 #include "engine/model/rope.h"
 
 namespace rlrun::engine {
@@ -15,6 +17,13 @@ Dims dims(const ModelConfig& c) {
 
 // (N, H, D) -> (N, H*D), the matrix view matmul and add_bias read.
 Tensor flat2(const Tensor& t) { return t.view({t.dim(0), t.numel() / t.dim(0)}); }
+
+// The attention ops scale scores by 1/sqrt(D); q times this makes it c.attention_scale()
+// (Gemma's query_pre_attn_scalar). 1 otherwise.
+float query_scale(const ModelConfig& c) {
+  if (c.query_pre_attn_scalar <= 0) return 1.0f;
+  return static_cast<float>(c.attention_scale() * std::sqrt(static_cast<double>(c.head_dim())));
+}
 
 // (N, H, D) -> (N*H, D): one row per head, what the per-head norms read.
 Tensor heads_as_rows(const Tensor& t) { return t.view({t.dim(0) * t.dim(1), t.dim(2)}); }
@@ -59,6 +68,14 @@ LayerActs alloc_layer_acts(Backend& b, const ModelConfig& c, int64_t n, bool sav
   a.v = b.uninitialized({n, d.hkv, d.d}, t);
   a.attn = b.uninitialized({n, d.hq, d.d}, t);
   a.x_mid = b.uninitialized({n, d.h}, t);
+  if (c.sandwich_norms) {
+    a.attn_o = b.uninitialized({n, d.h}, t);
+    a.mlp_o = b.uninitialized({n, d.h}, t);
+    if (save_stats) {
+      a.rstd_ao = b.uninitialized({n}, DType::kF32);
+      a.rstd_mo = b.uninitialized({n}, DType::kF32);
+    }
+  }
   a.h2 = b.uninitialized({n, d.h}, t);
   a.gate = b.uninitialized({n, d.i}, t);
   a.up = b.uninitialized({n, d.i}, t);
@@ -74,13 +91,18 @@ int64_t layer_acts_bytes(const ModelConfig& c, int64_t n, DType dtype) {
     stats += n * (d.hq + d.hkv) * 4;
     elems += n * (d.hq + d.hkv) * d.d;
   }
+  if (c.sandwich_norms) {
+    stats += 2 * n * 4;
+    elems += 2 * n * d.h;
+  }
   return stats + elems * static_cast<int64_t>(dtype_size(dtype));
 }
 
 int64_t bytes_of(const LayerActs& a) {
   int64_t total = 0;
   for (const Tensor* t : {&a.rstd1, &a.h1, &a.q, &a.k, &a.v, &a.attn, &a.lse, &a.x_mid, &a.rstd2, &a.h2, &a.gate,
-                          &a.up, &a.m, &a.q_pre, &a.k_pre, &a.rstd_q, &a.rstd_k, &a.xq, &a.xk, &a.xv, &a.xattn,
+                          &a.up, &a.m, &a.q_pre, &a.k_pre, &a.rstd_q, &a.rstd_k, &a.attn_o, &a.rstd_ao,
+                          &a.mlp_o, &a.rstd_mo, &a.xq, &a.xk, &a.xv, &a.xattn,
                           &a.xlse})
     if (t->defined()) total += static_cast<int64_t>(t->nbytes());
   return total;
@@ -101,6 +123,7 @@ LayerGradScratch alloc_layer_grad_scratch(Backend& b, const ModelConfig& c, int6
     s.dq_pre = b.zeros({n, d.hq, d.d}, t);
     s.dk_pre = b.zeros({n, d.hkv, d.d}, t);
   }
+  if (c.sandwich_norms) s.dout_pre = b.zeros({n, d.h}, t);
   return s;
 }
 
@@ -116,16 +139,18 @@ std::vector<LayerRope> make_layer_ropes(Backend& b, const ModelConfig& c) {
 void layer_qkv_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerRope& rope,
                        const Tensor& x_in, const Tensor& positions, LayerActs& a) {
   const float eps = static_cast<float>(c.rms_norm_eps);
-  b.rmsnorm_forward(a.h1, a.rstd1, x_in, w.input_norm, eps);
+  const float off = static_cast<float>(c.norm_weight_offset);
+  b.rmsnorm_forward(a.h1, a.rstd1, x_in, w.input_norm, eps, off);
   linear(b, c.qk_norm ? a.q_pre : a.q, a.h1, w.q, w.q_bias);
   linear(b, c.qk_norm ? a.k_pre : a.k, a.h1, w.k, w.k_bias);
   linear(b, a.v, a.h1, w.v, w.v_bias);
   if (c.qk_norm) {  // per head: (N * H, D) rows
-    b.rmsnorm_forward(heads_as_rows(a.q), a.rstd_q, heads_as_rows(a.q_pre), w.q_norm, eps);
-    b.rmsnorm_forward(heads_as_rows(a.k), a.rstd_k, heads_as_rows(a.k_pre), w.k_norm, eps);
+    b.rmsnorm_forward(heads_as_rows(a.q), a.rstd_q, heads_as_rows(a.q_pre), w.q_norm, eps, off);
+    b.rmsnorm_forward(heads_as_rows(a.k), a.rstd_k, heads_as_rows(a.k_pre), w.k_norm, eps, off);
   }
   b.rope_forward(a.q, positions, rope.inv_freq, rope.scale);
   b.rope_forward(a.k, positions, rope.inv_freq, rope.scale);
+  if (const float qs = query_scale(c); qs != 1.0f) b.scale(a.q, qs);
 }
 
 namespace {
@@ -168,14 +193,28 @@ void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAtte
 
 void layer_post_attention_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const Tensor& x_in,
                                   LayerActs& a, const Tensor& x_out) {
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  b.matmul(a.x_mid, flat2(a.attn), w.o, false, true);  // attn Wo^T
+  const float eps = static_cast<float>(c.rms_norm_eps), off = static_cast<float>(c.norm_weight_offset);
+  if (c.sandwich_norms) {  // x_mid = x_in + norm(attn Wo^T)
+    b.matmul(a.attn_o, flat2(a.attn), w.o, false, true);
+    b.rmsnorm_forward(a.x_mid, a.rstd_ao, a.attn_o, w.attn_out_norm, eps, off);
+  } else {
+    b.matmul(a.x_mid, flat2(a.attn), w.o, false, true);  // attn Wo^T
+  }
   b.add(a.x_mid, a.x_mid, x_in);
-  b.rmsnorm_forward(a.h2, a.rstd2, a.x_mid, w.post_norm, eps);
+  b.rmsnorm_forward(a.h2, a.rstd2, a.x_mid, w.post_norm, eps, off);
   linear(b, a.gate, a.h2, w.gate, Tensor());
   linear(b, a.up, a.h2, w.up, Tensor());
-  b.swiglu_forward(a.m, a.gate, a.up);
-  b.matmul(x_out, a.m, w.down, false, true);  // m Wd^T
+  if (c.hidden_act == "gelu_pytorch_tanh") {
+    b.geglu_forward(a.m, a.gate, a.up);
+  } else {
+    b.swiglu_forward(a.m, a.gate, a.up);
+  }
+  if (c.sandwich_norms) {  // x_out = x_mid + norm(m Wd^T)
+    b.matmul(a.mlp_o, a.m, w.down, false, true);
+    b.rmsnorm_forward(x_out, a.rstd_mo, a.mlp_o, w.mlp_out_norm, eps, off);
+  } else {
+    b.matmul(x_out, a.m, w.down, false, true);  // m Wd^T
+  }
   b.add(x_out, x_out, a.x_mid);
 }
 
@@ -206,29 +245,45 @@ void packed_attention_backward(Backend& b, const ModelConfig& c, const PackedAtt
 void layer_backward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerGrads& g,
                     const LayerRope& rope, const Tensor& x_in, const Tensor& positions, const PackedAttention& layout,
                     LayerActs& a, LayerGradScratch& s, const Tensor& dx) {
+  const float off = static_cast<float>(c.norm_weight_offset);
   // MLP: dx is d(x_out) = d(x_mid) through the residual, plus the MLP branch below.
-  linear_backward(b, s.dm, false, dx, a.m, w.down, g.down, Tensor());
-  b.swiglu_backward(a.gate, a.up, s.dm, a.gate, a.up);  // in place: gate, up become dgate, dup
+  if (c.sandwich_norms) {
+    b.rmsnorm_backward(s.dout_pre, g.mlp_out_norm, dx, a.mlp_o, w.mlp_out_norm, a.rstd_mo, off);
+    linear_backward(b, s.dm, false, s.dout_pre, a.m, w.down, g.down, Tensor());
+  } else {
+    linear_backward(b, s.dm, false, dx, a.m, w.down, g.down, Tensor());
+  }
+  if (c.hidden_act == "gelu_pytorch_tanh") {
+    b.geglu_backward(a.gate, a.up, s.dm, a.gate, a.up);  // in place: gate, up become dgate, dup
+  } else {
+    b.swiglu_backward(a.gate, a.up, s.dm, a.gate, a.up);
+  }
   linear_backward(b, s.dh, false, a.gate, a.h2, w.gate, g.gate, Tensor());
   linear_backward(b, s.dh, true, a.up, a.h2, w.up, g.up, Tensor());
-  b.rmsnorm_backward(s.dtmp, g.post_norm, s.dh, a.x_mid, w.post_norm, a.rstd2);
+  b.rmsnorm_backward(s.dtmp, g.post_norm, s.dh, a.x_mid, w.post_norm, a.rstd2, off);
   b.axpy(dx, 1.0f, s.dtmp);  // dx = d(x_mid)
 
   // Attention: d(x_mid) = d(x_in) through the residual, plus the attention branch below.
-  linear_backward(b, flat2(s.dattn), false, dx, flat2(a.attn), w.o, g.o, Tensor());
+  if (c.sandwich_norms) {
+    b.rmsnorm_backward(s.dout_pre, g.attn_out_norm, dx, a.attn_o, w.attn_out_norm, a.rstd_ao, off);
+    linear_backward(b, flat2(s.dattn), false, s.dout_pre, flat2(a.attn), w.o, g.o, Tensor());
+  } else {
+    linear_backward(b, flat2(s.dattn), false, dx, flat2(a.attn), w.o, g.o, Tensor());
+  }
   packed_attention_backward(b, c, layout, a, s);
+  if (const float qs = query_scale(c); qs != 1.0f) b.scale(s.dq, qs);
   b.rope_backward(s.dq, positions, rope.inv_freq, rope.scale);
   b.rope_backward(s.dk, positions, rope.inv_freq, rope.scale);
   if (c.qk_norm) {
     b.rmsnorm_backward(heads_as_rows(s.dq_pre), g.q_norm, heads_as_rows(s.dq), heads_as_rows(a.q_pre), w.q_norm,
-                       a.rstd_q);
+                       a.rstd_q, off);
     b.rmsnorm_backward(heads_as_rows(s.dk_pre), g.k_norm, heads_as_rows(s.dk), heads_as_rows(a.k_pre), w.k_norm,
-                       a.rstd_k);
+                       a.rstd_k, off);
   }
   linear_backward(b, s.dh, false, c.qk_norm ? s.dq_pre : s.dq, a.h1, w.q, g.q, g.q_bias);
   linear_backward(b, s.dh, true, c.qk_norm ? s.dk_pre : s.dk, a.h1, w.k, g.k, g.k_bias);
   linear_backward(b, s.dh, true, s.dv, a.h1, w.v, g.v, g.v_bias);
-  b.rmsnorm_backward(s.dtmp, g.input_norm, s.dh, x_in, w.input_norm, a.rstd1);
+  b.rmsnorm_backward(s.dtmp, g.input_norm, s.dh, x_in, w.input_norm, a.rstd1, off);
   b.axpy(dx, 1.0f, s.dtmp);  // dx = d(x_in)
 }
 

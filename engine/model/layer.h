@@ -7,10 +7,12 @@
 //          with qk_norm, rope(rmsnorm_per_head(q_pre) * q_norm): q_pre = h1 Wq^T (+ bq),
 //          rstd_q (N*Hq); the same for k; rope with the layer's LayerRope
 //   attn = causal GQA attention(q, k, v)  (N, Hq, D)      lse (N, Hq)   [the caller's part]
-//   x_mid = x_in + attn Wo^T
+//   x_mid = x_in + attn Wo^T      (sandwich_norms: x_in + norm(attn_o), attn_o = attn Wo^T, rstd_ao)
 //   h2   = rmsnorm(x_mid) * post_norm                    rstd2 (N)
-//   m    = silu(h2 Wg^T) * (h2 Wu^T)  (N, I)             gate, up (N, I)
-//   x_out = x_mid + m Wd^T
+//   m    = act(h2 Wg^T) * (h2 Wu^T)  (N, I)              gate, up (N, I); act silu or gelu_tanh
+//   x_out = x_mid + m Wd^T        (sandwich_norms: x_mid + norm(mlp_o), mlp_o = m Wd^T, rstd_mo)
+// Every norm multiplies by (norm_weight_offset + weight); q is scaled after RoPE so that the
+// attention's 1/sqrt(D) becomes attention_scale() (query_pre_attn_scalar).
 // The attention itself is the caller's: packed causal attention in training (PackedAttention
 // below), paged attention over the KV cache in inference. Everything else is shared.
 #pragma once
@@ -28,6 +30,7 @@ namespace rlrun::engine {
 struct LayerActs {
   Tensor rstd1, h1, q, k, v, attn, lse, x_mid, rstd2, h2, gate, up, m;
   Tensor q_pre, k_pre, rstd_q, rstd_k;  // qk_norm only: the projections before their norm
+  Tensor attn_o, rstd_ao, mlp_o, rstd_mo;  // sandwich_norms only: the branch outputs before their norm
   Tensor xq, xk, xv, xattn, xlse;  // the expanded attention's (PackedAttention::expanded), else undefined
 };
 LayerActs alloc_layer_acts(Backend& backend, const ModelConfig& config, int64_t n, bool save_stats);
@@ -40,6 +43,7 @@ int64_t bytes_of(const LayerActs& acts);
 struct LayerGradScratch {
   Tensor dm, dh, dtmp, dattn, dq, dk, dv;
   Tensor dq_pre, dk_pre;  // qk_norm only
+  Tensor dout_pre;        // sandwich_norms only: a branch output's gradient before its norm
   Tensor xdattn, xdq, xdk, xdv;  // expanded attention only
 };
 

@@ -14,6 +14,8 @@ struct Model::TrainState {
   int64_t n = 0;
   bool for_backward = false, checkpointing = false;
   Tensor ids, positions, targets;              // (N) i32
+  Tensor embed_rows, embed_ids;                // pad_token_id present: the other rows and their ids (M) i32
+  bool skip_embedding_grad = false;            // every token is the pad token
   PackedAttention attention;                   // segments, and the expansion of shared prefixes
   std::vector<Tensor> xs;                      // residual stream: xs[l] is layer l's input (N, H)
   std::vector<LayerActs> acts;
@@ -156,6 +158,17 @@ Result<ForwardOutput> Model::forward(const PackedBatch& batch, bool for_backward
   st.xs.resize(for_backward ? L + 1 : 2);
   for (Tensor& x : st.xs) x = b.uninitialized({n, c.hidden_size}, b.compute_dtype());
   b.embedding_forward(st.xs[0], weights_.embed_tokens(), st.ids);
+  if (c.embedding_scale != 1.0) b.scale(st.xs[0], static_cast<float>(c.embedding_scale));
+  if (c.pad_token_id >= 0) {  // torch's padding_idx: the pad token's lookups add nothing to its row's gradient
+    std::vector<int32_t> rows, ids;
+    for (int64_t i = 0; i < n; ++i)
+      if (batch.tokens[i] != c.pad_token_id) rows.push_back(static_cast<int32_t>(i)), ids.push_back(batch.tokens[i]);
+    if (static_cast<int64_t>(rows.size()) < n) {
+      st.embed_rows = rows.empty() ? Tensor() : from_host_i32(b, {static_cast<int64_t>(rows.size())}, rows);
+      st.embed_ids = rows.empty() ? Tensor() : from_host_i32(b, {static_cast<int64_t>(ids.size())}, ids);
+      st.skip_embedding_grad = rows.empty();
+    }
+  }
   LayerActs scratch;
   if (!keep_all) scratch = alloc_layer_acts(b, c, n, /*save_stats=*/false);
   for (int64_t l = 0; l < L; ++l) {
@@ -200,7 +213,8 @@ void Model::head_forward(TrainState& st, const ForwardOutput& out, bool for_back
   const int64_t n = st.n, m = st.m, v = c.vocab_size;
   st.rstd_f = for_backward ? b.uninitialized({n}, DType::kF32) : Tensor();
   st.hf = b.uninitialized({n, c.hidden_size}, b.compute_dtype());
-  b.rmsnorm_forward(st.hf, st.rstd_f, st.xs.back(), weights_.final_norm(), static_cast<float>(c.rms_norm_eps));
+  b.rmsnorm_forward(st.hf, st.rstd_f, st.xs.back(), weights_.final_norm(), static_cast<float>(c.rms_norm_eps),
+                    static_cast<float>(c.norm_weight_offset));
   if (m == 0) return;  // nothing to score: log-probs and entropies stay 0
   const bool compact = m < n;
   if (compact) {
@@ -261,7 +275,8 @@ void Model::head_backward(TrainState& st, const Tensor& dlogprob, const Tensor& 
     if (compact) b.embedding_backward(dhf, dhead, st.head_rows);  // into the zeroed (N, H)
   }
   st.logits = Tensor();
-  b.rmsnorm_backward(dx, weights_.grad_final_norm(), dhf, st.xs.back(), weights_.final_norm(), st.rstd_f);
+  b.rmsnorm_backward(dx, weights_.grad_final_norm(), dhf, st.xs.back(), weights_.final_norm(), st.rstd_f,
+                     static_cast<float>(c.norm_weight_offset));
 }
 
 void Model::layer_backward_at(TrainState& st, int64_t l, const Tensor& dx) {
@@ -296,7 +311,14 @@ void Model::backward(const Tensor& dlogprob, const Tensor& dentropy) {
   head_backward(st, dlogprob.view({st.n}), dentropy.defined() ? dentropy.view({st.n}) : Tensor(), dx);
   st.grad = alloc_layer_grad_scratch(b, c, st.n);
   for (int64_t l = c.num_layers - 1; l >= 0; --l) layer_backward_at(st, l, dx);
-  b.embedding_backward(weights_.grad_embed_tokens(), dx, st.ids);
+  if (c.embedding_scale != 1.0) b.scale(dx, static_cast<float>(c.embedding_scale));
+  if (st.embed_rows.defined()) {  // only the non-pad rows' gradients reach the table
+    Tensor kept = b.uninitialized({st.embed_rows.numel(), c.hidden_size}, b.compute_dtype());
+    b.embedding_forward(kept, dx, st.embed_rows);
+    b.embedding_backward(weights_.grad_embed_tokens(), kept, st.embed_ids);
+  } else if (!st.skip_embedding_grad) {
+    b.embedding_backward(weights_.grad_embed_tokens(), dx, st.ids);
+  }
   state_.reset();
 }
 

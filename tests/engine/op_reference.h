@@ -95,6 +95,17 @@ inline Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const std::ve
   return out;
 }
 
+// gelu_pytorch_tanh(gate) * up (Gemma's GeGLU).
+inline Vec ref_geglu(const Vec& gate, const Vec& up) {
+  Vec out(gate.size());
+  const double c = std::sqrt(2.0 / M_PI);
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = gate[i];
+    out[i] = 0.5 * g * (1.0 + std::tanh(c * (g + 0.044715 * g * g * g))) * up[i];
+  }
+  return out;
+}
+
 inline Vec ref_swiglu(const Vec& gate, const Vec& up) {
   Vec out(gate.size());
   for (size_t i = 0; i < gate.size(); ++i) out[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];

@@ -75,6 +75,42 @@ TEST_P(OpsGrad, RmsNorm) {
   EXPECT_CLOSE(download(dw), plus(dw0, finite_diff(loss_w, w)), tol(kTol, kBf16Grad));
 }
 
+// Gemma's (1 + w) norms: the gain is offset + w, the weight gradient the same as without it.
+TEST_P(OpsGrad, RmsNormWithWeightOffset) {
+  const int64_t n = 3, h = 10;
+  const double eps = 1e-6;
+  const Vec x = random_input(n * h, 29, -2, 2), w = random_input(h, 30, -0.3, 0.3), dy = random_input(n * h, 31);
+  Vec gain = w;
+  for (double& g : gain) g += 1.0;
+  Tensor tx = upload(Shape{n, h}, x), tw = upload(Shape{h}, w), out = zeros(Shape{n, h}), rstd = zeros_f32(Shape{n});
+  be().rmsnorm_forward(out, rstd, tx, tw, static_cast<float>(eps), 1.0f);
+  EXPECT_CLOSE(download(out), ref_rmsnorm(x, gain, n, h, eps), tol(1e-5, kBf16Out));
+  Tensor dx = zeros(Shape{n, h}), dw = zeros_f32(Shape{h});
+  be().rmsnorm_backward(dx, dw, upload(Shape{n, h}, dy), tx, tw, rstd, 1.0f);
+  auto loss_x = [&](const Vec& xx) { return dot(dy, ref_rmsnorm(xx, gain, n, h, eps)); };
+  auto loss_w = [&](const Vec& gg) { return dot(dy, ref_rmsnorm(x, gg, n, h, eps)); };
+  EXPECT_CLOSE(download(dx), finite_diff(loss_x, x), tol(kTol, kBf16Out));
+  EXPECT_CLOSE(download(dw), finite_diff(loss_w, gain), tol(kTol, kBf16Grad));
+}
+
+TEST_P(OpsGrad, GeGluIncludingInPlace) {
+  const Vec g = random_input(12, 32, -5, 5), u = random_input(12, 33), dy = random_input(12, 34);
+  Tensor out = zeros(Shape{3, 4});
+  be().geglu_forward(out, upload(Shape{3, 4}, g), upload(Shape{3, 4}, u));
+  EXPECT_CLOSE(download(out), ref_geglu(g, u), tol(1e-6, kBf16Out));
+  auto loss_g = [&](const Vec& x) { return dot(dy, ref_geglu(x, u)); };
+  auto loss_u = [&](const Vec& x) { return dot(dy, ref_geglu(g, x)); };
+  const Vec want_g = finite_diff(loss_g, g), want_u = finite_diff(loss_u, u);
+  Tensor tg = upload(Shape{3, 4}, g), tu = upload(Shape{3, 4}, u), tdy = upload(Shape{3, 4}, dy);
+  Tensor dg = zeros(Shape{3, 4}), du = zeros(Shape{3, 4});
+  be().geglu_backward(dg, du, tdy, tg, tu);
+  EXPECT_CLOSE(download(dg), want_g, tol(kTol, kBf16Out));
+  EXPECT_CLOSE(download(du), want_u, tol(kTol, kBf16Out));
+  be().geglu_backward(tg, tu, tdy, tg, tu);  // documented aliasing: gradients over the inputs
+  EXPECT_CLOSE(download(tg), want_g, tol(kTol, kBf16Out));
+  EXPECT_CLOSE(download(tu), want_u, tol(kTol, kBf16Out));
+}
+
 TEST_P(OpsGrad, Rope) {
   const int64_t h = 2, d = 6;
   const std::vector<int32_t> pos = {0, 1, 2, 0, 9};

@@ -10,7 +10,9 @@ Commands
       every variant below into DIR/<variant> (the ctest fixture `hf_arch_reference_setup`)
   hf_arch_reference.py check-export --variant DIR/<variant> --export EXPORT_DIR
       loads EXPORT_DIR (an HF folder rlrun wrote) with this transformers and checks that it is the
-      variant's model: same config fields that matter, same parameters, same logits (1e-5).
+      variant's model: same config fields that matter, same RoPE frequencies, same parameters, same
+      log-probs (1e-5). With --logprobs-only (run under build/pyref's transformers 4.46 for Llama and
+      Qwen2), only the log-probs against the 5.x reference.
 
 Variants (fp32, eager attention, hidden 64, 4 heads, 2 KV heads, vocab 96, max_position 128,
 weights redrawn from torch.Generator(seed): norms 0.1 N (Gemma's (1 + w)) or 1 + 0.1 N, embeddings
@@ -24,6 +26,7 @@ weights redrawn from torch.Generator(seed): norms 0.1 N (Gemma's (1 + w)) or 1 +
   gemma3          Gemma 3 text: head_dim 32, 4 layers [sliding, sliding, full, sliding], sliding
                   window 5, query_pre_attn_scalar 24, rope_local_base_freq 100, global linear x2,
                   tied embeddings, pad_token_id 0, eos [1, 7]
+  gemma3_global   the same with every layer full attention (Gemma's layers without the window)
 
 Output of a variant directory:
   model/               save_pretrained: config.json (5.x format), model.safetensors
@@ -66,18 +69,19 @@ def variant_config(name):
                              rope_parameters=dict(rope, rope_theta=500.0), **COMMON)
     if name == "qwen2_v5":
         return T.Qwen2Config(num_hidden_layers=2, rope_theta=1e6, rms_norm_eps=1e-6, **COMMON)
-    if name == "gemma3":
+    if name.startswith("gemma3"):
         common = dict(COMMON, eos_token_id=[1, 7], bos_token_id=2)
+        types = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"]
         return T.Gemma3TextConfig(
             num_hidden_layers=4, head_dim=32, sliding_window=5, query_pre_attn_scalar=24,
-            layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+            layer_types=["full_attention"] * 4 if name == "gemma3_global" else types,
             rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4},
                              "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}},
             pad_token_id=0, tie_word_embeddings=True, rms_norm_eps=1e-6, **common)
     raise ValueError(name)
 
 
-VARIANTS = ("qwen3", "llama3", "llama_linear", "llama_dynamic", "llama_yarn", "qwen2_v5", "gemma3")
+VARIANTS = ("qwen3", "llama3", "llama_linear", "llama_dynamic", "llama_yarn", "qwen2_v5", "gemma3", "gemma3_global")
 
 
 def make_model(name, gen):
@@ -105,8 +109,9 @@ def logprobs_of(model, ids):
 def generate(out, name, seed):
     gen = torch.Generator().manual_seed(seed)
     model = make_model(name, gen)
-    rand = lambda n: torch.randint(3, 96, (n,), generator=gen).tolist()  # never bos/eos/pad
-    sequences = [rand(n) for n in (7, 12, 19)]
+    rand = lambda n: torch.randint(3, 96, (n,), generator=gen).tolist()  # never bos/eos/pad, but:
+    pad_once = lambda ids: ids[:3] + [0] + ids[4:]  # one pad token (0): its embedding row gets no gradient
+    sequences = [rand(7), pad_once(rand(12)), rand(19)]
     shared = {"system": rand(4), "question": rand(5), "answers": [rand(6), rand(3), rand(8)]}
     prompts = [rand(3), rand(9), rand(14)]
     max_new_tokens = 12
@@ -144,6 +149,24 @@ def generate(out, name, seed):
                    "torch_version": torch.__version__}, f, indent=1)
 
 
+def check_export_logprobs(variant, export):
+    """The export's log-probs under THIS transformers (e.g. 4.46.3 in build/pyref) against the 5.x reference."""
+    from safetensors.torch import load_file
+    got = transformers.AutoModelForCausalLM.from_pretrained(export, attn_implementation="eager",
+                                                            torch_dtype=torch.float32).eval()
+    want = load_file(os.path.join(variant, "outputs.safetensors"))
+    with open(os.path.join(variant, "inputs.json")) as f:
+        seqs = json.load(f)["sequences"]
+    worst = 0.0
+    with torch.no_grad():
+        for s, ids in enumerate(seqs):
+            worst = max(worst, (logprobs_of(got, ids) - want[f"logprobs.{s}"]).abs().max().item())
+    ok = worst <= 1e-5
+    print(f"check-export --logprobs-only {export}: {'ok' if ok else 'FAILED'} (transformers {transformers.__version__}, "
+          f"max log-prob difference {worst:.3g})")
+    return 0 if ok else 1
+
+
 def check_export(variant, export):
     expected = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(variant, "model"),
                                                                  attn_implementation="eager").eval()
@@ -153,11 +176,19 @@ def check_export(variant, export):
     problems = [f"{k}: {v}" for k, v in info.items() if v]
     if type(got) is not type(expected):
         problems.append(f"class {type(got).__name__}, expected {type(expected).__name__}")
-    for field in ("head_dim", "layer_types", "sliding_window", "query_pre_attn_scalar", "rope_parameters",
-                  "tie_word_embeddings", "rms_norm_eps", "num_key_value_heads", "pad_token_id"):
+    for field in ("head_dim", "layer_types", "sliding_window", "query_pre_attn_scalar", "tie_word_embeddings",
+                  "rms_norm_eps", "num_key_value_heads", "pad_token_id", "eos_token_id", "max_position_embeddings"):
         a, b = getattr(expected.config, field, None), getattr(got.config, field, None)
         if a != b:
             problems.append(f"config {field}: {b!r}, expected {a!r}")
+    # RoPE as computed (the written form may differ: 4.x keys vs rope_parameters, explicit yarn defaults)
+    rot_e, rot_g = expected.model.rotary_emb, got.model.rotary_emb
+    for name, buf in rot_e.named_buffers():
+        if "inv_freq" in name and not torch.equal(buf, dict(rot_g.named_buffers())[name]):
+            problems.append(f"RoPE {name} differs")
+    for name, value in vars(rot_e).items():
+        if "attention_scaling" in name and value != getattr(rot_g, name, None):
+            problems.append(f"RoPE {name}: {getattr(rot_g, name, None)}, expected {value}")
     params = dict(expected.named_parameters())
     for n, p in got.named_parameters():
         if n not in params or not torch.equal(p.float(), params[n]):
@@ -184,12 +215,16 @@ def main():
     c = sub.add_parser("check-export")
     c.add_argument("--variant", required=True)
     c.add_argument("--export", required=True)
+    c.add_argument("--logprobs-only", action="store_true",
+                   help="compare only log-probs with the 5.x reference (for transformers 4.x)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # CI shares 2 cores; these models are tiny
     if args.command == "generate-set":
         for seed, name in enumerate(VARIANTS, start=11):
             generate(os.path.join(args.out, name), name, seed)
         return 0
+    if args.logprobs_only:
+        return check_export_logprobs(args.variant, args.export)
     return check_export(args.variant, args.export)
 
 

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -209,7 +210,31 @@ TEST_P(HfArch, GreedyIdsMatchTransformers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, HfArch, ::testing::Values("qwen2_v5", "qwen3", "llama3", "llama_linear", "llama_dynamic", "llama_yarn"),
+// The export (a checkpoint, the end of a run, save_weights) is the same model to transformers 5
+// (hf_arch_reference.py check-export: config, RoPE, parameters, log-probs) and, for Llama and
+// Qwen2 (default, linear, dynamic and llama3 RoPE), to transformers 4.46 (its log-probs equal the
+// 5.x reference).
+TEST_P(HfArch, ExportIsTheSameModelToTransformers5) {
+  const std::string dir = ::testing::TempDir() + "hf_arch_export_" + GetParam();
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(save_weights(*model_, dir, DType::kF32).ok());
+  const std::string command = str("'", RLRUN_PYREF5_PYTHON, "' '", RLRUN_SOURCE_DIR,
+                                  "/tests/reference/hf_arch_reference.py' check-export --variant '",
+                                  variant_dir(GetParam()), "' --export '", dir, "' 2>&1");
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  // Classes transformers 4.46 has; not yarn, which 4.46 computes as another model from the same
+  // config (its correction range comes from max_position_embeddings; 5.x, vLLM and rlrun use
+  // original_max_position_embeddings: docs/models.md).
+  if (GetParam().rfind("gemma3", 0) != 0 && GetParam() != "qwen3" && GetParam() != "llama_yarn") {
+    const std::string v4 = str("'", RLRUN_PYREF_PYTHON, "' '", RLRUN_SOURCE_DIR,
+                               "/tests/reference/hf_arch_reference.py' check-export --logprobs-only --variant '",
+                               variant_dir(GetParam()), "' --export '", dir, "' 2>&1");
+    EXPECT_EQ(std::system(v4.c_str()), 0) << v4;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, HfArch, ::testing::Values("qwen2_v5", "qwen3", "llama3", "llama_linear", "llama_dynamic", "llama_yarn", "gemma3_global"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

@@ -166,7 +166,7 @@ TEST(HfConfig, YarnAttentionFactorIsTransformers5s) {
       with(kQwen2Json, "rope_scaling", R"({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32})"), "y");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->rope_scaling.type, "yarn");
-  EXPECT_EQ(c->rope_scaling.factor, 4.0);  // explicit, as transformers 5 (4.46 took max_position / original)
+  EXPECT_EQ(c->rope_scaling.factor, 4.0);
   EXPECT_DOUBLE_EQ(c->rope_scaling.attention_factor, 0.1 * std::log(4.0) + 1.0);
   EXPECT_EQ(c->rope_scaling.beta_fast, 32.0);
 }
