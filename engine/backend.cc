@@ -307,8 +307,9 @@ void check_heads(const OpCheck& c, DType compute, const Tensor& q, const char* k
 }  // namespace
 
 void Backend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen) {
+                                const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window) {
   const OpCheck c(*this, "attention_forward");
+  if (window < 0) c.fail("negative window " + std::to_string(window));
   check_heads(c, compute_dtype(), q, "k", k, "cu_seqlens", cu_seqlens);
   const int64_t n = q.dim(0), hq = q.dim(1);
   c.tensor("k", k, Shape{n, k.dim(1), q.dim(2)}, compute_dtype());
@@ -316,13 +317,14 @@ void Backend::attention_forward(const Tensor& out, const Tensor& lse, const Tens
   c.tensor("out", out, q.shape(), compute_dtype());
   c.optional("lse", lse, Shape{n, hq}, DType::kF32);
   if (max_seqlen < 0) c.fail("negative max_seqlen " + std::to_string(max_seqlen));
-  attention_forward_impl(out, lse, q, k, v, cu_seqlens, max_seqlen);
+  attention_forward_impl(out, lse, q, k, v, cu_seqlens, max_seqlen, window);
 }
 
 void Backend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                  const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                 const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen) {
+                                 const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window) {
   const OpCheck c(*this, "attention_backward");
+  if (window < 0) c.fail("negative window " + std::to_string(window));
   check_heads(c, compute_dtype(), q, "k", k, "cu_seqlens", cu_seqlens);
   const int64_t n = q.dim(0), hq = q.dim(1);
   const Shape kv{n, k.dim(1), q.dim(2)};
@@ -335,13 +337,15 @@ void Backend::attention_backward(const Tensor& dq, const Tensor& dk, const Tenso
   c.tensor("dv", dv, kv, compute_dtype());
   c.tensor("lse", lse, Shape{n, hq}, DType::kF32);
   if (max_seqlen < 0) c.fail("negative max_seqlen " + std::to_string(max_seqlen));
-  attention_backward_impl(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, max_seqlen);
+  attention_backward_impl(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, max_seqlen, window);
 }
 
 void Backend::paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                                       const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
-                                      const Tensor& block_tables, int64_t block_size, int64_t max_context) {
+                                      const Tensor& block_tables, int64_t block_size, int64_t max_context,
+                                      int64_t window) {
   const OpCheck c(*this, "paged_attention_forward");
+  if (window < 0) c.fail("negative window " + std::to_string(window));
   check_heads(c, compute_dtype(), q, "k_cache", k_cache, "cu_q", cu_q);
   const int64_t num_seqs = cu_q.dim(0) - 1;
   c.tensor("v_cache", v_cache, k_cache.shape(), compute_dtype());
@@ -352,7 +356,8 @@ void Backend::paged_attention_forward(const Tensor& out, const Tensor& q, const 
     c.fail("block_tables is " + block_tables.str() + ", expected (" + std::to_string(num_seqs) + ", max_blocks)");
   if (block_size <= 0) c.fail("block_size must be positive, got " + std::to_string(block_size));
   if (max_context < 0) c.fail("negative max_context " + std::to_string(max_context));
-  paged_attention_forward_impl(out, q, k_cache, v_cache, cu_q, seq_start, block_tables, block_size, max_context);
+  paged_attention_forward_impl(out, q, k_cache, v_cache, cu_q, seq_start, block_tables, block_size, max_context,
+                               window);
 }
 
 // ---- SwiGLU -------------------------------------------------------------------------------------

@@ -157,13 +157,15 @@ class Backend {
   // launch sizes; must be >= every length). Token t of sequence s attends to tokens cu[s]..t only,
   // with scale 1/sqrt(D). lse (N, Hq, f32) saved = log sum_j exp(scale q.k_j) per query row.
   // lse may be undefined (inference).
+  // window > 0: sliding-window attention, token t sees only tokens t - window + 1 .. t of its
+  // sequence (itself included; Gemma's local layers); 0: all of them.
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                         const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen);
+                         const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window = 0);
   // dq (N, Hq, D), dk, dv (N, Hkv, D) overwritten, from dout (N, Hq, D) and the forward's q, k, v,
   // out and lse.
   void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                           const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                          const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen);
+                          const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window = 0);
 
   // ---- attention of new tokens over a paged KV cache (prefill and decode) ------------------------
   // The new tokens of S sequences are packed in q, out (N, Hq, D): rows cu_q[s] .. cu_q[s+1] of
@@ -171,11 +173,13 @@ class Backend {
   // seq_start[s] + 1, ... (seq_start (S, i32)); their K/V are already written to the cache.
   // k_cache, v_cache (slots, Hkv, D): position p of sequence s lives in slot
   //   block_tables[s, p / block_size] * block_size + p % block_size,  block_tables (S, max_blocks, i32).
-  // A query at position p attends to positions 0..p of its own sequence, scale 1/sqrt(D).
+  // A query at position p attends to positions 0..p of its own sequence (p - window + 1 .. p with
+  // window > 0: positions before that are never read, so their blocks may be gone), scale 1/sqrt(D).
   // max_context: host-side hint >= every seq_start[s] + rows of s (device launch sizes, scratch).
   void paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                                const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
-                               const Tensor& block_tables, int64_t block_size, int64_t max_context);
+                               const Tensor& block_tables, int64_t block_size, int64_t max_context,
+                               int64_t window = 0);
 
   // ---- SwiGLU: out = silu(gate) * up, silu(g) = g * sigmoid(g) -----------------------------------
   // gate, up, out (N, I).
@@ -242,14 +246,16 @@ class Backend {
   virtual void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale) = 0;
   virtual void rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale) = 0;
   virtual void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                      const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen) = 0;
+                                      const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen,
+                                      int64_t window) = 0;
   virtual void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                       const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen) = 0;
+                                       const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
+                                       int64_t window) = 0;
   virtual void paged_attention_forward_impl(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                                             const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
                                             const Tensor& block_tables, int64_t block_size,
-                                            int64_t max_context) = 0;
+                                            int64_t max_context, int64_t window) = 0;
   virtual void swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
   virtual void geglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
   virtual void geglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,

@@ -1,4 +1,5 @@
-// cpu_attention.cc - causal grouped-query attention over packed sequences on the CPU.
+// cpu_attention.cc - causal grouped-query attention over packed sequences on the CPU, optionally
+// within a sliding window (columns before a row's window are masked like its future).
 //
 // The trick: each task copies the keys and values it reads, for one kv head, into transposed
 // tiles kt, vt (D, ld) (ld = keys rounded up to 8, padding zeroed), and then works on 4 query
@@ -130,18 +131,18 @@ void tile_add_rows(float* t, int64_t ld, const float* const* x, const float* s, 
   }
 }
 
-// Row r of s: entries j >= n[r] become `masked`; then s = exp(s - shift[r]) over j < n8.
+// Row r of s: entries outside [lo[r], n[r]) become 0; the others exp(s - shift[r]), over j < n8.
 // Returns the row sums in sum[r]. shift is the row max (forward) or the saved lse (backward).
 RLRUN_CPU_INLINE
-void masked_exp(float* s, int64_t ld, const int64_t* n, int64_t n8, const float* shift, float* sum) {
+void masked_exp(float* s, int64_t ld, const int64_t* lo, const int64_t* n, int64_t n8, const float* shift, float* sum) {
   for (int r = 0; r < kRows; ++r) {
     float* row = s + r * ld;
     const float sh = shift[r];
-    const int64_t valid = n[r];
+    const int64_t valid = n[r], first = lo[r];
     float total = 0.0f;
 #pragma omp simd reduction(+ : total)
     for (int64_t j = 0; j < n8; ++j) {
-      const float e = j < valid ? fast_exp(row[j] - sh) : 0.0f;
+      const float e = j >= first && j < valid ? fast_exp(row[j] - sh) : 0.0f;
       row[j] = e;
       total += e;
     }
@@ -168,7 +169,7 @@ RLRUN_CPU_INLINE void forward_rows_body(const AttnDims& a, const float* q, int64
     for (int64_t i0 = row0; i0 < row1; i0 += kRows) {
       const float* x[kRows];
       float* o[kRows];
-      int64_t n[kRows];
+      int64_t n[kRows], lo[kRows];
       float m[kRows], sum[kRows], inv[kRows];
       for (int r = 0; r < kRows; ++r) {
         const bool real = i0 + r < row1;  // a short last group is padded with zero rows
@@ -176,11 +177,12 @@ RLRUN_CPU_INLINE void forward_rows_body(const AttnDims& a, const float* q, int64
         x[r] = real ? q + row * a.d : buf.zero.data();
         o[r] = real ? out + row * a.d : buf.trash.data() + r * a.d;
         n[r] = real ? i0 + r - key0 + 1 : 1;
+        lo[r] = first_visible(a, n[r]);
       }
       const int64_t n8 = round_up(std::min<int64_t>(i0 + kRows, row1) - key0);
       rows_times_tile(s, ld, x, buf.kt.data(), n8, a.d, scale);
-      for (int r = 0; r < kRows; ++r) m[r] = row_max(s + r * ld, n[r]);
-      masked_exp(s, ld, n, n8, m, sum);
+      for (int r = 0; r < kRows; ++r) m[r] = row_max(s + r * ld + lo[r], n[r] - lo[r]);
+      masked_exp(s, ld, lo, n, n8, m, sum);
       for (int r = 0; r < kRows; ++r) inv[r] = 1.0f / sum[r];
       rows_dot_tile(o, s, ld, buf.vt.data(), n8, a.d, inv);
       if (lse)
@@ -213,8 +215,9 @@ void forward_rows(bool avx2, const AttnDims& a, const float* q, int64_t ld, int6
 using namespace attn;
 
 void CpuBackend::attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                        const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen) {
-  const AttnDims a = check_cu_seqlens("attention_forward", q, k, cu_seqlens, max_seqlen);
+                                        const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window) {
+  AttnDims a = check_cu_seqlens("attention_forward", q, k, cu_seqlens, max_seqlen);
+  a.window = window;
   const int32_t* cu = cu_seqlens.i32();
   struct Task { int64_t seq, row0, kv_head, cost; };
   std::vector<Task> tasks;
@@ -266,7 +269,7 @@ RLRUN_CPU_INLINE void backward_task_body(const AttnDims& a, const BackwardArgs& 
     for (int64_t i0 = begin; i0 < end; i0 += kRows) {
       const float *qr[kRows], *dor[kRows];
       float* dqr[kRows];
-      int64_t n[kRows];
+      int64_t n[kRows], lo[kRows];
       float lse[kRows], di[kRows], sum[kRows], ones[kRows];
       for (int r = 0; r < kRows; ++r) {
         const bool real = i0 + r < end;  // padding rows: zero q and dout, no keys -> contribute 0
@@ -275,6 +278,7 @@ RLRUN_CPU_INLINE void backward_task_body(const AttnDims& a, const BackwardArgs& 
         dor[r] = real ? x.dout + row * a.d : buf.zero.data();
         dqr[r] = real ? x.dq + row * a.d : buf.trash.data() + r * a.d;
         n[r] = real ? i0 + r - begin + 1 : 0;
+        lo[r] = first_visible(a, n[r]);
         lse[r] = real ? x.lse[row] : 0.0f;
         di[r] = 0.0f;
         if (real)
@@ -283,7 +287,7 @@ RLRUN_CPU_INLINE void backward_task_body(const AttnDims& a, const BackwardArgs& 
       }
       const int64_t n8 = round_up(std::min<int64_t>(i0 + kRows, end) - begin);
       rows_times_tile(p, ld, qr, buf.kt.data(), n8, a.d, scale);
-      masked_exp(p, ld, n, n8, lse, sum);
+      masked_exp(p, ld, lo, n, n8, lse, sum);
       rows_times_tile(ds, ld, dor, buf.vt.data(), n8, a.d, 1.0f);
       for (int r = 0; r < kRows; ++r) {
         float *dsr = ds + r * ld, *pr = p + r * ld;
@@ -313,8 +317,10 @@ void backward_task_base(const AttnDims& a, const BackwardArgs& x, int64_t begin,
 
 void CpuBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                         const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen) {
-  const AttnDims a = check_cu_seqlens("attention_backward", q, k, cu_seqlens, max_seqlen);
+                                         const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
+                                         int64_t window) {
+  AttnDims a = check_cu_seqlens("attention_backward", q, k, cu_seqlens, max_seqlen);
+  a.window = window;
   const int32_t* cu = cu_seqlens.i32();
   struct Task { int64_t seq, kv_head, cost; };
   std::vector<Task> tasks;

@@ -19,7 +19,13 @@ constexpr int64_t kLanes = 8;        // key columns per register vector (AVX2 wi
 
 struct AttnDims {
   int64_t n, hq, hkv, d, group, num_seqs;
+  int64_t window = 0;  // > 0: a row sees only its last `window` columns (sliding-window layers)
 };
+
+// The first tile column a row that sees `visible` columns [0, visible) may read.
+inline int64_t first_visible(const AttnDims& a, int64_t visible) {
+  return a.window > 0 && visible > a.window ? visible - a.window : 0;
+}
 
 inline int64_t round_up(int64_t x) { return (x + kLanes - 1) / kLanes * kLanes; }
 
@@ -48,7 +54,8 @@ void gather_transposed(float* dst, int64_t ld, const float* src, int64_t begin, 
                        int64_t d);
 
 // Query rows [row0, row1), for every query head of kv head g, against the keys and values already
-// gathered in buf.kt, buf.vt (D, ld): row i sees tile columns [0, i - key0 + 1) (causal). Writes
+// gathered in buf.kt, buf.vt (D, ld): row i sees tile columns [0, i - key0 + 1) (causal), the
+// last a.window of them with a window. Writes
 // out rows and, when lse is not null, their logsumexp. avx2 picks the AVX2+FMA variant.
 void forward_rows(bool avx2, const AttnDims& a, const float* q, int64_t ld, int64_t key0, int64_t row0, int64_t row1,
                   int64_t g, float* out, float* lse, Buffers& buf);

@@ -62,31 +62,32 @@ RLRUN_CPU_INLINE void decode_row_body(const AttnDims& a, const float* q_row, con
   const float scale = 1.0f / std::sqrt(static_cast<float>(a.d));
   const float* q0 = q_row + g * a.group * a.d;
   float* o0 = out_row + g * a.group * a.d;
+  const int64_t first = first_visible(a, ctx);  // positions before it are outside the window: never read
   // Positions walk the block table a block at a time (no division per position).
-  for (int64_t p0 = 0, b = 0; p0 < ctx; p0 += block_size, ++b) {
-    const int64_t end = p0 + block_size < ctx ? p0 + block_size : ctx;
-    const float* k = kc + (static_cast<int64_t>(table[b]) * block_size * a.hkv + g) * a.d;
-    for (int64_t p = p0; p < end; ++p, k += a.hkv * a.d)
+  for (int64_t b = first / block_size, p0 = b * block_size; p0 < ctx; p0 += block_size, ++b) {
+    const int64_t end = p0 + block_size < ctx ? p0 + block_size : ctx, p1 = p0 < first ? first : p0;
+    const float* k = kc + ((static_cast<int64_t>(table[b]) * block_size + p1 - p0) * a.hkv + g) * a.d;
+    for (int64_t p = p1; p < end; ++p, k += a.hkv * a.d)
       for (int64_t h = 0; h < a.group; ++h) scores[h * ctx + p] = scale * dot_row(q0 + h * a.d, k, a.d);
   }
   for (int64_t h = 0; h < a.group; ++h) {
     float* sh = scores + h * ctx;
     float m = -INFINITY;
-    for (int64_t p = 0; p < ctx; ++p) m = sh[p] > m ? sh[p] : m;
+    for (int64_t p = first; p < ctx; ++p) m = sh[p] > m ? sh[p] : m;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t p = 0; p < ctx; ++p) {
+    for (int64_t p = first; p < ctx; ++p) {
       sh[p] = fast_exp(sh[p] - m);
       sum += sh[p];
     }
     const float inv = 1.0f / sum;
-    for (int64_t p = 0; p < ctx; ++p) sh[p] *= inv;
+    for (int64_t p = first; p < ctx; ++p) sh[p] *= inv;
     for (int64_t c = 0; c < a.d; ++c) o0[h * a.d + c] = 0.0f;
   }
-  for (int64_t p0 = 0, b = 0; p0 < ctx; p0 += block_size, ++b) {
-    const int64_t end = p0 + block_size < ctx ? p0 + block_size : ctx;
-    const float* v = vc + (static_cast<int64_t>(table[b]) * block_size * a.hkv + g) * a.d;
-    for (int64_t p = p0; p < end; ++p, v += a.hkv * a.d)
+  for (int64_t b = first / block_size, p0 = b * block_size; p0 < ctx; p0 += block_size, ++b) {
+    const int64_t end = p0 + block_size < ctx ? p0 + block_size : ctx, p1 = p0 < first ? first : p0;
+    const float* v = vc + ((static_cast<int64_t>(table[b]) * block_size + p1 - p0) * a.hkv + g) * a.d;
+    for (int64_t p = p1; p < end; ++p, v += a.hkv * a.d)
       for (int64_t h = 0; h < a.group; ++h) axpy_row(o0 + h * a.d, scores[h * ctx + p], v, a.d);
   }
 }
@@ -141,8 +142,10 @@ AttnDims check_paged(const Tensor& q, const Tensor& k_cache, const Tensor& cu_q,
 
 void CpuBackend::paged_attention_forward_impl(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                                               const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
-                                              const Tensor& block_tables, int64_t block_size, int64_t max_context) {
-  const AttnDims a = check_paged(q, k_cache, cu_q, seq_start, block_tables, block_size, max_context);
+                                              const Tensor& block_tables, int64_t block_size, int64_t max_context,
+                                              int64_t window) {
+  AttnDims a = check_paged(q, k_cache, cu_q, seq_start, block_tables, block_size, max_context);
+  a.window = window;
   const int32_t *cu = cu_q.i32(), *start = seq_start.i32(), *tables = block_tables.i32();
   const int64_t max_blocks = block_tables.dim(1), num_slots = k_cache.dim(0);
   struct Task { int64_t seq, kv_head; };

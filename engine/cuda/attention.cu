@@ -26,6 +26,7 @@ struct ForwardArgs {
   int hq, hkv, d, group;
   float scale;
   int64_t n, max_rows;
+  int64_t window;  // > 0: sliding window (keys pos - window + 1 .. pos)
   int num_seqs;
 };
 
@@ -103,11 +104,14 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardArgs
 #pragma unroll
     for (int i = 0; i < kSlotsPerWarp; ++i) {
       if (pos[i] < j0) continue;  // empty slot, or every key of the tile is in its future (warp-uniform)
+      const int64_t first = a.window > 0 ? pos[i] - a.window + 1 : 0;  // the window's first key
+      if (j0 + kKeys <= first) continue;  // every key of the tile is before the window (warp-uniform)
       const float* qrow = qs + (warp * kSlotsPerWarp + i) * d;
       const int64_t key = j0 + lane;
-      const float score = key <= pos[i] ? dot_shared(qrow, ks + lane * ldk, d) : -INFINITY;
-      const float m_new = fmaxf(m[i], warp_max(score));  // finite: key j0 <= pos is visible
-      const float p = key <= pos[i] ? expf(score - m_new) : 0.0f;
+      const bool seen = key <= pos[i] && key >= first;
+      const float score = seen ? dot_shared(qrow, ks + lane * ldk, d) : -INFINITY;
+      const float m_new = fmaxf(m[i], warp_max(score));  // finite: the tile holds a visible key
+      const float p = seen ? expf(score - m_new) : 0.0f;
       const float correction = expf(m[i] - m_new);  // 0 on the first tile (m = -inf)
       l[i] = l[i] * correction + warp_sum(p);
 #pragma unroll
@@ -155,6 +159,7 @@ ForwardArgs base_args(bf16* out, const bf16* q, const AttentionDims& dims) {
   a.scale = 1.0f / sqrtf(static_cast<float>(dims.d));
   a.n = dims.n;
   a.max_rows = dims.max_rows;
+  a.window = dims.window;
   a.num_seqs = dims.num_seqs;
   return a;
 }

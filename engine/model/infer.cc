@@ -91,7 +91,7 @@ Result<Tensor> Model::forward_cached(KvCache& cache, std::span<const SeqId> seqs
     for (int64_t s = 0; s < num_seqs; ++s)
       cache.write(l, seqs[s], start[s], a.k.rows(cu_new[s], cu_new[s + 1]), a.v.rows(cu_new[s], cu_new[s + 1]));
     b.paged_attention_forward(a.attn, a.q, cache.keys(l), cache.values(l), cu_q, seq_start, block_tables,
-                              cache.block_size(), max_context);
+                              cache.block_size(), max_context, ropes_[l].window);
     layer_post_attention_forward(b, c, weights_.layer(l), x, a, x_next);
     std::swap(x, x_next);
   }

@@ -131,7 +131,8 @@ std::vector<LayerRope> make_layer_ropes(Backend& b, const ModelConfig& c) {
   std::vector<LayerRope> ropes;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::vector<float> f = rope_inv_freq(c, l);
-    ropes.push_back({from_host(b, {static_cast<int64_t>(f.size())}, f), rope_scale(c, l)});
+    ropes.push_back({from_host(b, {static_cast<int64_t>(f.size())}, f), rope_scale(c, l),
+                     c.is_sliding(l) ? c.sliding_window : 0});
   }
   return ropes;
 }
@@ -173,9 +174,10 @@ void alloc_attention_set(Backend& b, const Dims& d, int64_t n, Tensor& q, Tensor
 
 }  // namespace
 
-void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAttention& layout, LayerActs& a) {
+void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAttention& layout, int64_t window,
+                              LayerActs& a) {
   if (!layout.expanded) {
-    b.attention_forward(a.attn, a.lse, a.q, a.k, a.v, layout.cu_seqlens, layout.max_seqlen);
+    b.attention_forward(a.attn, a.lse, a.q, a.k, a.v, layout.cu_seqlens, layout.max_seqlen, window);
     return;
   }
   const Dims d = dims(c);
@@ -187,7 +189,9 @@ void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAtte
   b.embedding_forward(flat2(a.xq), flat2(a.q), layout.gather);
   b.embedding_forward(flat2(a.xk), flat2(a.k), layout.gather);
   b.embedding_forward(flat2(a.xv), flat2(a.v), layout.gather);
-  b.attention_forward(a.xattn, a.xlse, a.xq, a.xk, a.xv, layout.cu_expanded, layout.max_expanded);
+  // Each expanded row holds its prefixes' tokens right before its own, in position order, so
+  // the window counts positions here too.
+  b.attention_forward(a.xattn, a.xlse, a.xq, a.xk, a.xv, layout.cu_expanded, layout.max_expanded, window);
   b.embedding_forward(flat2(a.attn), flat2(a.xattn), layout.pick);
 }
 
@@ -221,11 +225,11 @@ void layer_post_attention_forward(Backend& b, const ModelConfig& c, const LayerW
 namespace {
 
 // s.dq, s.dk, s.dv from s.dattn.
-void packed_attention_backward(Backend& b, const ModelConfig& c, const PackedAttention& layout, const LayerActs& a,
-                               LayerGradScratch& s) {
+void packed_attention_backward(Backend& b, const ModelConfig& c, const PackedAttention& layout, int64_t window,
+                               const LayerActs& a, LayerGradScratch& s) {
   if (!layout.expanded) {
     b.attention_backward(s.dq, s.dk, s.dv, s.dattn, a.q, a.k, a.v, a.attn, a.lse, layout.cu_seqlens,
-                         layout.max_seqlen);
+                         layout.max_seqlen, window);
     return;
   }
   const Dims d = dims(c);
@@ -234,7 +238,7 @@ void packed_attention_backward(Backend& b, const ModelConfig& c, const PackedAtt
   // Only the picked expanded rows carry an output gradient; the others' is zero.
   sum_rows_into(b, s.xdattn, s.dattn, layout.pick);
   b.attention_backward(s.xdq, s.xdk, s.xdv, s.xdattn, a.xq, a.xk, a.xv, a.xattn, a.xlse, layout.cu_expanded,
-                       layout.max_expanded);
+                       layout.max_expanded, window);
   sum_rows_into(b, s.dq, s.xdq, layout.gather);
   sum_rows_into(b, s.dk, s.xdk, layout.gather);
   sum_rows_into(b, s.dv, s.xdv, layout.gather);
@@ -270,7 +274,7 @@ void layer_backward(Backend& b, const ModelConfig& c, const LayerWeights& w, con
   } else {
     linear_backward(b, flat2(s.dattn), false, dx, flat2(a.attn), w.o, g.o, Tensor());
   }
-  packed_attention_backward(b, c, layout, a, s);
+  packed_attention_backward(b, c, layout, rope.window, a, s);
   if (const float qs = query_scale(c); qs != 1.0f) b.scale(s.dq, qs);
   b.rope_backward(s.dq, positions, rope.inv_freq, rope.scale);
   b.rope_backward(s.dk, positions, rope.inv_freq, rope.scale);

@@ -65,14 +65,16 @@ struct PackedAttention {
   int64_t max_expanded = 0;
 };
 // acts.attn (and acts.lse, or the expanded tensors) from acts.q, k, v.
-void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAttention& layout, LayerActs& acts);
+void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAttention& layout, int64_t window,
+                              LayerActs& acts);
 LayerGradScratch alloc_layer_grad_scratch(Backend& backend, const ModelConfig& config, int64_t n);
 
-// One layer's RoPE: its inverse frequencies (D/2, f32, on the backend) and cos/sin scale
-// (model/rope.h).
+// What differs between a model's layers: RoPE's inverse frequencies (D/2, f32, on the backend) and
+// cos/sin scale (model/rope.h), and the attention window (sliding layers; 0 = full).
 struct LayerRope {
   Tensor inv_freq;
   float scale = 1.0f;
+  int64_t window = 0;
 };
 std::vector<LayerRope> make_layer_ropes(Backend& backend, const ModelConfig& config);
 

@@ -177,7 +177,7 @@ Result<ForwardOutput> Model::forward(const PackedBatch& batch, bool for_backward
     const Tensor& x_in = st.xs[for_backward ? l : l % 2];
     const Tensor& x_out = st.xs[for_backward ? l + 1 : (l + 1) % 2];
     layer_qkv_forward(b, c, weights_.layer(l), ropes_[l], x_in, st.positions, a);
-    packed_attention_forward(b, c, st.attention, a);
+    packed_attention_forward(b, c, st.attention, ropes_[l].window, a);
     layer_post_attention_forward(b, c, weights_.layer(l), x_in, a, x_out);
   }
   if (!for_backward) st.xs[0] = st.xs[L % 2];  // the head reads xs.back()
@@ -289,7 +289,7 @@ void Model::layer_backward_at(TrainState& st, int64_t l, const Tensor& dx) {
     if (!st.recompute.h1.defined()) st.recompute = alloc_layer_acts(b, c, st.n, true);
     a = &st.recompute;
     layer_qkv_forward(b, c, weights_.layer(l), ropes_[l], st.xs[l], st.positions, *a);
-    packed_attention_forward(b, c, st.attention, *a);
+    packed_attention_forward(b, c, st.attention, ropes_[l].window, *a);
     layer_post_attention_forward(b, c, weights_.layer(l), st.xs[l], *a, st.xs[l + 1]);
   } else {
     a = &st.acts[l];

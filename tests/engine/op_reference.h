@@ -62,9 +62,10 @@ inline Vec ref_rope(const Vec& x, const std::vector<int32_t>& pos, int64_t h, in
   return ref_rope_freqs(x, pos, h, d, inv_freq, 1.0);
 }
 
-// Naive causal GQA attention over packed sequences: q (N, Hq, D), k, v (N, Hkv, D).
+// Naive causal GQA attention over packed sequences: q (N, Hq, D), k, v (N, Hkv, D); window > 0:
+// row i sees rows i - window + 1 .. i of its sequence.
 inline Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const std::vector<int32_t>& cu, int64_t hq,
-                         int64_t hkv, int64_t d, Vec* lse = nullptr) {
+                         int64_t hkv, int64_t d, Vec* lse = nullptr, int64_t window = 0) {
   Vec out(q.size(), 0.0);
   const int64_t n = cu.back();
   if (lse) lse->assign(static_cast<size_t>(n * hq), 0.0);
@@ -75,7 +76,7 @@ inline Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const std::ve
       const int64_t g = h / (hq / hkv);
       std::vector<Vec> scores(static_cast<size_t>(len), Vec(static_cast<size_t>(len), -INFINITY));
       for (int64_t i = 0; i < len; ++i)
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0; j <= i; ++j) {
           double sc = 0.0;
           for (int64_t c = 0; c < d; ++c) sc += q[((b + i) * hq + h) * d + c] * k[((b + j) * hkv + g) * d + c];
           scores[i][j] = sc * scale;
@@ -83,7 +84,7 @@ inline Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const std::ve
       for (int64_t i = 0; i < len; ++i) {
         const double m = *std::max_element(scores[i].begin(), scores[i].end());
         double z = 0.0;
-        for (int64_t j = 0; j <= i; ++j) z += std::exp(scores[i][j] - m);
+        for (int64_t j = 0; j <= i; ++j) z += std::exp(scores[i][j] - m);  // -inf outside: exp 0
         for (int64_t j = 0; j <= i; ++j) {
           const double p = std::exp(scores[i][j] - m) / z;
           for (int64_t c = 0; c < d; ++c) out[((b + i) * hq + h) * d + c] += p * v[((b + j) * hkv + g) * d + c];

@@ -212,6 +212,22 @@ TEST_P(OpsForward, AttentionPackedGqaMatchesNaive) {
   EXPECT_CLOSE(download(lse), want_lse, tol(1e-5, kBf16AttentionLse));
 }
 
+// Sliding window (Gemma's local layers): each row sees its last `window` rows, sequences of
+// lengths below, at and above the window.
+TEST_P(OpsForward, AttentionSlidingWindowMatchesNaive) {
+  const std::vector<int32_t> cu = {0, 2, 5, 14, 30};
+  const int64_t n = 30, hq = 4, hkv = 2, d = 8, window = 3;
+  const Vec q = random_input(n * hq * d, 41, -2, 2), k = random_input(n * hkv * d, 42, -2, 2),
+            v = random_input(n * hkv * d, 43);
+  Tensor out = zeros(Shape{n, hq, d}), lse = zeros_f32(Shape{n, hq});
+  be().attention_forward(out, lse, upload(Shape{n, hq, d}, q), upload(Shape{n, hkv, d}, k),
+                         upload(Shape{n, hkv, d}, v), upload_i32(Shape{5}, cu), 16, window);
+  Vec want_lse;
+  const Vec want = ref_attention(q, k, v, cu, hq, hkv, d, &want_lse, window);
+  EXPECT_CLOSE(download(out), want, tol(1e-5, kBf16Out));
+  EXPECT_CLOSE(download(lse), want_lse, tol(1e-5, kBf16AttentionLse));
+}
+
 // Changing every key and value of one sequence changes nothing in the others.
 TEST_P(OpsForward, AttentionNoCrossSequenceLeakage) {
   const std::vector<int32_t> cu = {0, 4, 11, 14};

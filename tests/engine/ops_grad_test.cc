@@ -142,6 +142,25 @@ TEST_P(OpsGrad, AttentionPackedGqa) {
   EXPECT_CLOSE(download(dv), finite_diff(loss_v, v), tol(kTol, kBf16Chain));
 }
 
+TEST_P(OpsGrad, AttentionSlidingWindow) {
+  if (GetParam() == "cuda") GTEST_SKIP() << "the CUDA backward has no window yet";
+  const std::vector<int32_t> cu = {0, 2, 9};
+  const int64_t n = 9, hq = 2, hkv = 1, d = 4, window = 3;
+  const Vec q = random_input(n * hq * d, 44, -2, 2), k = random_input(n * hkv * d, 45, -2, 2),
+            v = random_input(n * hkv * d, 46), dy = random_input(n * hq * d, 47);
+  Tensor tq = upload(Shape{n, hq, d}, q), tk = upload(Shape{n, hkv, d}, k), tv = upload(Shape{n, hkv, d}, v),
+         cus = upload_i32(Shape{3}, cu), out = zeros(Shape{n, hq, d}), lse = zeros_f32(Shape{n, hq});
+  be().attention_forward(out, lse, tq, tk, tv, cus, 7, window);
+  Tensor dq = zeros(Shape{n, hq, d}), dk = zeros(Shape{n, hkv, d}), dv = zeros(Shape{n, hkv, d});
+  be().attention_backward(dq, dk, dv, upload(Shape{n, hq, d}, dy), tq, tk, tv, out, lse, cus, 7, window);
+  auto loss_q = [&](const Vec& x) { return dot(dy, ref_attention(x, k, v, cu, hq, hkv, d, nullptr, window)); };
+  auto loss_k = [&](const Vec& x) { return dot(dy, ref_attention(q, x, v, cu, hq, hkv, d, nullptr, window)); };
+  auto loss_v = [&](const Vec& x) { return dot(dy, ref_attention(q, k, x, cu, hq, hkv, d, nullptr, window)); };
+  EXPECT_CLOSE(download(dq), finite_diff(loss_q, q), tol(kTol, kBf16Chain));
+  EXPECT_CLOSE(download(dk), finite_diff(loss_k, k), tol(kTol, kBf16Chain));
+  EXPECT_CLOSE(download(dv), finite_diff(loss_v, v), tol(kTol, kBf16Chain));
+}
+
 TEST_P(OpsGrad, SwiGluIncludingInPlace) {
   const Vec g = random_input(12, 19, -5, 5), u = random_input(12, 20), dy = random_input(12, 21);
   auto loss_g = [&](const Vec& x) { return dot(dy, ref_swiglu(x, u)); };

@@ -11,6 +11,7 @@
 // Each check prints its largest difference (the closing figures of issue 37).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -210,6 +211,32 @@ TEST_P(HfArch, GreedyIdsMatchTransformers) {
   }
 }
 
+// `rlrun generate --temperature 0` (the rollout workers' sampler and KV path in one process): its
+// ids are transformers' greedy ids, up to the first eos it stops at (the reference does not stop).
+TEST_P(HfArch, GenerateCliIsGreedyTransformers) {
+  const auto prompts = inputs_["prompts"].get<std::vector<std::vector<int32_t>>>();
+  const auto want = read_json(variant_dir(GetParam()) + "/greedy.json")["ids"].get<std::vector<std::vector<int32_t>>>();
+  const ModelConfig& c = model_->config();
+  std::vector<int64_t> eos = c.extra_eos_token_ids;
+  eos.push_back(c.eos_token_id);
+  const std::string out = ::testing::TempDir() + "hf_arch_generate_" + GetParam() + ".json";
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    std::string ids;
+    for (int32_t id : prompts[p]) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+    const std::string command = str("'", RLRUN_BINARY, "' generate --checkpoint '", variant_dir(GetParam()),
+                                    "/model' --prompt-ids ", ids, " --max-tokens ", want[p].size(),
+                                    " --temperature 0 --json > '", out, "'");
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    const std::vector<int32_t> got = read_json(out)["ids"].get<std::vector<int32_t>>();
+    ASSERT_FALSE(got.empty());
+    ASSERT_LE(got.size(), want[p].size());
+    EXPECT_EQ(got, std::vector<int32_t>(want[p].begin(), want[p].begin() + static_cast<int64_t>(got.size())))
+        << "prompt " << p;
+    if (got.size() < want[p].size()) EXPECT_NE(std::find(eos.begin(), eos.end(), got.back()), eos.end());
+  }
+  std::filesystem::remove(out);
+}
+
 // The export (a checkpoint, the end of a run, save_weights) is the same model to transformers 5
 // (hf_arch_reference.py check-export: config, RoPE, parameters, log-probs) and, for Llama and
 // Qwen2 (default, linear, dynamic and llama3 RoPE), to transformers 4.46 (its log-probs equal the
@@ -234,7 +261,7 @@ TEST_P(HfArch, ExportIsTheSameModelToTransformers5) {
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, HfArch, ::testing::Values("qwen2_v5", "qwen3", "llama3", "llama_linear", "llama_dynamic", "llama_yarn", "gemma3_global"),
+INSTANTIATE_TEST_SUITE_P(Architectures, HfArch, ::testing::Values("qwen2_v5", "qwen3", "llama3", "llama_linear", "llama_dynamic", "llama_yarn", "gemma3_global", "gemma3"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
