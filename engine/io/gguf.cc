@@ -77,13 +77,24 @@ std::string ggml_type_name(uint32_t type) {
   return str("type ", type);
 }
 
+const char* supported_ggml_types() {
+  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K";
+}
+
 GgmlBlock ggml_block(GgmlType type) {
   switch (type) {
     case GgmlType::kF32: return {1, 4};
     case GgmlType::kF16: case GgmlType::kBF16: return {1, 2};
     case GgmlType::kQ4_0: return {32, 18};  // f16 scale, 16 bytes of 4-bit values
     case GgmlType::kQ4_1: return {32, 20};  // f16 scale, f16 min, 16 bytes of 4-bit values
+    case GgmlType::kQ5_0: return {32, 22};  // f16 scale, 32 high bits, 16 bytes of low nibbles
+    case GgmlType::kQ5_1: return {32, 24};  // f16 scale, f16 min, 32 high bits, 16 bytes of nibbles
     case GgmlType::kQ8_0: return {32, 34};  // f16 scale, 32 int8 values
+    case GgmlType::kQ2_K: return {256, 84};
+    case GgmlType::kQ3_K: return {256, 110};
+    case GgmlType::kQ4_K: return {256, 144};
+    case GgmlType::kQ5_K: return {256, 176};
+    case GgmlType::kQ6_K: return {256, 210};
   }
   return {1, 1};
 }
@@ -238,10 +249,11 @@ class GgufParser {
     RLRUN_ASSIGN_OR_RETURN(const uint32_t type, read<uint32_t>("tensor type"));
     switch (static_cast<GgmlType>(type)) {
       case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16:
-      case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ8_0: break;
+      case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1: case GgmlType::kQ8_0:
+      case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
+        break;
       default:
-        return invalid_argument(str("tensor type ", ggml_type_name(type),
-                                    " is not supported (F32, F16, BF16, Q4_0, Q4_1, Q8_0)"));
+        return invalid_argument(str("tensor type ", ggml_type_name(type), " is not supported (", supported_ggml_types(), ")"));
     }
     t.type = static_cast<GgmlType>(type);
     RLRUN_ASSIGN_OR_RETURN(t.offset, read<uint64_t>("data offset"));

@@ -35,11 +35,17 @@ enum class GgufValueType : uint32_t {
 const char* gguf_value_type_name(GgufValueType type);
 
 // The ggml tensor types this reader accepts (numbering as in ggml.h); others are refused by name.
-enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kBF16 = 30 };
+enum class GgmlType : uint32_t {
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
+  kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
+};
+// The accepted types' names, for messages: "F32, F16, BF16, Q4_0, ...".
+const char* supported_ggml_types();
 // "Q4_1"; for any ggml type number, supported or not ("Q4_K", ..., "type 99" when unknown).
 std::string ggml_type_name(uint32_t type);
 
-// Elements per block and bytes per block of a supported type (F32: 1 and 4; Q4_1: 32 and 20).
+// Elements per block and bytes per block of a supported type (F32: 1 and 4; Q4_1: 32 and 20;
+// Q4_K: 256 and 144).
 struct GgmlBlock {
   int64_t elements;
   int64_t bytes;

@@ -1,24 +1,37 @@
-// gguf_model.h - a GGUF "llama" model file as what an HF folder gives: ModelConfig, the weights
-// in HF naming, and the tokenizer.
+// gguf_model.h - a GGUF model file as what an HF folder gives: ModelConfig, the weights in HF
+// naming, and the tokenizer (gguf_tokenizer.h).
 //
-// Config keys: llama.{embedding_length, block_count, feed_forward_length, context_length,
-// attention.head_count, attention.head_count_kv, attention.layer_norm_rms_epsilon,
-// rope.freq_base}; the vocabulary size is the length of tokenizer.ggml.tokens; embeddings are
-// tied when there is no output.weight. Tensors are renamed from llama.cpp's names
-// (blk.N.attn_q.weight -> model.layers.N.self_attn.q_proj.weight, ...) and the Q/K rows are put
-// back in HF's order (llama.cpp's converter interleaves the two halves of each head's rotary
-// dimensions). Refused with a message naming the key: other architectures, RoPE scaling, a
-// rope.dimension_count other than head_dim, tokenizers other than "gpt2" (byte-level BPE).
+// Architectures (general.architecture), read as llama.cpp reads them and as transformers names
+// them:
+//   llama   Llama 2/3.x, SmolLM2. Q/K rows are put back in HF's order: llama.cpp's converter
+//           interleaves the two halves of each head's rotary dimensions for this architecture only.
+//           RoPE scaling: llama.rope.scaling.type linear or yarn, or Llama 3.1's band (a
+//           rope_freqs.weight tensor of per-frequency divisors, read back into rope_type llama3).
+//   qwen2   Qwen2/2.5: q/k/v biases.
+//   qwen3   Qwen3 (dense): per-head QK-norm, head_dim from attention.key_length.
+//   gemma3  Gemma 3 text: GeGLU (tanh GELU), (1 + w) RMSNorm (the file stores 1 + w; the weights
+//           come out as HF's w, computed as transformers does: w_file - 1 in fp32), norms before and
+//           after attention and MLP, embeddings times sqrt(hidden), QK-norm, sliding-window layers
+//           (attention.sliding_window; every sixth layer global, or
+//           attention.sliding_window_pattern) with their own RoPE base (rope.freq_base_swa,
+//           10000 by default), attention scale 1/sqrt(head_dim) (1/sqrt(hidden/heads) for 62 layers,
+//           Gemma 3 27B, as llama.cpp decides).
+// Every ARCH.* metadata key is on an allow-list: read, or ignored because it cannot change the
+// math (named in gguf_model.cc); any other key, and anything rlrun cannot compute (partial RoPE,
+// logit soft-capping, experts, other scaling types), is refused with a message naming the key and
+// its value. The vocabulary size is the length of tokenizer.ggml.tokens; embeddings are tied when
+// there is no output.weight. Untrusted input: every value is checked before it sizes anything.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "engine/io/gguf.h"
+#include "engine/io/gguf_tokenizer.h"  // the tokenizer side of a GGUF file
 #include "engine/io/hf_checkpoint.h"
 #include "engine/model/config.h"
-#include "engine/tokenizer/tokenizer.h"
 
 namespace rlrun::engine {
 
@@ -27,22 +40,22 @@ bool is_gguf_path(const std::string& path);
 
 Result<ModelConfig> gguf_model_config(const GgufFile& file);
 
-// Every tensor of hf_tensor_specs(config), in that order, dequantized to fp32. Errors name the
-// file and tensor: missing, unexpected, or of the wrong shape.
+// Every tensor of hf_tensor_specs(config), dequantized to fp32 and in HF's layout, handed to `take`
+// one at a time in file order: only one tensor's fp32 values are alive at a time (a model loads
+// without a second copy of its weights). Errors name the file and tensor: missing, unexpected,
+// given twice, of the wrong shape, or not finite; an error from `take` stops the walk.
+Status for_each_gguf_tensor(const GgufFile& file, const ModelConfig& config,
+                            const std::function<Status(HostTensor&&)>& take);
+// The same, collected in hf_tensor_specs(config) order.
 Result<std::vector<HostTensor>> gguf_model_tensors(const GgufFile& file, const ModelConfig& config);
+
+// What the file's weights are stored as, for what a user sees (ModelConfig::torch_dtype, which
+// rlrun validate and the run's first log line print):
+// general.file_type's name and the tensor count of each type, most first, e.g.
+// "Q4_K_M (133 Q5_0, 121 F32, 13 Q8_0, 12 Q4_K, 12 Q6_K), dequantized to fp32 on load".
+std::string gguf_weight_types(const GgufFile& file);
 
 // GgufFile::open, gguf_model_config, gguf_model_tensors.
 Result<HfCheckpoint> load_gguf_checkpoint(const std::string& path);
-
-// The HF tokenizer.json equivalent of the file's tokenizer.ggml.* vocabulary: BPE with tokens,
-// merges, byte-level pre-tokenizer (tokenizer.ggml.pre "smollm" splits single digits first);
-// control tokens (token_type 3) become special added tokens, user-defined ones (4) plain ones.
-Result<std::string> gguf_tokenizer_json(const GgufFile& file);
-Result<Tokenizer> load_gguf_tokenizer(const std::string& path);
-
-// The HF tokenizer_config.json equivalent of the file's metadata: the bos/eos/unk/pad tokens by
-// content, tokenizer.chat_template when present, model_max_length (what `rlrun convert` writes and
-// engine/io/tokenizer_config.h reads).
-Result<std::string> gguf_tokenizer_config_json(const GgufFile& file, const ModelConfig& config);
 
 }  // namespace rlrun::engine

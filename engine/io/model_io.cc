@@ -11,35 +11,64 @@
 
 namespace rlrun::engine {
 
-Status load_weights(Model& model, std::span<const HostTensor> tensors) {
-  ModelWeights& w = model.weights();
-  std::unordered_set<size_t> seen;
-  for (const HostTensor& t : tensors) {
-    RLRUN_ASSIGN_OR_RETURN(const size_t i, w.index_of(t.name));
-    const ParamInfo& p = w.params()[i];
+namespace {
+
+// Copies named tensors into a model's master weights, each parameter exactly once, then
+// refreshes the compute copy (finish).
+class WeightLoader {
+ public:
+  explicit WeightLoader(Model& model) : w_(model.weights()) {}
+
+  Status add(const HostTensor& t) {
+    RLRUN_ASSIGN_OR_RETURN(const size_t i, w_.index_of(t.name));
+    const ParamInfo& p = w_.params()[i];
     const std::vector<int64_t> want(p.shape.dims.begin(), p.shape.dims.begin() + p.shape.rank);
     if (t.shape != want || static_cast<int64_t>(t.data.size()) != p.numel) {
       return invalid_argument(str("tensor ", t.name, " has shape ", shape_string(t.shape), " (", t.data.size(),
                                   " values); the model expects ", shape_string(want)));
     }
-    if (!seen.insert(i).second) return invalid_argument(str("tensor ", t.name, " is given twice"));
-    w.backend().copy_from_host(w.master(i), t.data.data(), t.data.size() * sizeof(float));
+    if (!seen_.insert(i).second) return invalid_argument(str("tensor ", t.name, " is given twice"));
+    w_.backend().copy_from_host(w_.master(i), t.data.data(), t.data.size() * sizeof(float));
+    return {};
   }
-  for (size_t i = 0; i < w.params().size(); ++i) {
-    if (seen.count(i) == 0) return invalid_argument(str("no tensor for parameter ", w.params()[i].name));
+
+  Status finish() {
+    for (size_t i = 0; i < w_.params().size(); ++i) {
+      if (seen_.count(i) == 0) return invalid_argument(str("no tensor for parameter ", w_.params()[i].name));
+    }
+    w_.sync_compute();
+    return {};
   }
-  w.sync_compute();
-  return {};
+
+ private:
+  ModelWeights& w_;
+  std::unordered_set<size_t> seen_;
+};
+
+// A .gguf file's tensors into `model` one at a time (for_each_gguf_tensor): no second copy of
+// the weights is ever held. Errors name the file.
+Status load_gguf_weights(Model& model, const GgufFile& file) {
+  WeightLoader loader(model);
+  RLRUN_RETURN_IF_ERROR(for_each_gguf_tensor(file, model.config(), [&](HostTensor&& t) {
+    return loader.add(t).with_context(file.source());
+  }));
+  return loader.finish().with_context(file.source());
+}
+
+}  // namespace
+
+Status load_weights(Model& model, std::span<const HostTensor> tensors) {
+  WeightLoader loader(model);
+  for (const HostTensor& t : tensors) RLRUN_RETURN_IF_ERROR(loader.add(t));
+  return loader.finish();
 }
 
 Status load_weights(Model& model, const std::string& checkpoint) {
-  std::vector<HostTensor> tensors;
   if (is_gguf_path(checkpoint)) {
     RLRUN_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(checkpoint));
-    RLRUN_ASSIGN_OR_RETURN(tensors, gguf_model_tensors(file, model.config()));
-  } else {
-    RLRUN_ASSIGN_OR_RETURN(tensors, load_hf_checkpoint_tensors(checkpoint, model.config()));
+    return load_gguf_weights(model, file);
   }
+  RLRUN_ASSIGN_OR_RETURN(std::vector<HostTensor> tensors, load_hf_checkpoint_tensors(checkpoint, model.config()));
   return load_weights(model, tensors).with_context(checkpoint);
 }
 
@@ -89,12 +118,15 @@ Status save_weights(const Model& model, const std::string& dir, DType dtype) {
 }
 
 Result<std::unique_ptr<Model>> load_model(Backend& backend, const std::string& path, ModelOptions options) {
-  HfCheckpoint checkpoint;
   if (is_gguf_path(path)) {
-    RLRUN_ASSIGN_OR_RETURN(checkpoint, load_gguf_checkpoint(path));
-  } else {
-    RLRUN_ASSIGN_OR_RETURN(checkpoint, load_hf_checkpoint(path));
+    RLRUN_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
+    RLRUN_ASSIGN_OR_RETURN(const ModelConfig config, gguf_model_config(file));
+    RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::create(backend, config, options));
+    RLRUN_RETURN_IF_ERROR(load_gguf_weights(*model, file));
+    return model;
   }
+  HfCheckpoint checkpoint;
+  RLRUN_ASSIGN_OR_RETURN(checkpoint, load_hf_checkpoint(path));
   RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::create(backend, checkpoint.config, options));
   RLRUN_RETURN_IF_ERROR(load_weights(*model, checkpoint.tensors).with_context(path));
   return model;

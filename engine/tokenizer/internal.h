@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -222,5 +224,7 @@ void pre_tokenize(const TokenizerImpl& impl, std::string_view text, bool at_star
 // Loader (tokenizer/json.cc).
 Result<std::shared_ptr<TokenizerImpl>> parse_tokenizer_json(std::string_view json_text,
                                                             const std::string& source_name);
+// The same from a parsed document (a tokenizer built in memory, e.g. from a GGUF file's metadata).
+Result<std::shared_ptr<TokenizerImpl>> parse_tokenizer_json(const nlohmann::json& root, const std::string& source_name);
 
 }  // namespace rlrun::engine

@@ -447,6 +447,10 @@ Result<std::shared_ptr<TokenizerImpl>> parse_tokenizer_json(std::string_view jso
   } catch (const json::exception& e) {
     return invalid_argument(str(source_name, ": not valid JSON (truncated or corrupt file?): ", e.what()));
   }
+  return parse_tokenizer_json(root, source_name);
+}
+
+Result<std::shared_ptr<TokenizerImpl>> parse_tokenizer_json(const nlohmann::json& root, const std::string& source_name) {
   Parser parser(source_name);
   if (!root.is_object()) return parser.error("(top level)", str("expected an object, got ", root.type_name()));
   auto impl = std::make_shared<TokenizerImpl>();

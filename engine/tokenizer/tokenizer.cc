@@ -96,6 +96,11 @@ Result<Tokenizer> Tokenizer::from_json(std::string_view json_text, const std::st
   return Tokenizer(std::move(impl));
 }
 
+Result<Tokenizer> Tokenizer::from_json_value(const nlohmann::json& document, const std::string& source_name) {
+  RLRUN_ASSIGN_OR_RETURN(std::shared_ptr<TokenizerImpl> impl, parse_tokenizer_json(document, source_name));
+  return Tokenizer(std::move(impl));
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   const TokenizerImpl& impl = *impl_;
   std::vector<int32_t> ids;

@@ -32,6 +32,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 
 namespace rlrun::engine {
@@ -52,6 +54,8 @@ class Tokenizer {
   static Result<Tokenizer> load(const std::string& path);
   // Same, from JSON text; `source_name` stands for the file name in error messages.
   static Result<Tokenizer> from_json(std::string_view json_text, const std::string& source_name);
+  // Same, from a parsed tokenizer.json document (one built in memory: no text round trip).
+  static Result<Tokenizer> from_json_value(const nlohmann::json& document, const std::string& source_name);
 
   // Any bytes are accepted: invalid UTF-8 is split around and encoded byte by byte.
   std::vector<int32_t> encode(std::string_view text) const;

@@ -1,5 +1,5 @@
 // The real SmolLM2-135M-Instruct Q4_1 GGUF file against references made from it in Python:
-// the `gguf` package's dequantization (scripts/gguf_golden.py), the HF folder that
+// the `gguf` package's dequantization of every tensor (scripts/gguf_golden.py), the HF folder that
 // scripts/fetch_test_models.py converted from it (weights and tokenizer.json). Generation from the
 // .gguf through `rlrun generate`: tests/orchestrator/cli/generate_cli_test.cc.
 //
@@ -22,60 +22,27 @@
 #include "engine/io/gguf_model.h"
 #include "engine/io/hf_checkpoint.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "tests/engine/io/gguf_golden.h"
 
 namespace rlrun::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::models_dir;
 
-fs::path models_dir() {
-  const char* env = std::getenv("RLRUN_MODELS_DIR");
-  return env != nullptr && *env ? fs::path(env) : fs::path(RLRUN_SOURCE_DIR) / "build/models";
-}
 const fs::path kGguf = models_dir() / "smollm2-135m-instruct.Q4_1.gguf";
-const fs::path kGolden = models_dir() / "smollm2-135m-instruct.Q4_1.golden.json";
+const fs::path kGolden = models_dir() / "gguf-golden/smollm2-135m-instruct.Q4_1.json";
 const fs::path kFolder = models_dir() / "smollm2-135m-instruct";
-
-// Skips (RLRUN_SKIP_MODEL_TESTS=1) or fails the test when `path` is missing.
-#define REQUIRE_MODEL_FILE(path)                                                                        \
-  if (!fs::exists(path)) {                                                                              \
-    const char* skip = std::getenv("RLRUN_SKIP_MODEL_TESTS");                                           \
-    if (skip != nullptr && std::string(skip) == "1") GTEST_SKIP() << path << " missing (RLRUN_SKIP_MODEL_TESTS=1)"; \
-    FAIL() << path << " is missing: run scripts/setup.sh --test (or scripts/fetch-test-models.sh) to fetch " \
-           << "the test models, or set RLRUN_SKIP_MODEL_TESTS=1 to skip this test";                     \
-  }
 
 TEST(GgufModel, DequantizationMatchesTheGgufPackage) {
   REQUIRE_MODEL_FILE(kGguf);
   REQUIRE_MODEL_FILE(kGolden);
   Result<GgufFile> file = GgufFile::open(kGguf.string());
   ASSERT_TRUE(file.ok()) << file.status().message();
-  std::ifstream in(kGolden);
-  const nlohmann::json golden = nlohmann::json::parse(in);
-  std::map<std::string, int> per_type;
-  double worst_sum = 0;
-  for (const nlohmann::json& g : golden["tensors"]) {
-    const std::string name = g["name"].get<std::string>();
-    Result<const GgufTensor*> t = file->find_tensor(name);
-    ASSERT_TRUE(t.ok()) << t.status().message();
-    ASSERT_EQ(ggml_type_name(static_cast<uint32_t>((*t)->type)), g["type"].get<std::string>()) << name;
-    const std::vector<float> values = dequantize_f32(**t);
-    ASSERT_EQ(static_cast<int64_t>(values.size()), g["numel"].get<int64_t>()) << name;
-    const std::vector<uint32_t> bits = g["first_bits"].get<std::vector<uint32_t>>();
-    for (size_t i = 0; i < bits.size(); ++i) {
-      ASSERT_EQ(std::bit_cast<uint32_t>(values[i]), bits[i]) << name << "[" << i << "]: " << values[i] << " vs "
-                                                             << std::bit_cast<float>(bits[i]);
-    }
-    double sum = 0;
-    for (float v : values) sum += v;
-    const double want = g["sum"].get<double>();
-    const double rel = std::abs(sum - want) / std::max(std::abs(want), 1e-30);
-    worst_sum = std::max(worst_sum, rel);
-    EXPECT_LT(rel, 1e-9) << name << ": sum " << sum << " vs " << want;  // f64 summation order only
-    ++per_type[g["type"].get<std::string>()];
+  for (const auto& [type, tally] : testing::expect_dequantization_matches(*file, kGolden)) {
+    std::printf("%s: %d tensors, %lld values bit-identical to gguf.dequantize\n", type.c_str(), tally.tensors,
+                static_cast<long long>(tally.values));
   }
-  for (const auto& [type, n] : per_type) std::printf("%s: %d tensors, first 64 values bit-identical\n", type.c_str(), n);
-  std::printf("largest relative difference of a tensor's f64 sum: %.2g\n", worst_sum);
 }
 
 TEST(GgufModel, WeightsEqualTheConvertedHfFolder) {

@@ -14,45 +14,15 @@
 #include "common/observe/log.h"
 #include "engine/bf16.h"
 #include "engine/io/gguf_dequant.h"
+#include "tests/engine/io/gguf_writer.h"
 
 namespace rlrun::engine {
 namespace {
 
 using ::testing::HasSubstr;
 
-// Appends GGUF fields little-endian; tensors() lays out the data area with `alignment`.
-class GgufBytes {
- public:
-  template <typename T>
-  GgufBytes& put(T v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    out_.insert(out_.end(), p, p + sizeof v);
-    return *this;
-  }
-  GgufBytes& string(const std::string& s) {
-    put<uint64_t>(s.size());
-    out_.insert(out_.end(), s.begin(), s.end());
-    return *this;
-  }
-  GgufBytes& key(const std::string& k, GgufValueType type) {
-    string(k);
-    return put(static_cast<uint32_t>(type));
-  }
-  void pad_to(size_t alignment) {
-    while (out_.size() % alignment != 0) out_.push_back(0);
-  }
-  std::vector<uint8_t>& bytes() { return out_; }
-
- private:
-  std::vector<uint8_t> out_;
-};
-
-struct TensorData {
-  std::string name;
-  std::vector<uint64_t> dims;
-  GgmlType type;
-  std::vector<uint8_t> data;
-};
+using testing::GgufBytes;
+using testing::TensorData;
 
 std::vector<uint8_t> u16s(const std::vector<uint16_t>& v) {
   std::vector<uint8_t> out(v.size() * 2);
@@ -77,6 +47,19 @@ TensorData q4_1_tensor() {
   return {"q41", {32}, GgmlType::kQ4_1, d};  // x_j = 0.25 j - 1, x_{16+j} = 0.25 (15 - j) - 1
 }
 
+// One block of `type` (`bytes` long) of patterned bytes whose IEEE-half scales at `halves` are
+// 0.5: the values are those of gguf_dequant_test.cc's types; here they only need to be finite.
+TensorData patterned_block(const std::string& name, GgmlType type, int64_t values, size_t bytes,
+                           std::initializer_list<size_t> halves) {
+  std::vector<uint8_t> d(bytes);
+  for (size_t i = 0; i < bytes; ++i) d[i] = static_cast<uint8_t>(i * 37 + 11);
+  for (size_t at : halves) {
+    const uint16_t h = f32_to_f16(0.5f);
+    std::memcpy(d.data() + at, &h, 2);
+  }
+  return {name, {static_cast<uint64_t>(values)}, type, d};
+}
+
 std::vector<TensorData> sample_tensors() {
   std::vector<uint8_t> f32(6 * 4);
   const float values[6] = {1, -2, 3.5f, 0, 1e-3f, -7};
@@ -84,7 +67,14 @@ std::vector<TensorData> sample_tensors() {
   return {{"f32", {3, 2}, GgmlType::kF32, f32},
           {"f16", {2}, GgmlType::kF16, u16s({f32_to_f16(1.5f), f32_to_f16(-0.25f)})},
           {"bf16", {2}, GgmlType::kBF16, u16s({f32_to_bf16(3.0f), f32_to_bf16(-1e10f)})},
-          q8_0_tensor(), q4_0_tensor(), q4_1_tensor()};
+          q8_0_tensor(), q4_0_tensor(), q4_1_tensor(),
+          patterned_block("q50", GgmlType::kQ5_0, 32, 22, {0}),
+          patterned_block("q51", GgmlType::kQ5_1, 32, 24, {0, 2}),
+          patterned_block("q2k", GgmlType::kQ2_K, 256, 84, {80, 82}),
+          patterned_block("q3k", GgmlType::kQ3_K, 256, 110, {108}),
+          patterned_block("q4k", GgmlType::kQ4_K, 256, 144, {0, 2}),
+          patterned_block("q5k", GgmlType::kQ5_K, 256, 176, {0, 2}),
+          patterned_block("q6k", GgmlType::kQ6_K, 256, 210, {208})};
 }
 
 // A version-3 file with one metadata entry of every value type and `tensors`.
@@ -151,12 +141,12 @@ TEST(Gguf, ReadsEveryValueType) {
 TEST(Gguf, DequantizesEveryTensorType) {
   Result<GgufFile> f = parse(sample_file(sample_tensors()));
   ASSERT_TRUE(f.ok()) << f.status().message();
-  ASSERT_EQ(f->tensors().size(), 6u);
+  ASSERT_EQ(f->tensors().size(), 13u);
   const GgufTensor& f32 = *f->find_tensor("f32").value();
   EXPECT_EQ(f32.shape(), (std::vector<int64_t>{2, 3}));
-  EXPECT_EQ(dequantize_f32(f32), (std::vector<float>{1, -2, 3.5f, 0, 1e-3f, -7}));
-  EXPECT_EQ(dequantize_f32(*f->find_tensor("f16").value()), (std::vector<float>{1.5f, -0.25f}));
-  EXPECT_EQ(dequantize_f32(*f->find_tensor("bf16").value()), (std::vector<float>{3.0f, bf16_to_f32(f32_to_bf16(-1e10f))}));
+  EXPECT_EQ(dequantize_f32(f32).value(), (std::vector<float>{1, -2, 3.5f, 0, 1e-3f, -7}));
+  EXPECT_EQ(dequantize_f32(*f->find_tensor("f16").value()).value(), (std::vector<float>{1.5f, -0.25f}));
+  EXPECT_EQ(dequantize_f32(*f->find_tensor("bf16").value()).value(), (std::vector<float>{3.0f, bf16_to_f32(f32_to_bf16(-1e10f))}));
   std::vector<float> q8(32), q40(32), q41(32);
   for (int j = 0; j < 32; ++j) q8[j] = 0.5f * static_cast<float>(j - 16);
   for (int j = 0; j < 16; ++j) {
@@ -165,9 +155,34 @@ TEST(Gguf, DequantizesEveryTensorType) {
     q41[j] = 0.25f * static_cast<float>(j) - 1.0f;
     q41[16 + j] = 0.25f * static_cast<float>(15 - j) - 1.0f;
   }
-  EXPECT_EQ(dequantize_f32(*f->find_tensor("q8").value()), q8);
-  EXPECT_EQ(dequantize_f32(*f->find_tensor("q40").value()), q40);
-  EXPECT_EQ(dequantize_f32(*f->find_tensor("q41").value()), q41);
+  EXPECT_EQ(dequantize_f32(*f->find_tensor("q8").value()).value(), q8);
+  EXPECT_EQ(dequantize_f32(*f->find_tensor("q40").value()).value(), q40);
+  EXPECT_EQ(dequantize_f32(*f->find_tensor("q41").value()).value(), q41);
+  for (const char* name : {"q50", "q51", "q2k", "q3k", "q4k", "q5k", "q6k"}) {
+    const GgufTensor& t = *f->find_tensor(name).value();
+    Result<std::vector<float>> values = dequantize_f32(t);
+    ASSERT_TRUE(values.ok()) << values.status().message();
+    EXPECT_EQ(values->size(), static_cast<size_t>(t.numel())) << name;
+  }
+}
+
+// A NaN or infinite scale in a block is an error naming the tensor and the block, not NaN weights.
+TEST(Gguf, RefusesNonFiniteScales) {
+  std::vector<TensorData> tensors = sample_tensors();
+  for (TensorData& t : tensors) {
+    if (t.name == "q4k") std::memcpy(t.data.data(), "\x00\x7C", 2);   // d = +Inf
+    if (t.name == "q6k") std::memcpy(t.data.data() + 208, "\x01\x7E", 2);  // d = NaN
+    if (t.name == "f16") std::memcpy(t.data.data() + 2, "\x00\xFC", 2);  // -Inf
+  }
+  Result<GgufFile> f = parse(sample_file(tensors));
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_THAT(dequantize_f32(*f->find_tensor("q4k").value()).status().message(),
+              HasSubstr("tensor `q4k` (Q4_K): value 0 in block 0 is inf"));
+  EXPECT_THAT(dequantize_f32(*f->find_tensor("q6k").value()).status().message(),
+              HasSubstr("tensor `q6k` (Q6_K): value 0 in block 0 is"));
+  EXPECT_THAT(dequantize_f32(*f->find_tensor("f16").value()).status().message(),
+              HasSubstr("tensor `f16` (F16): value 1 is -inf"));
+  EXPECT_TRUE(dequantize_f32(*f->find_tensor("q5k").value()).ok());
 }
 
 // Byte offsets of fields in sample_file's header.
@@ -204,7 +219,7 @@ TEST(Gguf, RefusesMalformedHeaders) {
   EXPECT_THAT(with([&](auto& b) { b[f32] = 5; }), HasSubstr("tensor `f32`: 5 dimensions (expected 1 to 4)"));
   EXPECT_THAT(with([&](auto& b) { put_u64(b, f32 + 4, 1ull << 62); put_u64(b, f32 + 12, 1ull << 62); }),
               HasSubstr("makes the shape overflow"));
-  EXPECT_THAT(with([&](auto& b) { b[f32 + 20] = 12; }), HasSubstr("tensor type Q4_K is not supported"));
+  EXPECT_THAT(with([&](auto& b) { b[f32 + 20] = 16; }), HasSubstr("tensor type IQ2_XXS is not supported"));
   EXPECT_THAT(with([&](auto& b) { b[f32 + 20] = 99; }), HasSubstr("tensor type type 99 is not supported"));
   EXPECT_THAT(with([&](auto& b) { b[f32 + 24] = 4; }), HasSubstr("not a multiple of the alignment 32"));
   EXPECT_THAT(with([&](auto& b) { put_u64(b, f32 + 24, ~0ull << 5); }), HasSubstr("past the end of the data area"));
@@ -238,7 +253,14 @@ TEST(Gguf, FuzzedFilesLoadOrFailCleanly) {
     ++loads;
     if (f.ok()) {
       ++oks;
-      for (const GgufTensor& t : f->tensors()) EXPECT_EQ(dequantize_f32(t).size(), static_cast<size_t>(t.numel()));
+      for (const GgufTensor& t : f->tensors()) {
+        Result<std::vector<float>> values = dequantize_f32(t);
+        if (values.ok()) {
+          EXPECT_EQ(values->size(), static_cast<size_t>(t.numel()));
+        } else {
+          EXPECT_THAT(values.status().message(), HasSubstr(str("tensor `", t.name, "`"))) << what;
+        }
+      }
     } else {
       EXPECT_THAT(f.status().message(), HasSubstr("bad.gguf")) << what;
     }
