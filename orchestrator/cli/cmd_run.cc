@@ -21,10 +21,10 @@
 #include "orchestrator/launch/placement.h"
 #include "orchestrator/plan/memory_advice.h"
 #include "orchestrator/roles/model_from_config.h"
-#include "orchestrator/run/control_plane.h"
 #include "orchestrator/run/orchestrator.h"
 #include "orchestrator/run/report.h"
-#include "orchestrator/run/state.h"
+#include "orchestrator/run/training/state.h"
+#include "orchestrator/run/workers/control_plane.h"
 
 namespace rlrun::orchestrator {
 

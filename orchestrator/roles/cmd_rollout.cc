@@ -17,8 +17,8 @@
 #include "orchestrator/cli/commands.h"
 #include "orchestrator/roles/model_from_config.h"
 #include "orchestrator/roles/rollout_hooks.h"
-#include "orchestrator/run/control_plane.h"
-#include "orchestrator/run/rendezvous.h"
+#include "orchestrator/run/workers/control_plane.h"
+#include "orchestrator/run/workers/rendezvous.h"
 #include "rollout/scheduler.h"
 #include "rollout/worker.h"
 

@@ -273,7 +273,7 @@ Status Orchestrator::wait_for_registration() {
 }
 
 Status Orchestrator::run() {
-  // Counted from the start: a resume after a SIGKILL reads it (run/state.h).
+  // Counted from the start: a resume after a SIGKILL reads it (run/training/state.h).
   if (Status s = dispatch_count_.open(dispatch_count_path(config_.run_dir), resumed_ ? resumed_->samples.dispatched : 0);
       !s.ok())
     log::warn(str(s.message(), "; if this orchestrator is killed, a resumed run cannot count the samples it dispatched "
@@ -281,7 +281,7 @@ Status Orchestrator::run() {
   RLRUN_RETURN_IF_ERROR(start_environment());
   RLRUN_RETURN_IF_ERROR(wait_for_registration());
   // A resumed run continues from warm-started weights; a fresh one learns the answer format first.
-  // From here a trainer rank that dies or hangs restarts the trainer group (run/trainer_recovery.cc).
+  // From here a trainer rank that dies or hangs restarts the trainer group (run/training/trainer_recovery.cc).
   if (!resumed_) RLRUN_RETURN_IF_ERROR(recovering([this] { return format_warm_start(); }));
   // Every rollout worker starts from the trainer's weights (model.checkpoint or init, then the
   // format warm-start: version 0; a resumed run's checkpoint: its step).

@@ -8,11 +8,11 @@
 // rollout keeps generating while the trainer trains.
 //
 // The Orchestrator does the I/O and composes the parts that have their own state and rules:
-//   Dispatcher       (run/dispatcher.h)   where every sample is: groups, requests, lanes, requeued
+//   Dispatcher       (run/samples/dispatcher.h)   where every sample is: groups, requests, lanes, requeued
 //                                           work, scored groups waiting for a batch
-//   SyncRounds       (run/sync_rounds.h)  weight-sync rounds: target version, epoch, members
-//   WorkerSupervisor (run/supervisor.h)   when a rollout worker has failed and when it restarts
-//   StepReplay       (run/step_replay.h)  the batches since the newest checkpoint: a restarted
+//   SyncRounds       (run/training/sync_rounds.h)  weight-sync rounds: target version, epoch, members
+//   WorkerSupervisor (run/workers/supervisor.h)   when a rollout worker has failed and when it restarts
+//   StepReplay       (run/training/step_replay.h)  the batches since the newest checkpoint: a restarted
 //                                           trainer group trains them again (trainer_recovery.cc)
 //   StalenessGate, SampleLedger, PromptSource (data/)
 //
@@ -21,10 +21,10 @@
 // the weight group "weights-<epoch>": the next round names a new epoch, and a replacement takes
 // requests only once it holds the current weights. A trainer rank's failure restarts every rank
 // from the newest checkpoint: the step counter and the weight version go back to its step, and
-// the steps after it are trained again from their kept batches (run/trainer_recovery.cc).
+// the steps after it are trained again from their kept batches (run/training/trainer_recovery.cc).
 //
-// Checkpoints (run/checkpoint.cc): with checkpoint_every N, after every N-th step and the last
-// one, every trainer rank gets SaveCheckpoint with the orchestrator's ResumeState (run/state.h)
+// Checkpoints (run/training/checkpoint.cc): with checkpoint_every N, after every N-th step and the last
+// one, every trainer rank gets SaveCheckpoint with the orchestrator's ResumeState (run/training/state.h)
 // and the loop waits for CheckpointSaved from each. A SIGINT/SIGTERM does not cut a step in its
 // train or weight sync: the step completes, then (checkpoint_every > 0) the last completed step
 // is saved and run() returns "interrupted".
@@ -58,17 +58,17 @@
 #include "orchestrator/launch/launcher.h"
 #include "orchestrator/reward/http_reward.h"
 #include "orchestrator/reward/reward_function.h"
-#include "orchestrator/run/core_balance.h"
-#include "orchestrator/run/dispatch_count.h"
-#include "orchestrator/run/dispatcher.h"
 #include "orchestrator/run/metrics.h"
-#include "orchestrator/run/reference_scoring.h"
-#include "orchestrator/run/rendezvous.h"
-#include "orchestrator/run/state.h"
-#include "orchestrator/run/step_replay.h"
-#include "orchestrator/run/supervisor.h"
-#include "orchestrator/run/sync_rounds.h"
-#include "orchestrator/run/worker_slot.h"
+#include "orchestrator/run/samples/dispatch_count.h"
+#include "orchestrator/run/samples/dispatcher.h"
+#include "orchestrator/run/samples/reference_scoring.h"
+#include "orchestrator/run/training/state.h"
+#include "orchestrator/run/training/step_replay.h"
+#include "orchestrator/run/training/sync_rounds.h"
+#include "orchestrator/run/workers/core_balance.h"
+#include "orchestrator/run/workers/rendezvous.h"
+#include "orchestrator/run/workers/supervisor.h"
+#include "orchestrator/run/workers/worker_slot.h"
 #include "orchestrator/tasks/tasks.h"
 #include "orchestrator/tune/loop_profile.h"
 
@@ -96,7 +96,7 @@ struct RunOutcome {
   // could not (the trainer scored them); both -1 when the trainer scores every group.
   int64_t kl_reference_scored_by_rollout = -1, kl_reference_scored_by_trainer = -1;
   std::map<std::string, int64_t> peak_memory_bytes;  // by process, from heartbeats
-  // balance_cpu_threads where it applies (run/core_balance.h): the threads each side started with,
+  // balance_cpu_threads where it applies (run/workers/core_balance.h): the threads each side started with,
   // and every change.
   struct CoreChange {
     int64_t step = 0;  // after it
@@ -118,7 +118,7 @@ struct RunOutcome {
   };
   std::vector<WorkerFailure> worker_failures;
   int64_t worker_restarts = 0;
-  // One per trainer failure (the whole trainer group restarts, run/trainer_recovery.cc); times are
+  // One per trainer failure (the whole trainer group restarts, run/training/trainer_recovery.cc); times are
   // Unix seconds (0: did not happen).
   struct TrainerFailure {
     std::string worker, reason;  // the rank found failed first, and how
@@ -145,7 +145,7 @@ struct RunOutcome {
   // The http term's reward server: its URL and what its client counted (no http term: nullopt).
   std::string reward_url;
   std::optional<HttpRewardClient::Stats> reward_server;
-  // Episodes run by task.environment_url (run/episodes.cc); reported when url is set.
+  // Episodes run by task.environment_url (run/samples/episodes.cc); reported when url is set.
   struct Episodes {
     std::string url, gateway;
     int64_t started = 0;      // episodes (training and evaluation), each counted once
@@ -219,7 +219,7 @@ class Orchestrator {
     std::vector<uint64_t> group_ids;
     std::string prompt_hash;
   };
-  static BatchIdentity batch_identity(const std::vector<Group>& batch);  // run/checkpoint.cc
+  static BatchIdentity batch_identity(const std::vector<Group>& batch);  // run/training/checkpoint.cc
   void write_step_line(const std::map<std::string, double>& trainer_metrics, double wait_s, double train_s,
                        double sync_s, const StepRecord& record, std::optional<double> eval_accuracy);
   void print_progress(double reward_mean);
@@ -227,7 +227,7 @@ class Orchestrator {
   double rollout_idle_fraction(double loop) const;  // mean over rollout workers of idle / loop (0 for loop <= 0)
   WorkerSlot* worker_by_name(const std::string& name);
 
-  // ---- run/checkpoint.cc
+  // ---- run/training/checkpoint.cc
   ResumeState capture_state() const;  // as of now: call when a step has just completed
   Status save_checkpoint(const ResumeState& state);
   Status checkpoint_if_due();         // after a step
@@ -240,7 +240,7 @@ class Orchestrator {
   // at the end of the run, also one stopped early; a failure is logged, the run's outcome stands.
   void export_final_model();
 
-  // ---- run/weight_sync.cc: weight sync rounds
+  // ---- run/training/weight_sync.cc: weight sync rounds
   // Blocks (ticking) until every rollout worker holds `version`, re-forming the group as needed.
   Status weight_sync(uint64_t version);
   Status advance_sync();  // in tick: finishes, times out or starts a round
@@ -249,7 +249,7 @@ class Orchestrator {
   Status finish_round();
   bool group_complete() const;  // every rollout worker registered and alive
 
-  // ---- run/trainer_recovery.cc: a failed trainer rank restarts the whole trainer group
+  // ---- run/training/trainer_recovery.cc: a failed trainer rank restarts the whole trainer group
   // A trainer rank found dead or hung: remembered (the first one, until recover_trainers() takes
   // it) and returned as the error that ends the wait in progress. tick() keeps returning it, except
   // during an evaluation (which needs no trainer).
@@ -268,7 +268,7 @@ class Orchestrator {
   Status check_train_timeout(const std::string& what, Clock::time_point started,
                              const std::function<bool(int rank)>& answered);
 
-  // ---- run/supervise.cc: rollout worker failures, restarts, timeouts (rules: run/supervisor.h)
+  // ---- run/workers/supervise.cc: rollout worker failures, restarts, timeouts (rules: run/workers/supervisor.h)
   Status supervise();  // in tick
   // Kills (unless it exited) and schedules the restart of workers_[index], or fails the run when
   // its restarts are used up. `why`: "killed by signal 9 (SIGKILL)", "silent for 12 s", ...
@@ -295,7 +295,7 @@ class Orchestrator {
   // Takes prompts_batch_size_for_trainer ready groups (discarding stale ones): false if too few.
   bool take_batch(std::vector<Group>& out);
 
-  // ---- run/dispatch.cc: the sample path
+  // ---- run/samples/dispatch.cc: the sample path
   void dispatch();
   bool start_group();
   // How the Dispatcher's requests leave: through the ControlServer to workers_[worker].
@@ -327,7 +327,7 @@ class Orchestrator {
   std::string zero_spread_advice();
   Result<std::optional<double>> evaluate(const char* when);
 
-  // Episodes (run/episodes.cc): rows an environment server runs through the run's gateway.
+  // Episodes (run/samples/episodes.cc): rows an environment server runs through the run's gateway.
   struct Episode {
     uint64_t group = 0;
     uint32_t index = 0;                    // training: sample `index` of `group`
@@ -372,15 +372,15 @@ class Orchestrator {
   // This turn left messages unread: a heartbeat may be among them, so silence is not judged.
   bool inbox_backlogged_ = false;
 
-  Dispatcher dispatcher_;             // groups in flight, requests, lanes, scored groups (run/dispatcher.h)
+  Dispatcher dispatcher_;             // groups in flight, requests, lanes, scored groups (run/samples/dispatcher.h)
   WorkerSupervisor supervisor_;       // when a rollout worker has failed, when it restarts
   // The batch of the step in training and those kept since the newest checkpoint, for a trainer
-  // restart (run/step_replay.h).
+  // restart (run/training/step_replay.h).
   StepReplay replay_;
   // Complete groups waiting for the reward server, by group id; Group::rewards_waiting counts down.
   std::map<uint64_t, Group> awaiting_reward_;
   // kl_reference_on: rollout: groups kept for training, waiting for a rollout worker to score them
-  // under the KL reference (run/reference_scoring.h).
+  // under the KL reference (run/samples/reference_scoring.h).
   ReferenceScoring reference_scoring_;
   struct Mean {
     double sum = 0;
@@ -410,13 +410,13 @@ class Orchestrator {
       reference_error_log_{std::chrono::seconds(60)};
   PromptSource prompts_;  // the only caller of task_.next_train(); consumed() is the data position
 
-  // Checkpoints and resume (run/checkpoint.cc).
+  // Checkpoints and resume (run/training/checkpoint.cc).
   std::optional<ResumeState> resumed_;          // the state this run continues from
   std::optional<ResumeState> last_step_state_;  // captured when the last step completed
   int64_t last_checkpoint_step_ = 0;
   bool committing_ = false;         // in a step's train + sync or a save: an interrupt waits
   bool stopped_by_interrupt_ = false;
-  // Trainer recovery (run/trainer_recovery.cc).
+  // Trainer recovery (run/training/trainer_recovery.cc).
   struct PendingTrainerFailure {
     std::string worker, reason;
     double detected_at = 0;
@@ -439,7 +439,7 @@ class Orchestrator {
   // The rank whose step failed in a collective (unavailable, timeout: its data-parallel peer died
   // or stopped); "" otherwise.
   std::string train_error_lost_group_;
-  SyncRounds sync_;  // weight-sync rounds: target version, epoch, the round in flight (run/weight_sync.cc)
+  SyncRounds sync_;  // weight-sync rounds: target version, epoch, the round in flight (run/training/weight_sync.cc)
 
   std::unique_ptr<EpisodeGateway> gateway_;  // with task.environment_url
   std::unique_ptr<EpisodeClient> environment_;
@@ -473,7 +473,7 @@ class Orchestrator {
   double loop_cpu_start_ = 0;  // the orchestrator's CPU seconds when the loop began
   bool profile_write_failed_ = false;
 
-  // ---- run/cores.cc: balance_cpu_threads (run/core_balance.h)
+  // ---- run/workers/cores.cc: balance_cpu_threads (run/workers/core_balance.h)
   void start_core_balance();         // when the loop starts: on, where it applies
   void balance_cores(int64_t step);  // after a step: a window's measures, a change sent
   void send_threads(WorkerSlot& w);  // the threads its role computes with now, if it has others

@@ -1,5 +1,5 @@
 // run/step.cc - one RL step: its batch (new from the scored groups, or one kept for a step redone
-// after a trainer restart, run/step_replay.h), the train on every rank, the weight sync, and what
+// after a trainer restart, run/training/step_replay.h), the train on every rank, the weight sync, and what
 // the step leaves in the ledger, metrics.jsonl, Prometheus and the checkpoints.
 #include <algorithm>
 #include <cmath>
@@ -165,7 +165,7 @@ Status Orchestrator::run_step() {
   RLRUN_RETURN_IF_ERROR(weight_sync(static_cast<uint64_t>(step)));
   // ---- the step is done: weights of version `step` are everywhere
   trainer_step_ = step;
-  // A redone step's samples were counted when it first completed (run/step_replay.h).
+  // A redone step's samples were counted when it first completed (run/training/step_replay.h).
   if (!record.counted)
     for (uint64_t id : record.sample_ids) ledger_.trained(id);
   const StepRecord& done = replay_.completed();

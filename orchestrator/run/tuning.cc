@@ -24,7 +24,7 @@ void Orchestrator::set_cluster_shape(int64_t nodes, int64_t slots_per_node) {
 }
 
 void Orchestrator::profile_step(int64_t step, const std::map<std::string, double>& rank0, double train_seconds) {
-  // A step computed with threads lent by balance_cpu_threads (run/cores.cc) measured another
+  // A step computed with threads lent by balance_cpu_threads (run/workers/cores.cc) measured another
   // configuration than the run's: its costs are left out, as the simulator gives each process its share.
   const auto threads = rank0.find("cpu_threads");
   if (core_balance_ == std::nullopt || threads == rank0.end() ||

@@ -7,7 +7,7 @@
 // nothing about which answer is right: held-out accuracy after it stays at chance and is what the
 // summary reports as accuracy_before. Whatever accuracy the run gains comes from the RL steps.
 //
-// Every warm-start batch is kept (run/step_replay.h): a trainer group restarted before the first
+// Every warm-start batch is kept (run/training/step_replay.h): a trainer group restarted before the first
 // checkpoint trains them again to rebuild version 0, and a warm-start cut by a trainer failure goes
 // on after the batches it had.
 #include <random>
