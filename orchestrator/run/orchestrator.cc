@@ -77,10 +77,15 @@ Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher
       supervisor_(SupervisionPolicy{config.heartbeat_timeout_seconds, 300, config.worker_restart_backoff_seconds,
                                     config.restart_backoff_max_seconds, static_cast<int>(config.max_worker_restarts)}),
       replay_(config.trainer_replay_max_steps),
-      reference_scoring_([this](int worker, const ScoreRequest& request) { return server_.send(workers_[worker].name, request); }),
-      prompts_(task, format, config.enable_prompt_prefetch ? config.prompt_prefetch_buffer_size : 0) {
+      prompts_(task, format, config.enable_prompt_prefetch ? config.prompt_prefetch_buffer_size : 0),
+      rewards_(config, reward, http_reward, format, dispatcher_, ledger_, metrics, profile_, steps_,
+               [this](int worker, const ScoreRequest& request) { return server_.send(workers_[worker].name, request); }) {
   last_tick_ = Clock::now();
   weight_bytes_ = model_config_from(config.model).num_parameters() * static_cast<int64_t>(sizeof(float));
+}
+
+const std::string& Orchestrator::no_batch() const {
+  return !no_batch_error_.empty() ? no_batch_error_ : rewards_.stop_reason();
 }
 
 WorkerSlot* Orchestrator::worker_by_name(const std::string& name) {
@@ -159,7 +164,7 @@ Status Orchestrator::handle(const Incoming& in) {
   } else if (const auto* result = m.get<GenerateResult>()) {
     on_result(*result);
   } else if (const auto* scored = m.get<ScoreResult>()) {
-    on_score_result(*scored);
+    rewards_.on_score_result(*scored);
   } else if (const auto* tr = m.get<TrainResult>()) {
     train_results_[static_cast<int>(tr->rank)] = *tr;
     // The step's resident peaks: sharper than the heartbeats' samples.
@@ -231,7 +236,7 @@ Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
   }
   rendezvous_.expire(server_);
   RLRUN_RETURN_IF_ERROR(supervise());  // with a trainer failure noted (not during an evaluation)
-  RLRUN_RETURN_IF_ERROR(poll_rewards());
+  RLRUN_RETURN_IF_ERROR(rewards_.poll());
   RLRUN_RETURN_IF_ERROR(poll_episodes());
   RLRUN_RETURN_IF_ERROR(act(allow_dispatch));
   const double dt = seconds_since(last_tick_);
@@ -285,7 +290,7 @@ Status Orchestrator::run() {
   if (!resumed_) RLRUN_RETURN_IF_ERROR(recovering([this] { return format_warm_start(); }));
   // Every rollout worker starts from the trainer's weights (model.checkpoint or init, then the
   // format warm-start: version 0; a resumed run's checkpoint: its step).
-  RLRUN_RETURN_IF_ERROR(recovering([this] { return weight_sync(static_cast<uint64_t>(trainer_step_)); }));
+  RLRUN_RETURN_IF_ERROR(recovering([this] { return weight_sync(steps_.version()); }));
   if (resumed_ && rollout_scores_kl_reference(config_))
     log::info("kl_reference_on: rollout: a resumed run's rollout workers have no copy of the KL reference (it comes "
               "with version 0); the trainer scores it, from the copy saved with the checkpoint");
@@ -296,7 +301,7 @@ Status Orchestrator::run() {
   loop_start_ = last_tick_ = Clock::now();
   loop_cpu_start_ = process_cpu_seconds();
   start_core_balance();
-  while (outcome_.steps_completed < config_.number_of_steps) {
+  while (steps_.completed < config_.number_of_steps) {
     Status s = run_step();
     if (s.ok()) continue;
     if (stopped_by_interrupt_) {
@@ -306,7 +311,7 @@ Status Orchestrator::run() {
       export_final_model();
       return s;
     }
-    if (!no_batch_error_.empty()) {
+    if (!no_batch().empty()) {
       evaluate_at_stop("no batch could form");
       export_final_model();
       return s;
@@ -333,14 +338,14 @@ void Orchestrator::write_step_line(const std::map<std::string, double>& trainer_
                                    double train_s, double sync_s, const StepRecord& record,
                                    std::optional<double> eval_accuracy) {
   // ordered: the keys in the order a person reads them; a non-finite double dumps as null.
-  nlohmann::ordered_json line = {{"step", outcome_.steps_completed},
+  nlohmann::ordered_json line = {{"step", steps_.completed},
                                  {"reward_mean", record.reward_mean},
                                  {"reward_std", record.reward_std},
                                  {"wait_seconds", wait_s},
                                  {"train_seconds", train_s},
                                  {"weight_sync_seconds", sync_s},
                                  {"tokens_trained", record.build.tokens},
-                                 {"tokens_generated_total", outcome_.tokens_generated},
+                                 {"tokens_generated_total", steps_.tokens_generated},
                                  {"async_level", gate_.current_async_level(outstanding_groups())},
                                  {"discarded_total", ledger_.summary().discarded_total()},
                                  {"group_ids", record.group_ids},
@@ -350,10 +355,10 @@ void Orchestrator::write_step_line(const std::map<std::string, double>& trainer_
   if (record.redone) line["redone"] = true;
   if (outcome_.trainer_restarts > 0) line["trainer_restarts"] = outcome_.trainer_restarts;
   if (eval_accuracy) line["eval_accuracy"] = *eval_accuracy;
-  const auto [terms, server_logs] = take_reward_means();
+  const auto [terms, server_logs] = rewards_.take_means();
   line["reward_terms"] = terms;  // each task.reward term's mean (unweighted), samples scored since the last step
   if (!server_logs.empty()) line["reward_server_logs"] = server_logs;
-  if (http_reward_ != nullptr) line["reward_waiting"] = http_reward_->waiting();
+  if (rewards_.uses_server()) line["reward_waiting"] = rewards_.server_waiting();
   line["trainer"] = trainer_metrics;
   append_run_file(metrics_jsonl_, line.dump() + '\n');
 }
@@ -385,7 +390,7 @@ double Orchestrator::rollout_idle_fraction(double loop) const {
 void Orchestrator::print_progress(double reward_mean) {
   const double loop = std::max(1e-9, loop_seconds());
   const double rollout_idle = rollout_idle_fraction(loop);
-  const int64_t done = outcome_.steps_completed, total = config_.number_of_steps;
+  const int64_t done = steps_.completed, total = config_.number_of_steps;
   const int64_t this_run = done - (resumed_ ? resumed_->steps_completed : 0);
   const double eta = this_run > 0 ? seconds_since(loop_start_) / static_cast<double>(this_run) * static_cast<double>(total - done) : 0;
   char reward[16];
@@ -398,8 +403,8 @@ void Orchestrator::print_progress(double reward_mean) {
   }
   line += str("  idle trainer ", static_cast<int>(100 * outcome_.trainer_idle_seconds / loop), "% rollout ",
               static_cast<int>(100 * rollout_idle), "%  tok/s gen ",
-              static_cast<int64_t>(static_cast<double>(outcome_.tokens_generated) / loop), " train ",
-              static_cast<int64_t>(static_cast<double>(outcome_.tokens_trained) / loop));
+              static_cast<int64_t>(static_cast<double>(steps_.tokens_generated) / loop), " train ",
+              static_cast<int64_t>(static_cast<double>(steps_.tokens_trained) / loop));
   // a terminal: one line redrawn in place; a pipe or file: a line at most every 30 s (and the last);
   // logs/orchestrator.log: every step
   log::status(line, done == total);
@@ -407,7 +412,7 @@ void Orchestrator::print_progress(double reward_mean) {
 }
 
 void Orchestrator::evaluate_at_stop(const std::string& why) {
-  const int64_t done = outcome_.steps_completed;
+  const int64_t done = steps_.completed;
   if (!looping_) {  // stopped in the warm-start or before: "after" would say nothing about RL
     outcome_.accuracy_after_note = str("not measured: ", why, " before the RL steps began");
     return;
@@ -432,23 +437,15 @@ RunOutcome Orchestrator::finish() {
   for (const Group& g : dispatcher_.take_scored()) {
     for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(g.id, i), "unused_at_exit");
   }
-  for (const auto& [id, g] : awaiting_reward_) {
-    for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(id, i), "reward_unavailable");
-  }
-  awaiting_reward_.clear();
-  for (const Group& g : reference_scoring_.take_all()) {
-    for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(g.id, i), "unused_at_exit");
-  }
-  if (rollout_scores_kl_reference(config_)) {
-    outcome_.kl_reference_scored_by_rollout = reference_scoring_.scored();
-    outcome_.kl_reference_scored_by_trainer = reference_scoring_.unscored();
-  }
-  outcome_.reward_expression = config_.task.reward;
-  if (http_reward_ != nullptr) {
-    (void)http_reward_->abandon();  // their samples are accounted for above
-    outcome_.reward_url = config_.task.reward_url;
-    outcome_.reward_server = http_reward_->stats();
-  }
+  rewards_.finish();
+  const RewardStage::Stats rewards = rewards_.stats();
+  outcome_.kl_reference_scored_by_rollout = rewards.kl_reference_scored_by_rollout;
+  outcome_.kl_reference_scored_by_trainer = rewards.kl_reference_scored_by_trainer;
+  outcome_.reward_expression = rewards.expression;
+  outcome_.zero_spread_kept = rewards.zero_spread.kept;
+  outcome_.reward_collapse_step = rewards.zero_spread.reward_collapse_step;
+  outcome_.reward_url = rewards.url;
+  outcome_.reward_server = rewards.server;
   for (uint64_t id : replay_.samples_untrained()) ledger_.discarded(id, "step_not_completed");
   for (const auto& [id, g] : dispatcher_.in_flight()) {
     for (uint32_t i = 0; i < group_size_; ++i) {
@@ -457,10 +454,14 @@ RunOutcome Orchestrator::finish() {
     }
   }
   if (looping_) outcome_.loop_seconds = loop_seconds();
-  if (outcome_.steps_completed > (resumed_ ? resumed_->steps_completed : 0)) {
+  if (steps_.completed > (resumed_ ? resumed_->steps_completed : 0)) {
     save_profile();
     advise(true);
   }
+  outcome_.steps_completed = steps_.completed;
+  outcome_.step_reward_means = steps_.reward_means;
+  outcome_.tokens_generated = steps_.tokens_generated;
+  outcome_.tokens_trained = steps_.tokens_trained;
   outcome_.samples = resumed_ ? add_samples(resumed_->samples, ledger_.summary()) : ledger_.summary();
   outcome_.rollout_idle_fraction = rollout_idle_fraction(outcome_.loop_seconds);
   if (Result<ProcessMemory> mem = read_process_memory(); mem.ok())

@@ -61,7 +61,8 @@
 #include "orchestrator/run/metrics.h"
 #include "orchestrator/run/samples/dispatch_count.h"
 #include "orchestrator/run/samples/dispatcher.h"
-#include "orchestrator/run/samples/reference_scoring.h"
+#include "orchestrator/run/samples/reward_stage.h"
+#include "orchestrator/run/step_tally.h"
 #include "orchestrator/run/training/state.h"
 #include "orchestrator/run/training/step_replay.h"
 #include "orchestrator/run/training/sync_rounds.h"
@@ -302,29 +303,8 @@ class Orchestrator {
   Status send_request(int worker, const GenerateRequest& request);
   void cancel_off_policy();
   void on_result(const GenerateResult& result);
-  // A group whose samples are all back: with an http term its samples go to the reward server and
-  // the group waits in awaiting_reward_, else finish_group().
+  // A group whose samples are all back: its costs to the loop profile, then the reward stage.
   void complete_group(Group group);
-  // In tick: the reward server's answers; a group with all of them goes to finish_group(). An
-  // error once the server failed reward_max_failures times in a row.
-  Status poll_rewards();
-  void finish_group(Group group);  // advantages of a complete, rewarded group: queued for a batch, or discarded
-  // A group kept for training: to a rollout worker for its KL reference log-probs
-  // (kl_reference_on: rollout), else queued for a batch.
-  void keep_group(Group group);
-  void on_score_result(const ScoreResult& result);
-  // Groups reference_scoring_ gave back without the reference's log-probs (the trainer scores them).
-  void queue_unscored(std::vector<Group> groups, const std::string& why);
-  // Adds one scored sample's terms (and the server's extra_logs) to the means of the next step line.
-  void note_reward_terms(const LocalReward& local);
-  // The means since the last step, for metrics.jsonl and Prometheus; resets them.
-  std::pair<std::map<std::string, double>, std::map<std::string, double>> take_reward_means();
-  // Discards a group with no reward spread (every sample earned `reward`) and applies
-  // max_zero_spread_rounds to the step waiting for a batch.
-  void discard_zero_spread(float reward, const std::function<void(const std::string&)>& discard_all);
-  // What the warning past max_zero_spread_rounds advises, from the groups it waited on; names a
-  // suspected reward collapse (and records its step in outcome_).
-  std::string zero_spread_advice();
   Result<std::optional<double>> evaluate(const char* when);
 
   // Episodes (run/samples/episodes.cc): rows an environment server runs through the run's gateway.
@@ -377,37 +357,14 @@ class Orchestrator {
   // The batch of the step in training and those kept since the newest checkpoint, for a trainer
   // restart (run/training/step_replay.h).
   StepReplay replay_;
-  // Complete groups waiting for the reward server, by group id; Group::rewards_waiting counts down.
-  std::map<uint64_t, Group> awaiting_reward_;
-  // kl_reference_on: rollout: groups kept for training, waiting for a rollout worker to score them
-  // under the KL reference (run/samples/reference_scoring.h).
-  ReferenceScoring reference_scoring_;
-  struct Mean {
-    double sum = 0;
-    int64_t n = 0;
-  };
-  std::map<std::string, Mean> reward_terms_, reward_server_logs_;  // since the last step line
-  HttpRewardClient::Stats reward_stats_seen_;  // as of the last poll_rewards(), for the request counters
-  int64_t trainer_step_ = 0;          // steps completed and synced = weight version
-  // Groups discarded for no reward spread while the current step waits for its batch (reset when
-  // it has one); max_zero_spread_rounds bounds them (discard_zero_spread).
-  struct ZeroSpreadWindow {
-    int64_t discarded = 0, failed = 0, solved = 0;  // failed: every sample earned 0; solved: 1
-  } zero_spread_;
-  bool keep_zero_spread_ = false;  // past the bound: zero-spread groups fill the step's batch
-  // Some sample of this run earned a reward: a long streak without one is then bad luck on a
-  // policy that rarely succeeds, and the step trains on what there is rather than stop the run.
-  bool rewarded_once_ = false;
-  // Samples of complete groups scored so far, and those that earned a reward (> 0): how often the
-  // policy succeeds, trained or not (zero_spread_advice).
-  int64_t samples_scored_ = 0, samples_rewarded_ = 0;
-  std::string no_batch_error_;     // past the bound with nothing to learn from: run_step stops the run
+  StepTally steps_;  // the completed steps: steps_.completed is the weight version (run/step_tally.h)
+  std::string no_batch_error_;     // no prompt fits: run_step stops the run
+  // Why no batch can form ("" while one can): no prompt fits, or no group teaches anything.
+  const std::string& no_batch() const;
   int64_t prompts_skipped_in_a_row_ = 0, longest_skipped_prompt_ = 0;  // start_group: no prompt fits
-  log::RateLimited zero_spread_log_{std::chrono::seconds(60)};
   // Warnings that can recur every group or message: the first, then one a minute with a count.
-  log::RateLimited generation_error_log_{std::chrono::seconds(60)}, advantage_error_log_{std::chrono::seconds(60)},
-      too_long_log_{std::chrono::seconds(60)}, unexpected_message_log_{std::chrono::seconds(60)},
-      reference_error_log_{std::chrono::seconds(60)};
+  log::RateLimited generation_error_log_{std::chrono::seconds(60)}, too_long_log_{std::chrono::seconds(60)},
+      unexpected_message_log_{std::chrono::seconds(60)};
   PromptSource prompts_;  // the only caller of task_.next_train(); consumed() is the data position
 
   // Checkpoints and resume (run/training/checkpoint.cc).
@@ -470,6 +427,8 @@ class Orchestrator {
   // "tuning" and, past advise_idle_threshold, the log line that says what to change.
   void advise(bool at_end);
   tune::LoopProfile profile_;
+  // Rewards, advantages, the zero-spread policy, KL reference scoring (run/samples/reward_stage.h).
+  RewardStage rewards_;
   double loop_cpu_start_ = 0;  // the orchestrator's CPU seconds when the loop began
   bool profile_write_failed_ = false;
 

@@ -18,7 +18,7 @@ bool Orchestrator::take_batch(std::vector<Group>& out) {
   std::vector<Group> stale;
   const auto too_stale = [&](const Group& g) {
     for (const Sample& s : g.samples)
-      if (gate_.too_stale(s.version, trainer_step_)) return true;
+      if (gate_.too_stale(s.version, steps_.completed)) return true;
     return false;
   };
   std::optional<std::vector<Group>> batch =
@@ -62,7 +62,7 @@ BatchBuild Orchestrator::pack_batch(const std::vector<Group>& batch, uint64_t st
       reward_sum += s.reward;
       reward_sq += s.reward * s.reward;
       adv_abs += std::fabs(s.advantage);
-      metrics_.sample_staleness->Observe(static_cast<double>(StalenessGate::staleness(s.version, trainer_step_)));
+      metrics_.sample_staleness->Observe(static_cast<double>(StalenessGate::staleness(s.version, steps_.completed)));
     }
   }
   const double n = static_cast<double>(std::max<size_t>(1, batch.size() * group_size_));
@@ -107,11 +107,10 @@ Status Orchestrator::new_step_batch(int64_t step, StepRecord& record, double& wa
     RLRUN_RETURN_IF_ERROR(check_interrupt());  // a ready batch would skip every tick
     while (!take_batch(batch)) {
       RLRUN_RETURN_IF_ERROR(tick(kTick, true));
-      if (!no_batch_error_.empty()) return invalid_argument(no_batch_error_);
+      if (!no_batch().empty()) return invalid_argument(no_batch());
     }
     trainer_waiting_ = false;
-    zero_spread_ = {};  // the next step's wait starts afresh
-    keep_zero_spread_ = false;
+    rewards_.batch_taken();
   }
   wait_s = seconds_since(wait_start);
   RewardStats rewards;
@@ -138,7 +137,7 @@ Status Orchestrator::new_step_batch(int64_t step, StepRecord& record, double& wa
 }
 
 Status Orchestrator::run_step() {
-  const int64_t step = outcome_.steps_completed + 1;
+  const int64_t step = steps_.completed + 1;
   // ---- the batch: one kept for a step redone after a trainer restart, else a new one
   StepRecord next;
   double wait_s = 0;
@@ -164,14 +163,13 @@ Status Orchestrator::run_step() {
   const double train_s = seconds_since(train_start);
   RLRUN_RETURN_IF_ERROR(weight_sync(static_cast<uint64_t>(step)));
   // ---- the step is done: weights of version `step` are everywhere
-  trainer_step_ = step;
+  steps_.completed = step;
   // A redone step's samples were counted when it first completed (run/training/step_replay.h).
   if (!record.counted)
     for (uint64_t id : record.sample_ids) ledger_.trained(id);
   const StepRecord& done = replay_.completed();
-  outcome_.steps_completed = step;
-  outcome_.tokens_trained += done.build.tokens;
-  outcome_.step_reward_means.push_back(done.reward_mean);
+  steps_.tokens_trained += done.build.tokens;
+  steps_.reward_means.push_back(done.reward_mean);
   if (first_step_record_ >= 0) {
     outcome_.trainer_failures[first_step_record_].first_step_at = unix_now();
     first_step_record_ = -1;

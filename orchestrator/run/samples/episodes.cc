@@ -77,7 +77,7 @@ void Orchestrator::start_episode(Episode e) {
   sampling.top_p = eval ? 1.0f : static_cast<float>(config_.top_p);
   sampling.max_tokens = config_.max_tokens;
   if (eval) sampling.seed = *e.eval_problem + 1;  // the same draws for a problem at every evaluation
-  e.version = static_cast<uint64_t>(trainer_step_);
+  e.version = steps_.version();
   const EpisodeGateway::Opened session = gateway_->open(e.version, sampling);
   e.session = session.id;
   if (e.attempt++ == 0) ++outcome_.episodes.started;
@@ -166,10 +166,7 @@ void Orchestrator::episode_done(const Episode& e, const EpisodeReply& reply, Epi
   counts.turns += static_cast<int64_t>(closed.turns.size());
   counts.exact_turns += closed.spliced;
   counts.retokenized_differ += closed.retokenized_differ;
-  for (const auto& [name, value] : reply.metrics) {
-    reward_server_logs_[name].sum += value;
-    ++reward_server_logs_[name].n;
-  }
+  rewards_.note_logs(reply.metrics);
   if (e.eval_problem) {
     eval_rewards_[*e.eval_problem] = (reply.has_correct ? reply.correct : reply.reward >= 1.0) ? 1.0 : 0.0;
     return;
@@ -220,7 +217,7 @@ void Orchestrator::cancel_off_policy_episodes() {
   if (gateway_ == nullptr) return;
   for (auto it = episodes_.begin(); it != episodes_.end();) {
     const Episode e = it->second;
-    if (e.eval_problem || !gate_.should_cancel(e.version, trainer_step_)) {
+    if (e.eval_problem || !gate_.should_cancel(e.version, steps_.completed)) {
       ++it;
       continue;
     }

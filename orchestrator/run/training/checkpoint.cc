@@ -14,17 +14,18 @@ namespace rlrun::orchestrator {
 
 void Orchestrator::resume_from(const ResumeState& s, const std::string& dir) {
   resumed_ = s;
+  rewards_.set_resumed();
   newest_checkpoint_ = CheckpointRef{dir, s};
   last_step_state_ = s;
   last_checkpoint_step_ = s.steps_completed;
-  outcome_.steps_completed = trainer_step_ = s.steps_completed;
+  steps_.completed = s.steps_completed;
   dispatcher_.restore_next_ids(s.next_group, s.next_request);
   // The prompt stream from the same seed, advanced past what the saved run drew.
   prompts_.skip(s.task_draws);
   outcome_.prompts_skipped = s.prompts_skipped;
-  outcome_.tokens_generated = s.tokens_generated;
-  outcome_.tokens_trained = s.tokens_trained;
-  outcome_.step_reward_means = s.step_reward_means;
+  steps_.tokens_generated = s.tokens_generated;
+  steps_.tokens_trained = s.tokens_trained;
+  steps_.reward_means = s.step_reward_means;
   outcome_.accuracy_before = s.accuracy_before;
   outcome_.trainer_idle_seconds = s.trainer_idle_seconds;
   for (WorkerSlot& w : workers_) {
@@ -36,13 +37,13 @@ void Orchestrator::resume_from(const ResumeState& s, const std::string& dir) {
 
 ResumeState Orchestrator::capture_state() const {
   ResumeState s;
-  s.steps_completed = outcome_.steps_completed;
+  s.steps_completed = steps_.completed;
   s.task_draws = prompts_.consumed();
   std::tie(s.next_group, s.next_request) = dispatcher_.next_ids();
   s.prompts_skipped = outcome_.prompts_skipped;
-  s.tokens_generated = outcome_.tokens_generated;
-  s.tokens_trained = outcome_.tokens_trained;
-  s.step_reward_means = outcome_.step_reward_means;
+  s.tokens_generated = steps_.tokens_generated;
+  s.tokens_trained = steps_.tokens_trained;
+  s.step_reward_means = steps_.reward_means;
   s.accuracy_before = outcome_.accuracy_before;
   s.loop_seconds = loop_seconds();
   s.trainer_idle_seconds = outcome_.trainer_idle_seconds;
@@ -120,7 +121,7 @@ Status Orchestrator::checkpoint_failed(int64_t step, const std::string& error) {
 }
 
 Status Orchestrator::checkpoint_if_due() {
-  const int64_t every = config_.checkpoint_every, step = outcome_.steps_completed;
+  const int64_t every = config_.checkpoint_every, step = steps_.completed;
   if (every <= 0 || (step % every != 0 && step != config_.number_of_steps)) return Status();
   return save_checkpoint(*last_step_state_);
 }
@@ -136,7 +137,7 @@ void Orchestrator::export_final_model() {
   ScopedSpan span("model_export", "orchestrator");
   const auto start = Clock::now();
   SaveCheckpoint request;
-  request.step = static_cast<uint64_t>(trainer_step_);
+  request.step = steps_.version();
   request.model_only = true;
   checkpoints_saved_.clear();
   Status waited = server_.send(weight_sender(), request);  // trainer rank 0
@@ -150,7 +151,7 @@ void Orchestrator::export_final_model() {
     return;
   }
   outcome_.model_dir = checkpoints_saved_[0].dir;
-  log::info(str("model of step ", trainer_step_, " exported to ", outcome_.model_dir, " in ", seconds_since(start),
+  log::info(str("model of step ", steps_.completed, " exported to ", outcome_.model_dir, " in ", seconds_since(start),
                 " s (an HF folder: transformers, vLLM and `rlrun generate --checkpoint` load it)"));
 }
 

@@ -92,7 +92,7 @@ Status Orchestrator::recover_trainers() {
     RunOutcome::TrainerFailure& record = outcome_.trainer_failures.emplace_back();
     record.worker = failure.worker;
     record.reason = failure.reason;
-    record.step = outcome_.steps_completed;
+    record.step = steps_.completed;
     record.detected_at = failure.detected_at;
     const int64_t max_restarts = config_.max_trainer_restarts;
     if (outcome_.trainer_restarts >= max_restarts) {
@@ -181,10 +181,10 @@ Status Orchestrator::restart_trainer_group(RunOutcome::TrainerFailure& record) {
   }
 
   // The step counter and what the summary counts per step go back to the checkpoint's.
-  const int64_t from = record.restored_step, reached = outcome_.steps_completed;
-  outcome_.steps_completed = trainer_step_ = from;
-  outcome_.tokens_trained = newest_checkpoint_ ? newest_checkpoint_->state.tokens_trained : 0;
-  outcome_.step_reward_means =
+  const int64_t from = record.restored_step, reached = steps_.completed;
+  steps_.completed = from;
+  steps_.tokens_trained = newest_checkpoint_ ? newest_checkpoint_->state.tokens_trained : 0;
+  steps_.reward_means =
       newest_checkpoint_ ? newest_checkpoint_->state.step_reward_means : std::vector<double>{};
   last_step_state_ = newest_checkpoint_ ? std::optional<ResumeState>(newest_checkpoint_->state) : std::nullopt;
   metrics_.trainer_step->Set(static_cast<double>(from));

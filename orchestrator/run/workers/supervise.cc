@@ -43,8 +43,7 @@ Status Orchestrator::supervise() {
       RLRUN_RETURN_IF_ERROR(restart_worker(static_cast<int>(i)));
     }
   }
-  queue_unscored(reference_scoring_.take_overdue(config_.rollout_request_timeout_seconds),
-                 "no ScoreResult within rollout_request_timeout_seconds");
+  rewards_.release_overdue(config_.rollout_request_timeout_seconds);
   if (inbox_backlogged_) return Status();
   // Blocked in a sync: bounded there.
   const auto syncing = [&](int worker) { return sync_.waits_for(workers_[worker].name); };
@@ -66,7 +65,7 @@ Status Orchestrator::fail_worker(int index, const std::string& why, bool exited)
   if (gateway_ != nullptr) gateway_->requeue_worker(index);  // its episode calls: sent again
   if (const int64_t samples = dispatcher_.requeue_worker(index); samples > 0)
     log::info(str(samples, " sample(s) of ", w.name, " go back to the queue"));
-  queue_unscored(reference_scoring_.release_worker(index), str(w.name, " failed"));
+  rewards_.release_worker(index, w.name);
   // A member of a round in flight: the round cannot succeed; unblock the others' join now.
   const bool held = sync_.holding();
   if (std::optional<uint32_t> epoch = sync_.member_died(w.name))
