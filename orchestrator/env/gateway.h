@@ -60,6 +60,9 @@ class EpisodeGateway : public rollout::Generator, public rollout::openai::HttpHa
 
   // Listens on options.bind (errors name task.environment_gateway_bind).
   static Result<std::unique_ptr<EpisodeGateway>> start(GatewayOptions options, rollout::openai::ServedModel model);
+  // Without an HTTP server (unit tests): sessions open and close, calls come only through handle(),
+  // and address() is options.bind.
+  static std::unique_ptr<EpisodeGateway> unserved(GatewayOptions options, rollout::openai::ServedModel model);
   ~EpisodeGateway() override;
 
   std::string address() const;  // host:port

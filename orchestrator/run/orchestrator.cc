@@ -77,15 +77,23 @@ Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher
       supervisor_(SupervisionPolicy{config.heartbeat_timeout_seconds, 300, config.worker_restart_backoff_seconds,
                                     config.restart_backoff_max_seconds, static_cast<int>(config.max_worker_restarts)}),
       replay_(config.trainer_replay_max_steps),
-      prompts_(task, format, config.enable_prompt_prefetch ? config.prompt_prefetch_buffer_size : 0),
       rewards_(config, reward, http_reward, format, dispatcher_, ledger_, metrics, profile_, steps_,
-               [this](int worker, const ScoreRequest& request) { return server_.send(workers_[worker].name, request); }) {
+               [this](int worker, const ScoreRequest& request) { return server_.send(workers_[worker].name, request); }),
+      admission_(config, task, format, dispatcher_, ledger_, [this](const Problem& p) { return episodes_.runs(p); }),
+      episodes_(config, tokenizer, task, dispatcher_, workers_, ledger_, metrics, rewards_, steps_, port(),
+                EpisodeRunner::Hooks{[this](int worker, const GenerateRequest& r) { return send_request(worker, r); },
+                                     [this](Group group) { complete_group(std::move(group)); },
+                                     [this](uint64_t problem, bool correct) { evaluator_.on_episode(problem, correct); }}),
+      evaluator_(config, task, format, tokenizer, reward, dispatcher_, workers_, metrics, port(),
+                 Evaluator::Episodes{[this](const Problem& p) { return episodes_.runs(p); },
+                                     [this](uint64_t problem) { episodes_.start_eval(problem); }},
+                 [this](int64_t step, const std::vector<nlohmann::ordered_json>& shown) { log_samples("eval", step, shown); }) {
   last_tick_ = Clock::now();
   weight_bytes_ = model_config_from(config.model).num_parameters() * static_cast<int64_t>(sizeof(float));
 }
 
 const std::string& Orchestrator::no_batch() const {
-  return !no_batch_error_.empty() ? no_batch_error_ : rewards_.stop_reason();
+  return !admission_.stop_reason().empty() ? admission_.stop_reason() : rewards_.stop_reason();
 }
 
 WorkerSlot* Orchestrator::worker_by_name(const std::string& name) {
@@ -215,10 +223,29 @@ Status Orchestrator::act(bool allow_dispatch) {
   dispatcher_.send_requeued();  // already admitted work first, also while dispatch is held
   if (allow_dispatch) {
     cancel_off_policy();
-    cancel_off_policy_episodes();
+    episodes_.cancel_off_policy([&](uint64_t version) { return gate_.should_cancel(version, steps_.completed); });
     dispatch();
   }
   return Status();
+}
+
+Status Orchestrator::wait_until(const std::function<Result<bool>()>& done, bool allow_dispatch) {
+  while (true) {
+    RLRUN_ASSIGN_OR_RETURN(const bool finished, done());
+    if (finished) return Status();
+    RLRUN_RETURN_IF_ERROR(tick(kTick, allow_dispatch));
+  }
+}
+
+LoopPort Orchestrator::port() {
+  LoopPort p;
+  p.send = [this](const std::string& peer, const Message& message) { return server_.send(peer, message); };
+  p.wait = [this](const std::function<Result<bool>()>& done, bool allow_dispatch) { return wait_until(done, allow_dispatch); };
+  return p;
+}
+
+Result<std::optional<double>> Orchestrator::evaluate(const std::string& when) {
+  return evaluator_.evaluate(when, steps_.completed, steps_.version());
 }
 
 Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
@@ -237,7 +264,7 @@ Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
   rendezvous_.expire(server_);
   RLRUN_RETURN_IF_ERROR(supervise());  // with a trainer failure noted (not during an evaluation)
   RLRUN_RETURN_IF_ERROR(rewards_.poll());
-  RLRUN_RETURN_IF_ERROR(poll_episodes());
+  RLRUN_RETURN_IF_ERROR(episodes_.poll());
   RLRUN_RETURN_IF_ERROR(act(allow_dispatch));
   const double dt = seconds_since(last_tick_);
   last_tick_ = Clock::now();
@@ -248,7 +275,7 @@ Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
     }
     for (WorkerSlot& w : workers_) {
       const int i = static_cast<int>(&w - workers_.data());
-      if (w.role != Role::kRollout || dispatcher_.lanes_used(i) > 0 || (gateway_ && gateway_->calls_on(i) > 0)) continue;
+      if (w.role != Role::kRollout || dispatcher_.lanes_used(i) > 0 || episodes_.calls_on(i) > 0) continue;
       w.idle_seconds += dt;
       metrics_.rollout_idle_seconds[w.name]->Increment(dt);
     }
@@ -279,11 +306,11 @@ Status Orchestrator::wait_for_registration() {
 
 Status Orchestrator::run() {
   // Counted from the start: a resume after a SIGKILL reads it (run/training/state.h).
-  if (Status s = dispatch_count_.open(dispatch_count_path(config_.run_dir), resumed_ ? resumed_->samples.dispatched : 0);
+  if (Status s = admission_.open_count(dispatch_count_path(config_.run_dir), resumed_ ? resumed_->samples.dispatched : 0);
       !s.ok())
     log::warn(str(s.message(), "; if this orchestrator is killed, a resumed run cannot count the samples it dispatched "
                   "after its last checkpoint"));
-  RLRUN_RETURN_IF_ERROR(start_environment());
+  RLRUN_RETURN_IF_ERROR(episodes_.start(format_, stop_ids_));
   RLRUN_RETURN_IF_ERROR(wait_for_registration());
   // A resumed run continues from warm-started weights; a fresh one learns the answer format first.
   // From here a trainer rank that dies or hangs restarts the trainer group (run/training/trainer_recovery.cc).
@@ -295,7 +322,8 @@ Status Orchestrator::run() {
     log::info("kl_reference_on: rollout: a resumed run's rollout workers have no copy of the KL reference (it comes "
               "with version 0); the trainer scores it, from the copy saved with the checkpoint");
   if (!resumed_) {  // a resumed run has its accuracy before training from the checkpoint
-    RLRUN_ASSIGN_OR_RETURN(outcome_.accuracy_before, evaluate("before training"));
+    RLRUN_ASSIGN_OR_RETURN(const std::optional<double> before, evaluate("before training"));
+    evaluator_.set_before(before);
   }
   looping_ = true;
   loop_start_ = last_tick_ = Clock::now();
@@ -322,7 +350,8 @@ Status Orchestrator::run() {
   }
   outcome_.loop_seconds = loop_seconds();
   looping_ = false;
-  RLRUN_ASSIGN_OR_RETURN(outcome_.accuracy_after, evaluate("after training"));
+  RLRUN_ASSIGN_OR_RETURN(const std::optional<double> after, evaluate("after training"));
+  evaluator_.set_after(after);
   export_final_model();
   return Status();
 }
@@ -396,9 +425,9 @@ void Orchestrator::print_progress(double reward_mean) {
   char reward[16];
   std::snprintf(reward, sizeof reward, "%.3f", reward_mean);
   std::string line = str("step ", done, "/", total, "  ETA ", format_duration(eta), "  reward ", reward);
-  if (last_eval_accuracy_) {
+  if (evaluator_.last_accuracy()) {
     char acc[16];
-    std::snprintf(acc, sizeof acc, "%.3f", *last_eval_accuracy_);
+    std::snprintf(acc, sizeof acc, "%.3f", *evaluator_.last_accuracy());
     line += str("  accuracy ", acc);
   }
   line += str("  idle trainer ", static_cast<int>(100 * outcome_.trainer_idle_seconds / loop), "% rollout ",
@@ -414,25 +443,25 @@ void Orchestrator::print_progress(double reward_mean) {
 void Orchestrator::evaluate_at_stop(const std::string& why) {
   const int64_t done = steps_.completed;
   if (!looping_) {  // stopped in the warm-start or before: "after" would say nothing about RL
-    outcome_.accuracy_after_note = str("not measured: ", why, " before the RL steps began");
+    evaluator_.set_after(std::nullopt, str("not measured: ", why, " before the RL steps began"));
     return;
   }
   outcome_.loop_seconds = loop_seconds();
   looping_ = trainer_waiting_ = false;
   committing_ = true;  // a first interrupt does not cut the evaluation short; a second one does (tick)
-  Result<std::optional<double>> accuracy = evaluate(str("after step ", done, " (", why, ")").c_str());
+  Result<std::optional<double>> accuracy = evaluate(str("after step ", done, " (", why, ")"));
   committing_ = false;
   if (!accuracy.ok()) {
-    outcome_.accuracy_after_note = str("not measured: ", why, ", then the evaluation stopped: ", accuracy.status().message());
+    evaluator_.set_after(std::nullopt,
+                         str("not measured: ", why, ", then the evaluation stopped: ", accuracy.status().message()));
     return;
   }
-  outcome_.accuracy_after = *accuracy;
-  outcome_.accuracy_after_note = str("measured after step ", done, " of ", config_.number_of_steps, ": ", why);
+  evaluator_.set_after(*accuracy, str("measured after step ", done, " of ", config_.number_of_steps, ": ", why));
 }
 
 RunOutcome Orchestrator::finish() {
   log::end_status();  // a run stopped early leaves no progress line redrawn under its last lines
-  abandon_episodes();  // their samples are in flight at exit
+  episodes_.finish();  // their samples are in flight at exit
   // Whatever was generated and will not be trained now is accounted for, by reason.
   for (const Group& g : dispatcher_.take_scored()) {
     for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(g.id, i), "unused_at_exit");
@@ -458,6 +487,11 @@ RunOutcome Orchestrator::finish() {
     save_profile();
     advise(true);
   }
+  outcome_.episodes = episodes_.stats();
+  outcome_.prompts_skipped = admission_.stats().prompts_skipped;
+  outcome_.accuracy_before = evaluator_.stats().accuracy_before;
+  outcome_.accuracy_after = evaluator_.stats().accuracy_after;
+  outcome_.accuracy_after_note = evaluator_.stats().accuracy_after_note;
   outcome_.steps_completed = steps_.completed;
   outcome_.step_reward_means = steps_.reward_means;
   outcome_.tokens_generated = steps_.tokens_generated;

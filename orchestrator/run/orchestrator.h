@@ -53,14 +53,15 @@
 #include "orchestrator/data/prompt_source.h"
 #include "orchestrator/data/sample_ledger.h"
 #include "orchestrator/data/staleness_gate.h"
-#include "orchestrator/env/episode_client.h"
-#include "orchestrator/env/gateway.h"
 #include "orchestrator/launch/launcher.h"
 #include "orchestrator/reward/http_reward.h"
 #include "orchestrator/reward/reward_function.h"
+#include "orchestrator/run/loop_port.h"
 #include "orchestrator/run/metrics.h"
-#include "orchestrator/run/samples/dispatch_count.h"
 #include "orchestrator/run/samples/dispatcher.h"
+#include "orchestrator/run/samples/episode_runner.h"
+#include "orchestrator/run/samples/evaluator.h"
+#include "orchestrator/run/samples/prompt_admission.h"
 #include "orchestrator/run/samples/reward_stage.h"
 #include "orchestrator/run/step_tally.h"
 #include "orchestrator/run/training/state.h"
@@ -146,19 +147,7 @@ struct RunOutcome {
   // The http term's reward server: its URL and what its client counted (no http term: nullopt).
   std::string reward_url;
   std::optional<HttpRewardClient::Stats> reward_server;
-  // Episodes run by task.environment_url (run/samples/episodes.cc); reported when url is set.
-  struct Episodes {
-    std::string url, gateway;
-    int64_t started = 0;      // episodes (training and evaluation), each counted once
-    int64_t attempts = 0;     // requests to the environment, retries included
-    int64_t completed = 0, retried = 0, failed = 0, cancelled = 0, in_flight_at_exit = 0;
-    int64_t calls = 0, turns = 0, sequences = 0;
-    int64_t exact_turns = 0;          // turns whose prompt continued the recorded tokens
-    int64_t retokenized_differ = 0;   // of those, turns where encoding the text again gave other ids
-    int64_t policy_tokens = 0, environment_tokens = 0;  // trained (mask 1) and masked (mask 0)
-    std::vector<std::string> failures;  // the first kMaxListed, with their reasons
-    static constexpr size_t kMaxListed = 32;
-  } episodes;
+  EpisodeRunner::Stats episodes;  // reported when its url is set
   // The loop simulator's advice at the end (run/tuning.cc): null when the run measured too little.
   nlohmann::ordered_json tuning;
   std::string exit = "ok";
@@ -203,6 +192,10 @@ class Orchestrator {
   // tick's wait, so what the caller just made possible (a sync wanted, a gate opened by the batch
   // it took) goes out at once rather than after a wait with nothing to wake it.
   Status act(bool dispatch);
+  // Ticks until `done` holds or an error (done's, or the loop's) ends the wait (LoopPort::wait).
+  Status wait_until(const std::function<Result<bool>()>& done, bool dispatch);
+  // The parts' way out: messages through the ControlServer, waits through wait_until().
+  LoopPort port();
   // An error once SIGINT/SIGTERM came (the first waits while committing_); tick() asks first, and
   // so does run_step() before it takes a batch, which may be ready without a single tick.
   Status check_interrupt();
@@ -298,32 +291,14 @@ class Orchestrator {
 
   // ---- run/samples/dispatch.cc: the sample path
   void dispatch();
-  bool start_group();
   // How the Dispatcher's requests leave: through the ControlServer to workers_[worker].
   Status send_request(int worker, const GenerateRequest& request);
   void cancel_off_policy();
   void on_result(const GenerateResult& result);
   // A group whose samples are all back: its costs to the loop profile, then the reward stage.
   void complete_group(Group group);
-  Result<std::optional<double>> evaluate(const char* when);
+  Result<std::optional<double>> evaluate(const std::string& when);
 
-  // Episodes (run/samples/episodes.cc): rows an environment server runs through the run's gateway.
-  struct Episode {
-    uint64_t group = 0;
-    uint32_t index = 0;                    // training: sample `index` of `group`
-    std::optional<uint64_t> eval_problem;  // evaluation: the held-out problem
-    int attempt = 0;
-    uint64_t session = 0, version = 0;
-  };
-  Status start_environment();
-  bool is_episode(const Problem& problem) const;
-  void start_episode(Episode episode);
-  Status poll_episodes();  // in tick
-  void route_calls();      // in tick: gateway calls to rollout workers, their cancels
-  void episode_done(const Episode& episode, const EpisodeReply& reply, EpisodeGateway::Closed closed);
-  void episode_lost(const Episode& episode, const std::string& reason, bool cancelled);
-  void cancel_off_policy_episodes();
-  void abandon_episodes();  // at the end: what still runs is in flight at exit
   // The held-out accuracy summary.json promises, when the run stops before its last step (`why`:
   // an interrupt, no batch): the rollout workers still serve. Fills accuracy_after and its note.
   void evaluate_at_stop(const std::string& why);
@@ -358,14 +333,11 @@ class Orchestrator {
   // restart (run/training/step_replay.h).
   StepReplay replay_;
   StepTally steps_;  // the completed steps: steps_.completed is the weight version (run/step_tally.h)
-  std::string no_batch_error_;     // no prompt fits: run_step stops the run
   // Why no batch can form ("" while one can): no prompt fits, or no group teaches anything.
   const std::string& no_batch() const;
-  int64_t prompts_skipped_in_a_row_ = 0, longest_skipped_prompt_ = 0;  // start_group: no prompt fits
   // Warnings that can recur every group or message: the first, then one a minute with a count.
   log::RateLimited generation_error_log_{std::chrono::seconds(60)}, too_long_log_{std::chrono::seconds(60)},
       unexpected_message_log_{std::chrono::seconds(60)};
-  PromptSource prompts_;  // the only caller of task_.next_train(); consumed() is the data position
 
   // Checkpoints and resume (run/training/checkpoint.cc).
   std::optional<ResumeState> resumed_;          // the state this run continues from
@@ -385,10 +357,8 @@ class Orchestrator {
   };
   std::optional<CheckpointRef> newest_checkpoint_;  // saved by this run, or resumed from
   int first_step_record_ = -1;  // index in outcome_.trainer_failures waiting for its first_step_at
-  bool evaluating_ = false;     // a trainer failure waits for the evaluation's end
   bool restoring_trainers_ = false;  // from the kill to the restored weights' sync: no catch-up rounds
   std::map<int, CheckpointSaved> checkpoints_saved_;  // by rank
-  DispatchCount dispatch_count_;  // the run's dispatched samples, on disk for a resume after a SIGKILL
 
   // Per-step waits.
   std::map<int, TrainResult> train_results_;  // by rank
@@ -398,18 +368,8 @@ class Orchestrator {
   std::string train_error_lost_group_;
   SyncRounds sync_;  // weight-sync rounds: target version, epoch, the round in flight (run/training/weight_sync.cc)
 
-  std::unique_ptr<EpisodeGateway> gateway_;  // with task.environment_url
-  std::unique_ptr<EpisodeClient> environment_;
-  std::map<uint64_t, Episode> episodes_;  // running, by attempt key
-  uint64_t next_episode_key_ = 1;
-  size_t next_call_worker_ = 0;
-  log::RateLimited episode_failure_log_{std::chrono::seconds(30)};
-
-  std::map<uint64_t, double> eval_rewards_;  // eval problem index -> reward
-  // samples.jsonl: a few completions of every evaluation and of every log_samples_every-th step.
+  // samples.jsonl: a few completions of every log_samples_every-th step.
   static constexpr size_t kLoggedSamples = 4;
-  std::map<uint64_t, std::string> eval_texts_;  // the first kLoggedSamples evaluation problems' answers
-  std::optional<double> last_eval_accuracy_;     // for the progress line
   // `step`: evaluations, the steps completed; training samples, the step they train.
   void log_samples(const char* kind, int64_t step, const std::vector<nlohmann::ordered_json>& samples) const;
   // Appends `lines` to the run-folder file `path` (metrics.jsonl, samples.jsonl), first renaming
@@ -429,6 +389,10 @@ class Orchestrator {
   tune::LoopProfile profile_;
   // Rewards, advantages, the zero-spread policy, KL reference scoring (run/samples/reward_stage.h).
   RewardStage rewards_;
+  // The next prompt that fits becomes a group (run/samples/prompt_admission.h).
+  PromptAdmission admission_;
+  EpisodeRunner episodes_;  // rows an environment server runs (run/samples/episode_runner.h)
+  Evaluator evaluator_;     // held-out accuracy (run/samples/evaluator.h)
   double loop_cpu_start_ = 0;  // the orchestrator's CPU seconds when the loop began
   bool profile_write_failed_ = false;
 

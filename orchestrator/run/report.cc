@@ -129,7 +129,7 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
                         {"round_trip_max_seconds", number(r.round_trip_max_seconds)}};
   }
   Json episodes = nullptr;
-  if (const RunOutcome::Episodes& e = o.episodes; !e.url.empty()) {
+  if (const EpisodeRunner::Stats& e = o.episodes; !e.url.empty()) {
     episodes = {{"environment_url", e.url},
                 {"gateway", e.gateway},
                 {"started", e.started},

@@ -79,15 +79,17 @@ BatchBuild Orchestrator::pack_batch(const std::vector<Group>& batch, uint64_t st
     ledger_.discarded(id, "too_long");
     metrics_.count_discard("too_long");
   }
-  if (gateway_ != nullptr) {
+  {  // episodes' sequences (masked): the policy's tokens and the environment's
     std::vector<bool> out(sequences.size(), false);
     for (int i : build.dropped_too_long) out[i] = true;
+    int64_t policy = 0, environment = 0;
     for (size_t i = 0; i < sequences.size(); ++i) {
       if (out[i] || sequences[i].mask.empty()) continue;
       const int64_t trained = std::count(sequences[i].mask.begin(), sequences[i].mask.end(), uint8_t{1});
-      outcome_.episodes.policy_tokens += trained;
-      outcome_.episodes.environment_tokens += static_cast<int64_t>(sequences[i].mask.size()) - trained;
+      policy += trained;
+      environment += static_cast<int64_t>(sequences[i].mask.size()) - trained;
     }
+    episodes_.note_trained(policy, environment);
   }
   if (!build.dropped_too_long.empty())
     too_long_log_.write(log::Level::kWarn, str("step ", step, ": ", build.dropped_too_long.size(), " sample(s) longer than seq_len = ",
@@ -184,7 +186,7 @@ Status Orchestrator::run_step() {
   metrics_.step_weight_sync_seconds->Observe(last_sync_seconds_);
   std::optional<double> accuracy;  // task.eval_every: between steps, never after the last (run() does that)
   if (config_.task.eval_every > 0 && step % config_.task.eval_every == 0 && step < config_.number_of_steps) {
-    RLRUN_ASSIGN_OR_RETURN(accuracy, evaluate(str("at step ", step).c_str()));
+    RLRUN_ASSIGN_OR_RETURN(accuracy, evaluate(str("at step ", step)));
   }
   write_step_line(train_results_[0].metrics, wait_s, train_s, last_sync_seconds_, done, accuracy);
   profile_step(step, train_results_[0].metrics, train_s);

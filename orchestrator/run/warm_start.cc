@@ -34,7 +34,7 @@ Status Orchestrator::format_warm_start() {
   for (int64_t step = done + 1; step <= steps; ++step) {
     std::vector<std::vector<int32_t>> prompts, completions;
     for (int64_t i = 0; i < per_step; ++i) {
-      const Prompt prompt = prompts_.next();  // counted: a resumed run skips these too
+      const Prompt prompt = admission_.next_unchecked();  // counted: a resumed run skips these too
       const Problem& problem = prompt.problem;
       std::optional<std::string> text = task_.format_example(problem, rng);
       if (!text) return invalid_argument(str("format_warm_start_steps: task ", task_.name(), " has no answer format"));

@@ -1,5 +1,5 @@
-// run/samples/dispatch.cc - the sample path: dispatch, results, rewards and advantages, evaluation (the
-// batches and steps: run/step.cc).
+// run/samples/dispatch.cc - the sample path as the Orchestrator carries it out: groups admitted while the
+// staleness gate allows, off-policy requests cancelled, results routed to the reward stage or the evaluator.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -14,16 +14,6 @@
 
 namespace rlrun::orchestrator {
 
-namespace {
-
-using std::chrono::milliseconds;
-constexpr int kMaxPromptTries = 100;  // consecutive too-long prompts before giving up a turn
-// Consecutive prompts skipped (too long, or the chat template refused them) after which no prompt
-// is expected to fit: the run stops saying why instead of waiting for a batch that cannot form.
-constexpr int64_t kMaxPromptsSkippedInARow = 1000;
-
-}  // namespace
-
 int64_t Orchestrator::outstanding_groups() const {
   return dispatcher_.groups_outstanding() + rewards_.groups_waiting() + replay_.groups_untrained();
 }
@@ -37,51 +27,6 @@ Status Orchestrator::send_request(int worker, const GenerateRequest& request) {
   return server_.send(w.name, request);
 }
 
-bool Orchestrator::start_group() {
-  for (int tries = 0; tries < kMaxPromptTries; ++tries) {
-    Prompt prompt;
-    try {
-      prompt = prompts_.next();
-    } catch (const std::exception& e) {  // the dataset changed or became unreadable under the run
-      no_batch_error_ = str("cannot draw the next training prompt: ", e.what());
-      return false;
-    }
-    if (is_episode(prompt.problem)) {  // an environment runs it: no length to check here
-      const uint64_t id = dispatcher_.admit_episodes(std::move(prompt.problem), steps_.version());
-      for (uint32_t i = 0; i < group_size_; ++i) ledger_.dispatched(sample_id(id, i));
-      dispatch_count_.add(group_size_);
-      prompts_skipped_in_a_row_ = 0;
-      for (uint32_t i = 0; i < group_size_; ++i) start_episode(Episode{id, i, std::nullopt, 0, 0, 0});
-      return true;
-    }
-    const int64_t n = static_cast<int64_t>(prompt.ids.size());
-    if (n == 0 || n > config_.max_prompt_tokens || n + config_.max_tokens > config_.max_model_len) {
-      longest_skipped_prompt_ = std::max(longest_skipped_prompt_, n);
-      if (++outcome_.prompts_skipped == 1)
-        log::warn(str("skipping a prompt of ", n, " tokens (max_prompt_tokens ", config_.max_prompt_tokens,
-                      ", max_model_len ", config_.max_model_len, " with max_tokens ", config_.max_tokens,
-                      "); skipped prompts are counted in summary.json"));
-      if (++prompts_skipped_in_a_row_ >= kMaxPromptsSkippedInARow) {
-        no_batch_error_ =
-            str(prompts_skipped_in_a_row_, " prompts in a row were skipped (the longest has ", longest_skipped_prompt_,
-                " tokens as ", format_.description(), " gives it; max_prompt_tokens = ", config_.max_prompt_tokens,
-                ", max_model_len = ", config_.max_model_len, " with max_tokens = ", config_.max_tokens,
-                "), so no batch can form: raise max_prompt_tokens and max_model_len",
-                format_.is_chat() ? ", or set task.chat_template: none for raw prompts" : "");
-        return false;
-      }
-      continue;
-    }
-    prompts_skipped_in_a_row_ = 0;
-    const uint64_t id =
-        dispatcher_.admit(std::move(prompt.problem), std::move(prompt.ids), steps_.version());
-    for (uint32_t i = 0; i < group_size_; ++i) ledger_.dispatched(sample_id(id, i));
-    dispatch_count_.add(group_size_);
-    return true;
-  }
-  return false;
-}
-
 void Orchestrator::dispatch() {
   while (true) {
     if (config_.enable_individual_sample_lanes && dispatcher_.has_pending()) {
@@ -90,7 +35,9 @@ void Orchestrator::dispatch() {
     }
     if (!gate_.may_dispatch(outstanding_groups())) return;
     if (!config_.enable_individual_sample_lanes && dispatcher_.free_worker() < 0) return;
-    if (!start_group()) return;
+    const std::optional<PromptAdmission::Admitted> admitted = admission_.admit(steps_.version());
+    if (!admitted) return;
+    if (admitted->episodes) episodes_.start_group(admitted->group);
   }
 }
 
@@ -107,7 +54,7 @@ void Orchestrator::cancel_off_policy() {
 }
 
 void Orchestrator::on_result(const GenerateResult& result) {
-  if (gateway_ != nullptr && gateway_->on_result(result)) {  // an episode's call
+  if (episodes_.on_result(result)) {  // an episode's call
     steps_.tokens_generated += static_cast<int64_t>(result.token_ids.size());
     metrics_.tokens_generated->Increment(static_cast<double>(result.token_ids.size()));
     return;
@@ -120,13 +67,7 @@ void Orchestrator::on_result(const GenerateResult& result) {
   metrics_.tokens_generated->Increment(static_cast<double>(tokens.size()));
   engine::DecodeOptions decode_options;
   decode_options.skip_special_tokens = true;
-  if (routed.kind == Dispatcher::Routed::Kind::kEval) {
-    const Problem& p = task_.eval_set()[routed.problem];
-    Result<std::string> text = tokenizer_.decode(tokens, decode_options);
-    eval_rewards_[routed.problem] = ok && text.ok() && reward_.correct(p, *text) ? 1.0 : 0.0;
-    if (routed.problem < kLoggedSamples) eval_texts_[routed.problem] = text.ok() ? *text : "";
-    return;
-  }
+  if (routed.kind == Dispatcher::Routed::Kind::kEval) return evaluator_.on_result(routed.problem, result);
   Group& group = *routed.group;
   Sample& s = group.samples[routed.index];
   const uint64_t id = sample_id(group.id, routed.index);
@@ -166,60 +107,6 @@ void Orchestrator::complete_group(Group group) {
   const double overhead = group.failed ? 0.0 : std::max(0.0, seconds_since(group.admitted_at) - worker_seconds);
   profile_.on_group(static_cast<int64_t>(group.prompt_ids.size()), lengths, overhead);
   rewards_.complete(std::move(group));
-}
-
-Result<std::optional<double>> Orchestrator::evaluate(const char* when) {
-  const std::vector<Problem>& problems = task_.eval_set();
-  if (problems.empty() || config_.task.eval_size == 0) return std::optional<double>();
-  ScopedSpan span("eval", "orchestrator");
-  eval_rewards_.clear();
-  std::vector<int> rollouts;  // ready ones; the problems of a dead worker are dispatched again
-  for (size_t i = 0; i < workers_.size(); ++i)
-    if (workers_[i].serves())
-      rollouts.push_back(static_cast<int>(i));
-  size_t sent = 0;
-  for (size_t p = 0; p < problems.size(); ++p) {
-    if (is_episode(problems[p])) {  // in its own session, sampled at eval_temperature
-      start_episode(Episode{0, 0, p, 0, 0, 0});
-      continue;
-    }
-    Result<std::vector<int32_t>> ids = format_.ids(problems[p]);
-    const size_t n = ids.ok() ? ids->size() : 0;
-    if (n == 0 || static_cast<int64_t>(n) + config_.max_tokens > config_.max_model_len) {
-      eval_rewards_[p] = 0.0;  // cannot be asked: counts as wrong
-      continue;
-    }
-    const uint64_t version = steps_.version();
-    if (rollouts.empty()) {
-      dispatcher_.requeue_eval(p, std::move(*ids), version);
-      continue;
-    }
-    const int w = rollouts[sent++ % rollouts.size()];
-    if (Status s = dispatcher_.send_eval(p, std::move(*ids), version, w); !s.ok())
-      log::warn(str("evaluation request to ", workers_[w].name, ": ", s.message()));
-  }
-  // Needs no trainer: a trainer failure found meanwhile is acted on after it (tick).
-  evaluating_ = true;
-  Status waited;
-  while (waited.ok() && eval_rewards_.size() < problems.size()) waited = tick(kTick, false);
-  evaluating_ = false;
-  RLRUN_RETURN_IF_ERROR(waited);
-  double correct = 0;
-  for (const auto& [p, reward] : eval_rewards_) correct += reward > 0.5 ? 1 : 0;
-  const double accuracy = correct / static_cast<double>(problems.size());
-  log::info(str("eval ", when, ": accuracy ", accuracy, " on ", problems.size(), " held-out problems (",
-                config_.task.eval_temperature == 0 ? std::string("greedy") : str("temperature ", config_.task.eval_temperature),
-                ")"));
-  metrics_.eval_accuracy->Set(accuracy);
-  last_eval_accuracy_ = accuracy;
-  std::vector<nlohmann::ordered_json> shown;
-  for (const auto& [p, text] : eval_texts_) {
-    shown.push_back({{"prompt", problems[p].prompt}, {"completion", text}, {"answer", problems[p].answer},
-                     {"reward", eval_rewards_[p]}, {"advantage", nullptr}, {"correct", eval_rewards_[p] > 0.5}});
-  }
-  eval_texts_.clear();
-  log_samples("eval", steps_.completed, shown);
-  return std::optional<double>(accuracy);
 }
 
 void Orchestrator::log_samples(const char* kind, int64_t step, const std::vector<nlohmann::ordered_json>& samples) const {

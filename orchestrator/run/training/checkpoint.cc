@@ -21,12 +21,11 @@ void Orchestrator::resume_from(const ResumeState& s, const std::string& dir) {
   steps_.completed = s.steps_completed;
   dispatcher_.restore_next_ids(s.next_group, s.next_request);
   // The prompt stream from the same seed, advanced past what the saved run drew.
-  prompts_.skip(s.task_draws);
-  outcome_.prompts_skipped = s.prompts_skipped;
+  admission_.resume_from(s.task_draws, s.prompts_skipped);
   steps_.tokens_generated = s.tokens_generated;
   steps_.tokens_trained = s.tokens_trained;
   steps_.reward_means = s.step_reward_means;
-  outcome_.accuracy_before = s.accuracy_before;
+  evaluator_.set_before(s.accuracy_before);
   outcome_.trainer_idle_seconds = s.trainer_idle_seconds;
   for (WorkerSlot& w : workers_) {
     auto it = s.rollout_idle_seconds.find(w.name);
@@ -38,13 +37,13 @@ void Orchestrator::resume_from(const ResumeState& s, const std::string& dir) {
 ResumeState Orchestrator::capture_state() const {
   ResumeState s;
   s.steps_completed = steps_.completed;
-  s.task_draws = prompts_.consumed();
+  s.task_draws = admission_.consumed();
   std::tie(s.next_group, s.next_request) = dispatcher_.next_ids();
-  s.prompts_skipped = outcome_.prompts_skipped;
+  s.prompts_skipped = admission_.stats().prompts_skipped;
   s.tokens_generated = steps_.tokens_generated;
   s.tokens_trained = steps_.tokens_trained;
   s.step_reward_means = steps_.reward_means;
-  s.accuracy_before = outcome_.accuracy_before;
+  s.accuracy_before = evaluator_.stats().accuracy_before;
   s.loop_seconds = loop_seconds();
   s.trainer_idle_seconds = outcome_.trainer_idle_seconds;
   for (const WorkerSlot& w : workers_)

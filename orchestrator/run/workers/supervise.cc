@@ -30,13 +30,13 @@ Status Orchestrator::supervise() {
     RLRUN_RETURN_IF_ERROR(fail_worker(static_cast<int>(w - workers_.data()), e.describe(), true));
   }
   if (accepting_exits_) return Status();
-  if (trainer_failure_ && !evaluating_) return trainer_failure_status();
+  if (trainer_failure_ && !evaluator_.running()) return trainer_failure_status();
   for (size_t i = 0; i < workers_.size(); ++i) {
     WorkerSlot& w = workers_[i];
     const WorkerSupervisor::Verdict v = supervisor_.judge(w, inbox_backlogged_, Clock::now());
     if (v.act == WorkerSupervisor::Verdict::Act::kFail && w.role == Role::kTrainer) {
       (void)note_trainer_failure(w, v.why);  // the group restarts (run/training/trainer_recovery.cc)
-      if (!evaluating_) return trainer_failure_status();
+      if (!evaluator_.running()) return trainer_failure_status();
     } else if (v.act == WorkerSupervisor::Verdict::Act::kFail) {
       RLRUN_RETURN_IF_ERROR(fail_worker(static_cast<int>(i), v.why, false));
     } else if (v.act == WorkerSupervisor::Verdict::Act::kRestart) {
@@ -62,7 +62,7 @@ Status Orchestrator::fail_worker(int index, const std::string& why, bool exited)
     w.awaiting_exit = killed.ok();  // not found: it exited meanwhile, and poll_exits will say so
     if (!killed.ok()) log::debug(str("kill ", w.name, ": ", killed.message()));
   }
-  if (gateway_ != nullptr) gateway_->requeue_worker(index);  // its episode calls: sent again
+  episodes_.requeue_worker(index);  // its episode calls: sent again
   if (const int64_t samples = dispatcher_.requeue_worker(index); samples > 0)
     log::info(str(samples, " sample(s) of ", w.name, " go back to the queue"));
   rewards_.release_worker(index, w.name);
