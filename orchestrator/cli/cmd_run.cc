@@ -185,7 +185,7 @@ Status run(const Config& config, const std::string& dir, const std::optional<Res
 
   Launcher* launcher = target.launcher.get();
   Orchestrator orchestrator(config, server, *launcher, metrics, *task, tokenizer, format, reward, http_reward.get(), slots,
-                            (fs::path(dir) / "metrics.jsonl").string(), g_interrupted);
+                            g_interrupted);
   if (resume) orchestrator.resume_from(resume->state, resume->dir);
   {  // for the loop simulator: the nodes the processes run on, and the cores (or GPUs) of the first
     std::set<int> used;
@@ -307,8 +307,8 @@ int cmd_run(const Args& args) {
     if (fs::exists(path)) timelines.push_back(path);  // absent when the run stopped before it started
   }
   if (Status s = merge_timelines(timelines, (fs::path(*dir) / "timeline.json").string()); !s.ok()) log::warn(s.message());
-  if (outcome.accuracy_before && outcome.accuracy_after)
-    log::info(str("held-out accuracy: ", *outcome.accuracy_before, " before RL -> ", *outcome.accuracy_after, " after ",
+  if (outcome.eval.accuracy_before && outcome.eval.accuracy_after)
+    log::info(str("held-out accuracy: ", *outcome.eval.accuracy_before, " before RL -> ", *outcome.eval.accuracy_after, " after ",
                   outcome.steps_completed, " RL steps"));
   log::info(str("summary: ", summary, " (", outcome.steps_completed, " steps in ", wall, " s, exit: ", outcome.exit, ")"));
   if (status.ok()) return kExitOk;

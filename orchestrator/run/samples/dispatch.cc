@@ -18,13 +18,18 @@ int64_t Orchestrator::outstanding_groups() const {
   return dispatcher_.groups_outstanding() + rewards_.groups_waiting() + replay_.groups_untrained();
 }
 
-Status Orchestrator::send_request(int worker, const GenerateRequest& request) {
-  WorkerSlot& w = workers_[worker];
-  if (w.failure_record >= 0) {  // a replacement: when it took work (build/bench/fault_recovery_bench reads it)
-    double& first_request = outcome_.worker_failures[w.failure_record].replacement_first_request_at;
-    if (first_request == 0) first_request = unix_now();
-  }
-  return server_.send(w.name, request);
+const std::string& Orchestrator::no_batch() const {
+  return !admission_.stop_reason().empty() ? admission_.stop_reason() : rewards_.stop_reason();
+}
+
+void Orchestrator::release_work(int worker) {
+  const std::string& name = fleet_.slots()[worker].name;
+  episodes_.requeue_worker(worker);  // its episode calls: sent again
+  if (const int64_t samples = dispatcher_.requeue_worker(worker); samples > 0)
+    log::info(str(samples, " sample(s) of ", name, " go back to the queue"));
+  rewards_.release_worker(worker, name);
+  // A member of a round in flight: the round cannot succeed; unblock the others' join now.
+  sync_.member_died(name);
 }
 
 void Orchestrator::dispatch() {
@@ -38,18 +43,6 @@ void Orchestrator::dispatch() {
     const std::optional<PromptAdmission::Admitted> admitted = admission_.admit(steps_.version());
     if (!admitted) return;
     if (admitted->episodes) episodes_.start_group(admitted->group);
-  }
-}
-
-void Orchestrator::cancel_off_policy() {
-  const auto off_policy = [&](uint64_t version) { return gate_.should_cancel(version, steps_.completed); };
-  for (auto& [worker, ids] : dispatcher_.take_off_policy(off_policy)) {
-    Cancel cancel;
-    cancel.request_ids = std::move(ids);
-    cancel.reason = "off_policy";
-    log::info(str("cancelling ", cancel.request_ids.size(), " request(s) on ", workers_[worker].name,
-                  ": more than max_off_policy_steps = ", config_.max_off_policy_steps, " weight updates old"));
-    (void)server_.send(workers_[worker].name, cancel);
   }
 }
 
@@ -69,8 +62,8 @@ void Orchestrator::on_result(const GenerateResult& result) {
   decode_options.skip_special_tokens = true;
   if (routed.kind == Dispatcher::Routed::Kind::kEval) return evaluator_.on_result(routed.problem, result);
   Group& group = *routed.group;
-  Sample& s = group.samples[routed.index];
-  const uint64_t id = sample_id(group.id, routed.index);
+  Dispatcher::Sample& s = group.samples[routed.index];
+  const uint64_t id = dispatcher_.sample_id(group.id, routed.index);
   if (result.finish_reason == FinishReason::kCancelled) {
     ledger_.cancelled(id);
     metrics_.cancelled->Increment();
@@ -99,27 +92,14 @@ void Orchestrator::on_result(const GenerateResult& result) {
 void Orchestrator::complete_group(Group group) {
   std::vector<int64_t> lengths;
   double worker_seconds = 0;  // the slowest sample, as the worker saw it
-  for (const Sample& s : group.samples) {
+  for (const Dispatcher::Sample& s : group.samples) {
     lengths.push_back(static_cast<int64_t>(s.completion.size()));
     worker_seconds = std::max(worker_seconds, s.worker_seconds);
   }
   // What the round trip added: messages, encryption, the orchestrator's own handling.
   const double overhead = group.failed ? 0.0 : std::max(0.0, seconds_since(group.admitted_at) - worker_seconds);
-  profile_.on_group(static_cast<int64_t>(group.prompt_ids.size()), lengths, overhead);
+  recorder_.profile().on_group(static_cast<int64_t>(group.prompt_ids.size()), lengths, overhead);
   rewards_.complete(std::move(group));
-}
-
-void Orchestrator::log_samples(const char* kind, int64_t step, const std::vector<nlohmann::ordered_json>& samples) const {
-  if (samples.empty()) return;
-  const std::string path = (std::filesystem::path(metrics_jsonl_).parent_path() / "samples.jsonl").string();
-  std::string lines;
-  for (const nlohmann::ordered_json& sample : samples) {
-    nlohmann::ordered_json line = {{"step", step}, {"kind", kind}};
-    line.update(sample);
-    // completions are untrusted bytes: invalid UTF-8 is replaced, never a throw
-    lines += line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + '\n';
-  }
-  append_run_file(path, lines);
 }
 
 }  // namespace rlrun::orchestrator

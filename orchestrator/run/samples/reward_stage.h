@@ -83,6 +83,10 @@ class RewardStage {
   std::pair<std::map<std::string, double>, std::map<std::string, double>> take_means();
   int64_t server_waiting() const { return http_ != nullptr ? http_->waiting() : 0; }
   bool uses_server() const { return http_ != nullptr; }
+  // The reward server's median round trip (profile.json); nullopt without one.
+  std::optional<double> server_round_trip_seconds() const {
+    return http_ != nullptr ? std::optional<double>(http_->stats().round_trip_median_seconds) : std::nullopt;
+  }
 
   // The step waiting for a batch took it: the zero-spread bound starts afresh.
   void batch_taken() { zero_spread_.batch_taken(); }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/protocol/protocol.h"
 #include "orchestrator/launch/launcher.h"
@@ -38,5 +39,17 @@ struct WorkerSlot {
   bool alive() const { return state == WorkerState::kNeedsWeights || state == WorkerState::kReady; }
   bool serves() const { return role == Role::kRollout && state == WorkerState::kReady; }
 };
+
+// The mean over the rollout workers of idle_seconds / loop_seconds (0 for loop_seconds <= 0).
+inline double rollout_idle_fraction(const std::vector<WorkerSlot>& workers, double loop_seconds) {
+  double idle = 0;
+  int rollouts = 0;
+  for (const WorkerSlot& w : workers) {
+    if (w.role != Role::kRollout) continue;
+    idle += loop_seconds > 0 ? w.idle_seconds / loop_seconds : 0;
+    ++rollouts;
+  }
+  return rollouts ? idle / rollouts : 0;
+}
 
 }  // namespace rlrun::orchestrator

@@ -17,6 +17,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "orchestrator/data/prompt_format.h"
 #include "orchestrator/data/sample_ledger.h"
+#include "orchestrator/launch/launcher.h"
 #include "orchestrator/roles/model_from_config.h"
 #include "orchestrator/run/loop_port.h"
 #include "orchestrator/run/metrics.h"
@@ -40,6 +41,9 @@ struct FakePort {
   LoopPort::Clock::time_point now = LoopPort::Clock::time_point{} + std::chrono::hours(1);
   double unix_now = 1.0e9;
   std::function<void()> turn;  // answers for the workers while a part waits
+  // What the loop does at every turn besides (a part's advance()): its error ends the wait, as
+  // the loop's would.
+  std::function<Status()> loop;
   std::vector<bool> dispatched_in_waits;
   int turns = 0, max_turns = 100000;
   Status send_error;  // returned by every send when set
@@ -59,6 +63,7 @@ struct FakePort {
         if (n >= max_turns) return timeout_error("FakePort: the wait never ended");
         advance(kTurn);
         ++turns;
+        if (loop) RLRUN_RETURN_IF_ERROR(loop());
         if (turn) turn();
       }
     };
@@ -78,6 +83,27 @@ struct FakePort {
       if (const T* m = s.message.get<T>(); m != nullptr && (peer.empty() || s.peer == peer)) out.push_back(*m);
     return out;
   }
+};
+
+// Processes started, killed and exiting, in memory: a kill is an exit at the next poll.
+struct FakeLauncher : Launcher {
+  std::vector<ProcessSpec> started;
+  std::vector<std::string> killed;
+  std::vector<ProcessExit> exits;  // the next poll's
+  Status start_error;
+  Status start(const ProcessSpec& spec) override {
+    if (!start_error.ok()) return start_error;
+    started.push_back(spec);
+    return Status();
+  }
+  std::vector<ProcessExit> poll_exits() override { return std::exchange(exits, {}); }
+  Status kill(const std::string& name) override {
+    killed.push_back(name);
+    exits.push_back(ProcessExit{name, 0, 9});
+    return Status();
+  }
+  void stop_all(std::chrono::milliseconds) override {}
+  size_t live_count() const override { return 0; }
 };
 
 inline WorkerSlot worker(Role role, int rank, WorkerState state = WorkerState::kReady) {

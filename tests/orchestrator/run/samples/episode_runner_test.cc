@@ -23,9 +23,16 @@ struct FakeEnvironment : EpisodeEnvironment {
   void start(uint64_t key, std::string body) override { started[key] = Json::parse(body); }
   std::vector<EpisodeEnd> poll() override { return std::exchange(ends, {}); }
   void abandon(uint64_t key) override { abandoned.push_back(key); }
-  void fail(uint64_t key) { ends.push_back(EpisodeEnd{key, false, {}, "connection refused", 0}); }
+  void fail(uint64_t key) {
+    EpisodeEnd end;
+    end.key = key;
+    end.error = "connection refused";
+    ends.push_back(end);
+  }
   void reply(uint64_t key, double reward, std::optional<bool> correct = std::nullopt) {
-    EpisodeEnd end{key, true, {}, "", 0};
+    EpisodeEnd end;
+    end.key = key;
+    end.ok = true;
     end.reply.reward = reward;
     end.reply.has_correct = correct.has_value();
     end.reply.correct = correct.value_or(false);
