@@ -13,7 +13,7 @@ namespace {
 
 using rollout::GenerationSink;
 using rollout::SampleOutput;
-namespace oai = rollout::openai;
+namespace oai = orchestrator::openai;
 
 std::string random_token() {
   std::random_device rd;

@@ -37,7 +37,7 @@ EpisodeRunner::EpisodeRunner(const Config& config, const engine::Tokenizer& toke
 Status EpisodeRunner::start(const PromptFormat& format, const std::vector<int32_t>& stop_ids) {
   const TaskSection& t = config_.task;
   if (t.environment_url.empty()) return Status();
-  rollout::openai::ServedModel model("policy", tokenizer_);
+  orchestrator::openai::ServedModel model("policy", tokenizer_);
   model.stop_ids = stop_ids;
   if (format.is_chat())
     model.render_chat = [format](const nlohmann::ordered_json& messages) { return format.chat_text(messages); };

@@ -79,7 +79,7 @@ struct EpisodeRunnerTest : ::testing::Test {
                              [this](uint64_t p, bool correct) { evaluated.push_back({p, correct}); }});
     auto fake = std::make_unique<FakeEnvironment>();
     environment = fake.get();
-    runner->start(EpisodeGateway::unserved(GatewayOptions{}, rollout::openai::ServedModel("policy", env.tokenizer)),
+    runner->start(EpisodeGateway::unserved(GatewayOptions{}, orchestrator::openai::ServedModel("policy", env.tokenizer)),
                   std::move(fake));
     return runner;
   }

@@ -32,11 +32,11 @@
 
 #include "common/status.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "orchestrator/openai/api_request.h"
+#include "orchestrator/openai/http_server.h"
 #include "rollout/generator.h"
-#include "rollout/openai/api_request.h"
-#include "rollout/openai/http_server.h"
 
-namespace rlrun::rollout::openai {
+namespace rlrun::orchestrator::openai {
 
 // The model the endpoint serves, seen from the text side.
 struct ServedModel {
@@ -56,7 +56,7 @@ struct ServedModel {
 // A call made inside a session (the run's episode gateway, orchestrator/env/gateway.h): one prompt,
 // one choice, sampled as the session says whatever the request asks, its prompt ids made exact.
 struct SessionCall {
-  uint64_t tag = 0;                   // GenerationRequest::tag of the call
+  uint64_t tag = 0;                   // rollout::GenerationRequest::tag of the call
   float temperature = 1.0f, top_p = 1.0f;  // replace the request's (0: greedy)
   int64_t max_tokens = 0;             // the most a completion may have; 0: up to max_model_len
   uint64_t seed = 0;                  // replaces the request's
@@ -74,7 +74,7 @@ struct EndpointOptions {
 
 class OpenAiEndpoint : public HttpHandler {
  public:
-  OpenAiEndpoint(ServedModel model, Generator& generator, const EndpointOptions& options);
+  OpenAiEndpoint(ServedModel model, rollout::Generator& generator, const EndpointOptions& options);
 
   void handle(const HttpRequest& request, HttpResponder& out) override { handle(request, out, nullptr); }
   // As handle(); with `session`, completions are made as SessionCall says (n and batches refused).
@@ -90,13 +90,13 @@ class OpenAiEndpoint : public HttpHandler {
                                   std::vector<std::vector<int32_t>>* prompts, int64_t* max_tokens) const;
 
   const ServedModel model_;
-  Generator& generator_;
+  rollout::Generator& generator_;
   const EndpointOptions options_;
   const int64_t created_;               // Unix seconds, for /v1/models
-  std::atomic<uint64_t> next_id_{1};    // GenerationRequest ids, one per choice
+  std::atomic<uint64_t> next_id_{1};    // rollout::GenerationRequest ids, one per choice
 };
 
 // Sends `error` as OpenAI's error object with its HTTP status.
 void send_error(HttpResponder& out, const ApiError& error);
 
-}  // namespace rlrun::rollout::openai
+}  // namespace rlrun::orchestrator::openai

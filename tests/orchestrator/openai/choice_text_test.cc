@@ -1,13 +1,13 @@
 // ChoiceText: tokens to text as they arrive, cut before stop strings, streamed without ever
 // sending bytes a later token could change.
-#include "rollout/openai/choice_text.h"
+#include "orchestrator/openai/choice_text.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-namespace rlrun::rollout::openai {
+namespace rlrun::orchestrator::openai {
 namespace {
 
 engine::Tokenizer tiny_tokenizer() {
@@ -90,4 +90,4 @@ TEST(ChoiceText, IncompleteUtf8TailsAreFound) {
 }
 
 }  // namespace
-}  // namespace rlrun::rollout::openai
+}  // namespace rlrun::orchestrator::openai

@@ -1,5 +1,5 @@
 // api_request.cc - strict parsing of completion and chat completion request bodies.
-#include "rollout/openai/api_request.h"
+#include "orchestrator/openai/api_request.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "common/json_nesting.h"
 #include "common/observe/log.h"
 
-namespace rlrun::rollout::openai {
+namespace rlrun::orchestrator::openai {
 
 namespace {
 
@@ -244,4 +244,4 @@ std::optional<ApiError> parse_completion_request(ApiKind kind, std::string_view 
   return std::nullopt;
 }
 
-}  // namespace rlrun::rollout::openai
+}  // namespace rlrun::orchestrator::openai

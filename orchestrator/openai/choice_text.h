@@ -13,7 +13,7 @@
 
 #include "engine/tokenizer/tokenizer.h"
 
-namespace rlrun::rollout::openai {
+namespace rlrun::orchestrator::openai {
 
 class ChoiceText {
  public:
@@ -46,4 +46,4 @@ class ChoiceText {
 // Bytes at the end of `text` that begin a UTF-8 character not yet complete (0 to 3).
 size_t incomplete_utf8_tail(std::string_view text);
 
-}  // namespace rlrun::rollout::openai
+}  // namespace rlrun::orchestrator::openai

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace rlrun::rollout::openai {
+namespace rlrun::orchestrator::openai {
 
 // OpenAI's error object: {"error": {"message", "type", "param", "code"}} with an HTTP status.
 struct ApiError {
@@ -64,4 +64,4 @@ struct ParseLimits {
 std::optional<ApiError> parse_completion_request(ApiKind kind, std::string_view body, const ParseLimits& limits,
                                                  CompletionParams* out);
 
-}  // namespace rlrun::rollout::openai
+}  // namespace rlrun::orchestrator::openai

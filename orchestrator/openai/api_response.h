@@ -14,9 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/tokenizer/tokenizer.h"
-#include "rollout/openai/api_request.h"
+#include "orchestrator/openai/api_request.h"
 
-namespace rlrun::rollout::openai {
+namespace rlrun::orchestrator::openai {
 
 using Json = nlohmann::ordered_json;
 
@@ -56,4 +56,4 @@ Json models_body(const std::string& model_id, int64_t created, int64_t max_model
 // Compact JSON text; invalid UTF-8 (a character cut by max_tokens) becomes U+FFFD.
 std::string dump_json(const Json& j);
 
-}  // namespace rlrun::rollout::openai
+}  // namespace rlrun::orchestrator::openai

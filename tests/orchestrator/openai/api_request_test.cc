@@ -1,13 +1,13 @@
 // Request bodies of the OpenAI endpoint: every documented field parsed, and every malformed or
 // unsupported one refused with a 400 naming it (never a crash, never silently ignored).
-#include "rollout/openai/api_request.h"
+#include "orchestrator/openai/api_request.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace rlrun::rollout::openai {
+namespace rlrun::orchestrator::openai {
 namespace {
 
 using ::testing::HasSubstr;
@@ -127,4 +127,4 @@ TEST(ApiRequest, EachBadFieldIsNamed) {
 }
 
 }  // namespace
-}  // namespace rlrun::rollout::openai
+}  // namespace rlrun::orchestrator::openai

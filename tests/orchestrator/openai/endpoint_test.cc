@@ -1,7 +1,7 @@
 // The OpenAI endpoint end to end inside one process: a real HTTP server (civetweb on loopback)
 // over an EngineLoop driving a Scheduler on a tiny random model with the tiny tokenizer. Results
 // are checked against rollout::generate on an identical model; errors against OpenAI's shapes.
-#include "rollout/openai/endpoint.h"
+#include "orchestrator/openai/endpoint.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,14 +10,22 @@
 #include <thread>
 
 #include "common/observe/log.h"
+#include "orchestrator/openai/http_server.h"
 #include "rollout/engine_loop.h"
 #include "rollout/generate.h"
-#include "rollout/openai/http_server.h"
 #include "tests/common/http_get.h"
 #include "tests/engine/model/model_test_util.h"
 
-namespace rlrun::rollout::openai {
+namespace rlrun::orchestrator::openai {
 namespace {
+
+using rollout::EngineLoop;
+using rollout::EngineLoopOptions;
+using rollout::GenerateOptions;
+using rollout::Generation;
+using rollout::Scheduler;
+using rollout::SchedulerOptions;
+using rollout::generate;
 
 using ::testing::HasSubstr;
 using nlohmann::json;
@@ -171,7 +179,7 @@ TEST_F(Endpoint, GreedyCompletionIsGeneratesWithTokenIdsAndLogprobs) {
   engine::DecodeOptions skip;
   skip.skip_special_tokens = true;
   EXPECT_EQ(c["text"], tiny_tokenizer().decode(ref.ids, skip).value());
-  EXPECT_EQ(c["finish_reason"], ref.finish_reason == FinishReason::kStop ? "stop" : "length");
+  EXPECT_EQ(c["finish_reason"], ref.finish_reason == rollout::FinishReason::kStop ? "stop" : "length");
   EXPECT_EQ(j["usage"]["prompt_tokens"], 4);
   EXPECT_EQ(j["usage"]["completion_tokens"], ref.ids.size());
 }
@@ -336,4 +344,4 @@ TEST_F(Endpoint, BadRequestsGetErrorObjects) {
 }
 
 }  // namespace
-}  // namespace rlrun::rollout::openai
+}  // namespace rlrun::orchestrator::openai

@@ -1,13 +1,13 @@
 // endpoint.cc - routing, the model check, prompts, and the bounds every request must respect.
-#include "rollout/openai/endpoint.h"
+#include "orchestrator/openai/endpoint.h"
 
 #include <chrono>
 
 #include "common/observe/log.h"
-#include "rollout/openai/api_response.h"
-#include "rollout/openai/completion_call.h"
+#include "orchestrator/openai/api_response.h"
+#include "orchestrator/openai/completion_call.h"
 
-namespace rlrun::rollout::openai {
+namespace rlrun::orchestrator::openai {
 
 namespace {
 
@@ -25,7 +25,7 @@ void send_error(HttpResponder& out, const ApiError& error) {
   out.send(error.http_status, "application/json", dump_json(error_body(error)));
 }
 
-OpenAiEndpoint::OpenAiEndpoint(ServedModel model, Generator& generator, const EndpointOptions& options)
+OpenAiEndpoint::OpenAiEndpoint(ServedModel model, rollout::Generator& generator, const EndpointOptions& options)
     : model_(std::move(model)), generator_(generator), options_(options), created_(unix_seconds()) {}
 
 void OpenAiEndpoint::handle(const HttpRequest& request, HttpResponder& out, const SessionCall* session) {
@@ -137,4 +137,4 @@ std::optional<ApiError> OpenAiEndpoint::prepare(const CompletionParams& params, 
   return std::nullopt;
 }
 
-}  // namespace rlrun::rollout::openai
+}  // namespace rlrun::orchestrator::openai

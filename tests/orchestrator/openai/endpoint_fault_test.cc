@@ -8,10 +8,16 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "rollout/openai/endpoint.h"
+#include "orchestrator/openai/endpoint.h"
 
-namespace rlrun::rollout::openai {
+namespace rlrun::orchestrator::openai {
 namespace {
+
+using rollout::GenerationRequest;
+using rollout::GenerationSink;
+using rollout::Generator;
+using rollout::SampleOutput;
+using rollout::StreamedToken;
 
 using nlohmann::json;
 
@@ -149,4 +155,4 @@ TEST(EndpointFaults, AClientLeavingAStreamCancelsItsChoices) {
 }
 
 }  // namespace
-}  // namespace rlrun::rollout::openai
+}  // namespace rlrun::orchestrator::openai

@@ -20,7 +20,7 @@
 
 struct mg_context;
 
-namespace rlrun::rollout::openai {
+namespace rlrun::orchestrator::openai {
 
 struct HttpRequest {
   std::string_view method;  // "GET", "POST", ...
@@ -69,4 +69,4 @@ class HttpServer {
   int port_ = 0;
 };
 
-}  // namespace rlrun::rollout::openai
+}  // namespace rlrun::orchestrator::openai

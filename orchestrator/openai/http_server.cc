@@ -1,5 +1,5 @@
 // http_server.cc - HttpServer on civetweb's C API.
-#include "rollout/openai/http_server.h"
+#include "orchestrator/openai/http_server.h"
 
 #include <civetweb.h>
 
@@ -12,7 +12,7 @@
 #include "common/observe/log.h"
 #include "common/observe/metrics.h"
 
-namespace rlrun::rollout::openai {
+namespace rlrun::orchestrator::openai {
 
 namespace {
 
@@ -149,4 +149,4 @@ std::string HttpServer::address() const {
   return host_.find(':') != std::string::npos ? str("[", host_, "]:", port_) : str(host_, ":", port_);
 }
 
-}  // namespace rlrun::rollout::openai
+}  // namespace rlrun::orchestrator::openai

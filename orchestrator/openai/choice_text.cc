@@ -1,9 +1,9 @@
 // choice_text.cc - incremental detokenization with stop strings.
-#include "rollout/openai/choice_text.h"
+#include "orchestrator/openai/choice_text.h"
 
 #include <algorithm>
 
-namespace rlrun::rollout::openai {
+namespace rlrun::orchestrator::openai {
 
 size_t incomplete_utf8_tail(std::string_view text) {
   // Walk back over at most 3 continuation bytes to the lead byte; the tail is incomplete when the
@@ -85,4 +85,4 @@ std::string ChoiceText::take_delta(bool final) {
   return delta;
 }
 
-}  // namespace rlrun::rollout::openai
+}  // namespace rlrun::orchestrator::openai

@@ -1,7 +1,7 @@
 // api_response.cc - OpenAI-shaped response bodies.
-#include "rollout/openai/api_response.h"
+#include "orchestrator/openai/api_response.h"
 
-namespace rlrun::rollout::openai {
+namespace rlrun::orchestrator::openai {
 
 namespace {
 
@@ -119,4 +119,4 @@ Json models_body(const std::string& model_id, int64_t created, int64_t max_model
 
 std::string dump_json(const Json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
-}  // namespace rlrun::rollout::openai
+}  // namespace rlrun::orchestrator::openai

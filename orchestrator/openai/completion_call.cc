@@ -1,5 +1,5 @@
 // completion_call.cc - submit the choices, collect their tokens, answer whole or streamed.
-#include "rollout/openai/completion_call.h"
+#include "orchestrator/openai/completion_call.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -9,9 +9,9 @@
 
 #include "common/check.h"
 #include "common/observe/log.h"
-#include "rollout/openai/choice_text.h"
+#include "orchestrator/openai/choice_text.h"
 
-namespace rlrun::rollout::openai {
+namespace rlrun::orchestrator::openai {
 
 namespace {
 
@@ -21,18 +21,18 @@ using Clock = std::chrono::steady_clock;
 struct Arrived {
   std::vector<int32_t> ids;
   std::vector<float> logprobs;
-  std::optional<SampleOutput> finished;
+  std::optional<rollout::SampleOutput> finished;
 };
 
 // The request's GenerationSink: the engine thread stores, the HTTP thread takes.
-class CallSink : public GenerationSink {
+class CallSink : public rollout::GenerationSink {
  public:
   CallSink(uint64_t first_id, size_t choices) : first_id_(first_id), arrived_(choices) {}
 
-  void on_tokens(std::span<const StreamedToken> tokens) override {
+  void on_tokens(std::span<const rollout::StreamedToken> tokens) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (const StreamedToken& t : tokens) {
+      for (const rollout::StreamedToken& t : tokens) {
         Arrived& a = at(t.request_id);
         a.ids.push_back(t.token);
         a.logprobs.push_back(t.logprob);
@@ -41,7 +41,7 @@ class CallSink : public GenerationSink {
     }
     cv_.notify_one();
   }
-  void on_finished(SampleOutput out) override {
+  void on_finished(rollout::SampleOutput out) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       at(out.request_id).finished = std::move(out);
@@ -83,7 +83,7 @@ struct ChoiceState {
 
 class Call {
  public:
-  Call(const CallSpec& spec, Generator& generator) : spec_(spec), generator_(generator) {
+  Call(const CallSpec& spec, rollout::Generator& generator) : spec_(spec), generator_(generator) {
     const size_t choices = spec.prompts.size() * static_cast<size_t>(spec.params.n);
     for (size_t c = 0; c < choices; ++c) states_.push_back({ChoiceText(spec.model->tokenizer, spec.params.stop)});
     sink_ = std::make_shared<CallSink>(spec.first_request_id, choices);
@@ -120,7 +120,7 @@ class Call {
   std::optional<ApiError> submit() {
     const uint64_t seed = spec_.params.seed ? *spec_.params.seed : std::random_device{}();
     for (size_t c = 0; c < states_.size(); ++c) {
-      GenerationRequest r;
+      rollout::GenerationRequest r;
       r.request_id = spec_.first_request_id + c;
       r.prompt = spec_.prompts[prompt_of(c)];
       r.first_sample_index = static_cast<uint32_t>(c % static_cast<size_t>(spec_.params.n));
@@ -151,7 +151,7 @@ class Call {
         continue;
       }
       if (!a.finished) continue;
-      SampleOutput& o = *a.finished;
+      rollout::SampleOutput& o = *a.finished;
       if (o.finish_reason == FinishReason::kError) {
         error_ = ApiError{500, str("generation failed: ", o.error), "server_error", "", ""};
       } else if (o.finish_reason == FinishReason::kCancelled) {
@@ -233,7 +233,7 @@ class Call {
   }
 
   const CallSpec& spec_;
-  Generator& generator_;
+  rollout::Generator& generator_;
   std::shared_ptr<CallSink> sink_;
   std::vector<ChoiceState> states_;
   std::optional<ApiError> error_;
@@ -241,8 +241,8 @@ class Call {
 
 }  // namespace
 
-void run_completion_call(const CallSpec& spec, Generator& generator, HttpResponder& out) {
+void run_completion_call(const CallSpec& spec, rollout::Generator& generator, HttpResponder& out) {
   Call(spec, generator).run(out);
 }
 
-}  // namespace rlrun::rollout::openai
+}  // namespace rlrun::orchestrator::openai
