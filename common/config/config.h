@@ -146,5 +146,8 @@ Result<std::string> render_effective_config(const Config& config);
 
 // configs/defaults.yaml: a header plus render_config(Config{}, kCommented).
 std::string render_defaults_yaml();
+// docs/configuration.md: every key, grouped as keys.def groups them, with its type, default,
+// allowed values and meaning (`rlrun validate --print-reference`).
+std::string render_config_reference();
 
 }  // namespace rlrun

@@ -507,7 +507,7 @@ struct ScoreResult {
   bool operator==(const ScoreResult&) const = default;
 };
 
-// orchestrator -> trainer or rollout worker (balance_cpu_threads, orchestrator/run/core_balance.h):
+// orchestrator -> trainer or rollout worker (balance_cpu_threads, orchestrator/run/workers/core_balance.h):
 // compute with `threads` threads from the next step on (the cores another process idles on).
 // Not answered; a worker that cannot answers ErrorReply.
 struct SetThreads {

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "common/fnv1a.h"
 #include "common/observe/log.h"
 #include "engine/model/weights.h"
 
@@ -64,12 +65,11 @@ std::string encode_layout(const FlatLayout& layout) {
 }
 
 uint64_t layout_digest(const FlatLayout& layout) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
-  for (unsigned char c : encode_layout(layout)) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
+  // Checkpoints record this digest (trainer_state.json's layout_digest) and a resume compares it:
+  // it keeps the basis it has always had, the standard one with its last digit missing, so that
+  // every checkpoint written so far still loads.
+  constexpr uint64_t kLayoutDigestBasis = 1469598103934665603ULL;
+  return fnv1a64(encode_layout(layout), kLayoutDigestBasis);
 }
 
 Result<FlatLayout> decode_layout(std::span<const uint8_t> bytes) {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/check.h"
+#include "common/fnv1a.h"
 #include "common/observe/log.h"
 #include "common/splitmix.h"
 
@@ -13,9 +14,8 @@ namespace {
 int64_t align_up(int64_t n) { return (n + kParamAlign - 1) / kParamAlign * kParamAlign; }
 
 uint64_t stream_key(uint64_t seed, const std::string& name) {
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a of the name, then mixed with the seed
-  for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
-  SplitMix64 mix{h ^ (seed * 0x9e3779b97f4a7c15ULL)};
+  // The name's FNV-1a, mixed with the seed: every tensor draws its own stream.
+  SplitMix64 mix{fnv1a64(name) ^ (seed * 0x9e3779b97f4a7c15ULL)};
   return mix.next();
 }
 

@@ -1,7 +1,7 @@
 // `rlrun serve`: an OpenAI-compatible server for one checkpoint (HF folder or .gguf) on this
 // machine. The pieces: the model and its tokenizer (engine/io/model_io.h, as `rlrun generate`),
 // the chat template (data/prompt_format.h), a Scheduler driven by an EngineLoop thread
-// (continuous batching over the paged KV cache), and the HTTP endpoint (rollout/openai/). This
+// (continuous batching over the paged KV cache), and the HTTP endpoint (orchestrator/openai/). This
 // file parses flags, wires them and waits for SIGINT/SIGTERM.
 #include <pthread.h>
 #include <signal.h>
@@ -19,10 +19,10 @@
 #include "engine/io/model_io.h"
 #include "orchestrator/cli/cli_args.h"
 #include "orchestrator/data/prompt_format.h"
+#include "orchestrator/openai/endpoint.h"
+#include "orchestrator/openai/http_server.h"
 #include "rollout/engine_loop.h"
 #include "rollout/generate.h"
-#include "rollout/openai/endpoint.h"
-#include "rollout/openai/http_server.h"
 #include "rollout/scheduler.h"
 
 namespace rlrun::orchestrator {
@@ -78,7 +78,7 @@ Result<ServeFlags> parse_flags(const Args& args) {
 }
 
 // The text side of the model: tokenizer, chat template, stop tokens, limits.
-Result<rollout::openai::ServedModel> served_model(const ServeFlags& f, const engine::ModelConfig& config) {
+Result<orchestrator::openai::ServedModel> served_model(const ServeFlags& f, const engine::ModelConfig& config) {
   const std::string tokenizer_path = engine::checkpoint_tokenizer_path(f.checkpoint);
   if (!fs::exists(tokenizer_path))
     return not_found(str(tokenizer_path, " does not exist: serving text needs the checkpoint's tokenizer"));
@@ -86,7 +86,7 @@ Result<rollout::openai::ServedModel> served_model(const ServeFlags& f, const eng
   RLRUN_ASSIGN_OR_RETURN(PromptFormat format, PromptFormat::create(f.chat_template, tokenizer_path, tokenizer));
   std::string id = f.model_name.empty() ? fs::path(f.checkpoint).filename().replace_extension().string() : f.model_name;
   if (id.empty()) id = fs::path(f.checkpoint).parent_path().filename().string();  // "DIR/"
-  rollout::openai::ServedModel m(id, tokenizer);
+  orchestrator::openai::ServedModel m(id, tokenizer);
   m.stop_ids = rollout::default_stop_ids(config, &tokenizer);
   if (const std::optional<int32_t> eot = format.end_of_turn();
       eot && std::find(m.stop_ids.begin(), m.stop_ids.end(), *eot) == m.stop_ids.end())
@@ -104,8 +104,8 @@ struct Server {
   std::unique_ptr<engine::Model> model;
   std::unique_ptr<rollout::Scheduler> scheduler;
   std::unique_ptr<rollout::EngineLoop> loop;
-  std::unique_ptr<rollout::openai::OpenAiEndpoint> endpoint;
-  std::unique_ptr<rollout::openai::HttpServer> http;
+  std::unique_ptr<orchestrator::openai::OpenAiEndpoint> endpoint;
+  std::unique_ptr<orchestrator::openai::HttpServer> http;
 };
 
 Status start(ServeFlags& f, Server* s) {
@@ -115,7 +115,7 @@ Status start(ServeFlags& f, Server* s) {
   if (f.scheduler.max_model_len == 0) f.scheduler.max_model_len = std::min<int64_t>(config.max_position, 2048);
   if (f.scheduler.max_model_len > config.max_position)
     return invalid_argument(str("--max-model-len ", f.scheduler.max_model_len, " exceeds the model's max_position ", config.max_position));
-  RLRUN_ASSIGN_OR_RETURN(rollout::openai::ServedModel served, served_model(f, config));
+  RLRUN_ASSIGN_OR_RETURN(orchestrator::openai::ServedModel served, served_model(f, config));
   RLRUN_ASSIGN_OR_RETURN(s->backend, engine::create_backend(f.device, f.threads));
   RLRUN_ASSIGN_OR_RETURN(s->model, engine::load_model(*s->backend, f.checkpoint));
   f.scheduler.kv_num_blocks =
@@ -124,14 +124,14 @@ Status start(ServeFlags& f, Server* s) {
                                    rollout::kv_blocks_for_budget(*s->model, f.scheduler, kDefaultKvCacheMb << 20));
   RLRUN_ASSIGN_OR_RETURN(s->scheduler, rollout::Scheduler::create(*s->model, f.scheduler));
   s->loop = std::make_unique<rollout::EngineLoop>(*s->scheduler, rollout::EngineLoopOptions{});
-  rollout::openai::EndpointOptions options;
+  orchestrator::openai::EndpointOptions options;
   options.request_timeout_seconds = f.request_timeout_seconds;
   const std::string id = served.id;
-  s->endpoint = std::make_unique<rollout::openai::OpenAiEndpoint>(std::move(served), *s->loop, options);
-  rollout::openai::HttpServerOptions http;
+  s->endpoint = std::make_unique<orchestrator::openai::OpenAiEndpoint>(std::move(served), *s->loop, options);
+  orchestrator::openai::HttpServerOptions http;
   http.bind = f.bind;
   http.threads = f.http_threads;
-  RLRUN_ASSIGN_OR_RETURN(s->http, rollout::openai::HttpServer::start(http, *s->endpoint));
+  RLRUN_ASSIGN_OR_RETURN(s->http, orchestrator::openai::HttpServer::start(http, *s->endpoint));
   log::info(str("serving `", id, "` (max_model_len ", f.scheduler.max_model_len, ", max_num_seqs ", f.scheduler.max_num_seqs,
                 ", KV cache ", f.scheduler.kv_num_blocks, " blocks of ", f.scheduler.kv_block_size,
                 " tokens) on http://", s->http->address(), "/v1"));

@@ -8,15 +8,16 @@
 namespace rlrun::orchestrator {
 
 int cmd_validate(const Args& args) {
-  static constexpr FlagSpec kFlags[] = {{"--print-defaults", false}};
+  static constexpr FlagSpec kFlags[] = {{"--print-defaults", false}, {"--print-reference", false}};
   Result<ConfigArgs> parsed = parse_config_args(args, kFlags);
   if (!parsed.ok()) return report_usage_error("validate", parsed.status());
-  if (parsed->has("--print-defaults")) {
-    if (!parsed->config_path.empty() || !parsed->overrides.empty()) {
-      return report_usage_error("validate",
-                                invalid_argument("--print-defaults takes no CONFIG or --set"));
-    }
-    std::fputs(render_defaults_yaml().c_str(), stdout);
+  for (const char* flag : {"--print-defaults", "--print-reference"}) {
+    if (!parsed->has(flag)) continue;
+    if (!parsed->config_path.empty() || !parsed->overrides.empty())
+      return report_usage_error("validate", invalid_argument(str(flag, " takes no CONFIG or --set")));
+    const std::string text =
+        std::string_view(flag) == "--print-defaults" ? render_defaults_yaml() : render_config_reference();
+    std::fputs(text.c_str(), stdout);
     return kExitOk;
   }
   if (parsed->config_path.empty()) {

@@ -57,7 +57,7 @@ constexpr Command kCommands[] = {
      cmd_version},
     {"validate", "check a config and print the effective configuration",
      "usage: rlrun validate CONFIG [--set key=value ...]\n"
-     "       rlrun validate --print-defaults\n\n"
+     "       rlrun validate --print-defaults | --print-reference\n\n"
      "Loads CONFIG over the built-in defaults, applies each --set override (dotted keys for\n"
      "sections: --set model.hidden_size=64; the value is read as YAML; --set may repeat and may\n"
      "be written --set=key=value), and checks every key: unknown keys (with a suggestion), types,\n"
@@ -66,7 +66,9 @@ constexpr Command kCommands[] = {
      "On success it prints the effective configuration, every key, as YAML on stdout and exits 0.\n"
      "Otherwise it prints every error found on stderr, one per line as FILE:LINE: message (or\n"
      "--set key=value: message), and exits 2.\n\n"
-     "  --print-defaults   print every key with its default and meaning (configs/defaults.yaml)\n",
+     "  --print-defaults   print every key with its default and meaning (configs/defaults.yaml)\n"
+     "  --print-reference  print every key's type, default, allowed values and meaning as\n"
+     "                     Markdown (docs/configuration.md)\n",
      cmd_validate},
     {"trainer", "run one trainer rank (the orchestrator starts these)",
      "usage: rlrun trainer --orchestrator tcp://HOST:PORT --rank R (--config PATH | PATH)\n"

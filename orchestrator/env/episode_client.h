@@ -43,18 +43,28 @@ struct EpisodeEnd {
   double seconds = 0;      // request sent -> answer
 };
 
-class EpisodeClient {
+// What the orchestrator's episodes need of an environment server (run/samples/episode_runner.h);
+// EpisodeClient is the real one, a unit test's double answers in memory.
+class EpisodeEnvironment {
+ public:
+  virtual ~EpisodeEnvironment() = default;
+  // Sends `body` (a JSON object) for attempt `key`, unique among those running.
+  virtual void start(uint64_t key, std::string body) = 0;
+  virtual std::vector<EpisodeEnd> poll() = 0;
+  virtual void abandon(uint64_t key) = 0;  // ends the attempt's transfer; poll() never reports it
+};
+
+class EpisodeClient : public EpisodeEnvironment {
  public:
   // Errors: the URL is not http(s) (naming task.environment_url), an option out of range.
   static Result<std::unique_ptr<EpisodeClient>> create(EpisodeClientOptions options);
-  ~EpisodeClient();
+  ~EpisodeClient() override;
   EpisodeClient(const EpisodeClient&) = delete;
   EpisodeClient& operator=(const EpisodeClient&) = delete;
 
-  // Sends `body` (a JSON object) for attempt `key`, unique among those running.
-  void start(uint64_t key, std::string body);
-  std::vector<EpisodeEnd> poll();
-  void abandon(uint64_t key);  // ends the attempt's transfer; poll() never reports it
+  void start(uint64_t key, std::string body) override;
+  std::vector<EpisodeEnd> poll() override;
+  void abandon(uint64_t key) override;
   size_t running() const;
   const EpisodeClientOptions& options() const { return options_; }
 

@@ -13,7 +13,7 @@ namespace {
 
 using rollout::GenerationSink;
 using rollout::SampleOutput;
-namespace oai = rollout::openai;
+namespace oai = orchestrator::openai;
 
 std::string random_token() {
   std::random_device rd;
@@ -58,7 +58,11 @@ Result<std::unique_ptr<EpisodeGateway>> EpisodeGateway::start(GatewayOptions opt
   return g;
 }
 
-std::string EpisodeGateway::address() const { return server_->address(); }
+std::unique_ptr<EpisodeGateway> EpisodeGateway::unserved(GatewayOptions options, oai::ServedModel model) {
+  return std::unique_ptr<EpisodeGateway>(new EpisodeGateway(std::move(options), std::move(model)));
+}
+
+std::string EpisodeGateway::address() const { return server_ != nullptr ? server_->address() : options_.bind; }
 
 EpisodeGateway::Opened EpisodeGateway::open(uint64_t version, SessionSampling sampling) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -68,7 +72,7 @@ EpisodeGateway::Opened EpisodeGateway::open(uint64_t version, SessionSampling sa
   s.version = version;
   s.sampling = sampling;
   by_token_[s.token] = id;
-  return Opened{id, str("http://", server_->address(), "/sessions/", s.token, "/v1")};
+  return Opened{id, str("http://", address(), "/sessions/", s.token, "/v1")};
 }
 
 EpisodeGateway::Closed EpisodeGateway::close(uint64_t session) {

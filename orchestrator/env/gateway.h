@@ -2,7 +2,7 @@
 //
 // An environment runs an episode by calling POST {base_url}/chat/completions (or /completions) as
 // often as it likes, where base_url = http://HOST:PORT/sessions/{token}/v1 names the episode's
-// session (docs/environments.md). The HTTP and JSON side is rollout/openai's endpoint; this class
+// session (docs/environments.md). The HTTP and JSON side is orchestrator/openai's endpoint; this class
 // is its Generator, and the rollout workers are the engine: each call becomes a GenerateRequest
 // the orchestrator sends to a worker (take_calls), whose GenerateResult comes back through
 // on_result(). A session:
@@ -33,9 +33,9 @@
 #include "common/protocol/protocol.h"
 #include "common/status.h"
 #include "orchestrator/env/episode_record.h"
+#include "orchestrator/openai/endpoint.h"
+#include "orchestrator/openai/http_server.h"
 #include "rollout/generator.h"
-#include "rollout/openai/endpoint.h"
-#include "rollout/openai/http_server.h"
 
 namespace rlrun::orchestrator {
 
@@ -54,12 +54,15 @@ struct SessionSampling {
   uint64_t seed = 0;                       // the calls' seeds come from it; 0: from the session's id
 };
 
-class EpisodeGateway : public rollout::Generator, public rollout::openai::HttpHandler {
+class EpisodeGateway : public rollout::Generator, public orchestrator::openai::HttpHandler {
  public:
   static constexpr uint64_t kRequestIdBit = uint64_t{1} << 62;  // a call's GenerateRequest ids
 
   // Listens on options.bind (errors name task.environment_gateway_bind).
-  static Result<std::unique_ptr<EpisodeGateway>> start(GatewayOptions options, rollout::openai::ServedModel model);
+  static Result<std::unique_ptr<EpisodeGateway>> start(GatewayOptions options, orchestrator::openai::ServedModel model);
+  // Without an HTTP server (unit tests): sessions open and close, calls come only through handle(),
+  // and address() is options.bind.
+  static std::unique_ptr<EpisodeGateway> unserved(GatewayOptions options, orchestrator::openai::ServedModel model);
   ~EpisodeGateway() override;
 
   std::string address() const;  // host:port
@@ -103,7 +106,7 @@ class EpisodeGateway : public rollout::Generator, public rollout::openai::HttpHa
   Status submit(rollout::GenerationRequest request, std::shared_ptr<rollout::GenerationSink> sink) override;
   void cancel(uint64_t request_id) override;
   // ---- HttpHandler (HTTP threads)
-  void handle(const rollout::openai::HttpRequest& request, rollout::openai::HttpResponder& out) override;
+  void handle(const orchestrator::openai::HttpRequest& request, orchestrator::openai::HttpResponder& out) override;
   size_t max_body_bytes() const override { return endpoint_->max_body_bytes(); }
 
  private:
@@ -125,13 +128,13 @@ class EpisodeGateway : public rollout::Generator, public rollout::openai::HttpHa
     bool cancel_wanted = false, cancel_sent = false;
     std::shared_ptr<rollout::GenerationSink> sink;
   };
-  EpisodeGateway(GatewayOptions options, rollout::openai::ServedModel model);
+  EpisodeGateway(GatewayOptions options, orchestrator::openai::ServedModel model);
   std::vector<int32_t> exact_prompt(uint64_t session, std::vector<int32_t> ids);
 
   const GatewayOptions options_;
-  std::unique_ptr<rollout::openai::OpenAiEndpoint> endpoint_;
+  std::unique_ptr<orchestrator::openai::OpenAiEndpoint> endpoint_;
   const engine::Tokenizer tokenizer_;
-  std::unique_ptr<rollout::openai::HttpServer> server_;
+  std::unique_ptr<orchestrator::openai::HttpServer> server_;
   mutable std::mutex mu_;
   std::map<uint64_t, Session> sessions_;
   std::map<std::string, uint64_t> by_token_;  // 0: a session that ended (409), the last kRememberedEnded

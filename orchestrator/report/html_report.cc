@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <set>
 
+#include "common/html.h"
 #include "common/observe/log.h"
-#include "engine/tokenizer/jinja/text.h"
 #include "orchestrator/plan/memory_report.h"
 #include "orchestrator/report/svg_chart.h"
 
@@ -16,7 +16,6 @@ namespace rlrun::orchestrator {
 
 namespace {
 
-using engine::jinja::html_escape;
 using Json = nlohmann::ordered_json;
 
 // Plain CSS, system fonts only: nothing is fetched when the page opens.

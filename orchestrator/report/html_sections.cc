@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/html.h"
 #include "common/observe/log.h"
-#include "engine/tokenizer/jinja/text.h"
 #include "orchestrator/plan/memory_report.h"
 #include "orchestrator/report/html_report.h"
 
@@ -13,7 +13,6 @@ namespace rlrun::orchestrator {
 
 namespace {
 
-using engine::jinja::html_escape;
 using Json = nlohmann::ordered_json;
 
 constexpr size_t kMaxTextBytes = 4000;  // a longer prompt or completion is cut (the page stays readable)

@@ -7,14 +7,13 @@
 #include <cstdio>
 #include <limits>
 
+#include "common/html.h"
 #include "common/observe/log.h"
-#include "engine/tokenizer/jinja/text.h"
 
 namespace rlrun::orchestrator {
 
 namespace {
 
-using engine::jinja::html_escape;
 
 constexpr double kWidth = 640, kHeight = 300;  // line and stacked charts
 constexpr double kLeft = 62, kRight = 18, kBottom = 40;

@@ -7,7 +7,7 @@
 #include "orchestrator/cli/cli_args.h"
 #include "orchestrator/cli/commands.h"
 #include "orchestrator/roles/trainer_process.h"
-#include "orchestrator/run/control_plane.h"
+#include "orchestrator/run/workers/control_plane.h"
 
 namespace rlrun::orchestrator {
 

@@ -22,8 +22,8 @@
 #include "orchestrator/cli/commands.h"
 #include "orchestrator/roles/compute_backend.h"
 #include "orchestrator/roles/model_from_config.h"
-#include "orchestrator/run/rendezvous.h"
-#include "orchestrator/run/state.h"
+#include "orchestrator/run/training/state.h"
+#include "orchestrator/run/workers/rendezvous.h"
 #include "trainer/hf_export.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/model_adapter.h"
@@ -206,7 +206,7 @@ class TrainerLoop {
     send(result, correlation_id);
   }
 
-  // balance_cpu_threads (orchestrator/run/core_balance.h): the next steps compute with more (or
+  // balance_cpu_threads (orchestrator/run/workers/core_balance.h): the next steps compute with more (or
   // fewer) threads.
   void set_threads(const SetThreads& request, uint64_t correlation_id) {
     if (!rank_.backend->set_compute_threads(static_cast<int>(std::min<uint32_t>(request.threads, INT32_MAX)))) {

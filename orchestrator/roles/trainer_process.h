@@ -30,11 +30,11 @@ struct TrainerProcessOptions {
   std::string orchestrator;   // tcp://HOST:PORT of the orchestrator's ControlServer
   int rank = 0;
   std::string timeline_path;  // "" = no timeline
-  // Of every connection to the orchestrator (run/control_plane.h), and of the weight group
-  // (rank 0: the run's keys make it the CURVE transport, run/rendezvous.h).
+  // Of every connection to the orchestrator (run/workers/control_plane.h), and of the weight group
+  // (rank 0: the run's keys make it the CURVE transport, run/workers/rendezvous.h).
   SecurityOptions control_security;
   std::string resume_from;    // a complete checkpoint to load before registering; "" = none
-  // A restarted trainer group (run/trainer_recovery.cc): the ranks form "dp-<dp_group_epoch>", and
+  // A restarted trainer group (run/training/trainer_recovery.cc): the ranks form "dp-<dp_group_epoch>", and
   // rank 0 joins the weight group its first WeightSyncBegin names (weight_group_epoch -1) instead
   // of "weights-0" while it starts.
   int dp_group_epoch = 0;

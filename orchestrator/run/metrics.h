@@ -78,7 +78,7 @@ struct RunMetrics {
   prometheus::Gauge* reward_round_trip_seconds;               // median of the recent successful requests
   prometheus::Gauge* reward_waiting_samples;                  // submitted, not yet scored
 
-  // Episodes of task.environment_url (run/episodes.cc).
+  // Episodes of task.environment_url (run/samples/episodes.cc).
   prometheus::Family<prometheus::Counter>* episodes;  // {outcome="completed"|"retried"|"failed"|"cancelled"}
   prometheus::Gauge* episodes_running;                // attempts the environment is running now
 

@@ -1,17 +1,11 @@
-// run/orchestrator.cc - the orchestrator's lifecycle: registration, the tick, steps, weight sync.
+// run/orchestrator.cc - the orchestrator's lifecycle: its parts wired together, registration, the
+// tick and the messages it routes, the run from the first evaluation to the last, the summary.
 #include "orchestrator/run/orchestrator.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/clock.h"
-#include "common/file_io.h"
 #include "common/observe/log.h"
 #include "common/observe/memory.h"
 #include "common/observe/timeline.h"
@@ -22,16 +16,6 @@ namespace rlrun::orchestrator {
 namespace {
 
 using std::chrono::milliseconds;
-
-// "35s", "4m05s", "2h03m": a remaining time for a person.
-std::string format_duration(double seconds) {
-  const int64_t s = static_cast<int64_t>(std::max(0.0, seconds) + 0.5);
-  char out[32];
-  if (s < 60) std::snprintf(out, sizeof out, "%llds", static_cast<long long>(s));
-  else if (s < 3600) std::snprintf(out, sizeof out, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
-  else std::snprintf(out, sizeof out, "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s / 60 % 60));
-  return out;
-}
 
 // Workers build models and join groups before registering: generous on a loaded machine.
 constexpr std::chrono::seconds kRegistrationTimeout{300};
@@ -62,138 +46,79 @@ DispatchOptions dispatch_options(const Config& config, std::vector<int32_t> stop
   return o;
 }
 
+SupervisionPolicy supervision_policy(const Config& config) {
+  return SupervisionPolicy{config.heartbeat_timeout_seconds, 300, config.worker_restart_backoff_seconds,
+                           config.restart_backoff_max_seconds, static_cast<int>(config.max_worker_restarts)};
+}
+
+// The bytes one weight sync moves (fp32 weights). load_config() read the model already.
+int64_t weight_bytes(const Config& config) {
+  const Result<engine::ModelConfig> model = model_config_from(config.model);
+  return model.ok() ? model->num_parameters() * static_cast<int64_t>(sizeof(float)) : 0;
+}
+
 }  // namespace
 
 Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher& launcher, RunMetrics& metrics,
                            Task& task, const engine::Tokenizer& tokenizer, const PromptFormat& format,
                            RewardFunction& reward, HttpRewardClient* http_reward, std::vector<WorkerSlot> workers,
-                           const std::string& metrics_jsonl, const std::atomic<int>& interrupted)
-    : config_(config), server_(server), launcher_(launcher), metrics_(metrics), task_(task), tokenizer_(tokenizer),
-      format_(format), reward_(reward), http_reward_(http_reward), workers_(std::move(workers)), metrics_jsonl_(metrics_jsonl), interrupted_(interrupted),
+                           const std::atomic<int>& interrupted)
+    : config_(config), server_(server), task_(task), metrics_(metrics), tokenizer_(tokenizer), format_(format),
+      interrupted_(interrupted), stop_ids_(stop_token_ids(tokenizer, format)),
       gate_(GateOptions{config.max_async_rollout, config.max_off_policy_steps, config.prompts_batch_size_for_trainer}),
-      group_size_(static_cast<uint32_t>(config.group_size)), stop_ids_(stop_token_ids(tokenizer, format)),
-      dispatcher_(dispatch_options(config, stop_ids_), workers_,
-                  [this](int worker, const GenerateRequest& request) { return send_request(worker, request); }),
-      supervisor_(SupervisionPolicy{config.heartbeat_timeout_seconds, 300, config.worker_restart_backoff_seconds,
-                                    config.restart_backoff_max_seconds, static_cast<int>(config.max_worker_restarts)}),
       replay_(config.trainer_replay_max_steps),
-      reference_scoring_([this](int worker, const ScoreRequest& request) { return server_.send(workers_[worker].name, request); }),
-      prompts_(task, format, config.enable_prompt_prefetch ? config.prompt_prefetch_buffer_size : 0) {
-  last_tick_ = Clock::now();
-  const Result<engine::ModelConfig> model = model_config_from(config.model);  // read by load_config() already
-  weight_bytes_ = model.ok() ? model->num_parameters() * static_cast<int64_t>(sizeof(float)) : 0;
+      fleet_(std::move(workers), supervision_policy(config), launcher, metrics, port(),
+             WorkerFleet::Hooks{[this](int worker) { release_work(worker); },
+                                [this](const WorkerSlot& w, const std::string& why) { return trainers_.note_failure(w, why); }}),
+      dispatcher_(dispatch_options(config, stop_ids_), fleet_.slots(),
+                  [this](int worker, const GenerateRequest& request) {
+                    fleet_.on_request_sent(worker);
+                    return server_.send(fleet_.slots()[worker].name, request);
+                  }),
+      recorder_(config, config.run_dir, steps_, fleet_.slots(), metrics, port()),
+      rewards_(config, reward, http_reward, format, dispatcher_, ledger_, metrics, recorder_.profile(), steps_,
+               [this](int worker, const ScoreRequest& request) { return server_.send(fleet_.slots()[worker].name, request); }),
+      admission_(config, task, format, dispatcher_, ledger_, [this](const Problem& p) { return episodes_.runs(p); }),
+      episodes_(config, tokenizer, task, dispatcher_, fleet_.slots(), ledger_, metrics, rewards_, steps_, port(),
+                EpisodeRunner::Hooks{[this](int worker, const GenerateRequest& r) {
+                                       fleet_.on_request_sent(worker);
+                                       return server_.send(fleet_.slots()[worker].name, r);
+                                     },
+                                     [this](Group group) { complete_group(std::move(group)); },
+                                     [this](uint64_t problem, bool correct) { evaluator_.on_episode(problem, correct); }}),
+      evaluator_(config, task, format, tokenizer, reward, dispatcher_, fleet_.slots(), metrics, port(),
+                 Evaluator::Episodes{[this](const Problem& p) { return episodes_.runs(p); },
+                                     [this](uint64_t problem) { episodes_.start_eval(problem); }},
+                 [this](int64_t step, const std::vector<nlohmann::ordered_json>& shown) {
+                   recorder_.log_samples("eval", step, shown);
+                 }),
+      threads_(config, fleet_.slots(), metrics, port()),
+      trainers_(config, fleet_.slots(), launcher, metrics, port(),
+                TrainerGroup::Hooks{[this](const Status& failure) { return blame_dead_worker(failure); }}),
+      sync_(config, fleet_.slots(), metrics,
+            weight_bytes(config), port(),
+            WeightSyncDriver::Hooks{
+                [this](int worker, const std::string& why) { return fleet_.fail(worker, why, false); },
+                [this](const WorkerSlot& w, const std::string& why) { return trainers_.note_failure(w, why); },
+                [this](uint32_t epoch) { rendezvous_.abandon(server_, weight_group_key_prefix(static_cast<int>(epoch))); },
+                [this] { return replay_.in_progress() != nullptr; },
+                [this](uint64_t version) { fleet_.weights_synced(version); }}),
+      checkpoints_(config, fleet_.slots(), trainers_, replay_, port()),
+      last_tick_(Clock::now()) {}
+
+LoopPort Orchestrator::port() {
+  LoopPort p;
+  p.send = [this](const std::string& peer, const Message& message) { return server_.send(peer, message); };
+  p.wait = [this](const std::function<Result<bool>()>& done, bool allow_dispatch) { return wait_until(done, allow_dispatch); };
+  return p;
 }
 
-WorkerSlot* Orchestrator::worker_by_name(const std::string& name) {
-  for (WorkerSlot& w : workers_)
-    if (w.name == name) return &w;
-  return nullptr;
-}
-
-Status Orchestrator::blame_dead_worker(const Status& failure) {
-  if (trainer_failure_) return failure;  // a trainer's failure, recover_trainers() acts on it
-  // A collective fails on the survivors as soon as one member dies, often before the launcher
-  // sees the death: give it a moment, then name the dead worker as the cause (a trainer; a
-  // rollout worker's death does not stop the run, supervise() restarts it).
-  const auto deadline = Clock::now() + std::chrono::seconds(2);
-  while (Clock::now() < deadline) {
-    if (Status dead = supervise(); !dead.ok()) {
-      log::warn(str("a worker died, and with it: ", failure.message()));
-      return dead;  // a trainer: trainer_failure_ is set
-    }
-    std::this_thread::sleep_for(milliseconds(20));
+Status Orchestrator::wait_until(const std::function<Result<bool>()>& done, bool allow_dispatch) {
+  while (true) {
+    RLRUN_ASSIGN_OR_RETURN(const bool finished, done());
+    if (finished) return Status();
+    RLRUN_RETURN_IF_ERROR(tick(kTick, allow_dispatch));
   }
-  return failure;
-}
-
-void Orchestrator::handle_heartbeat(const Incoming& in, const Heartbeat& hb) {
-  (void)server_.send(in.peer, hb, in.message.correlation_id);  // the echo proves we live
-  auto mem = metrics_.memory_bytes.find(in.peer);
-  if (mem != metrics_.memory_bytes.end()) mem->second->Set(static_cast<double>(hb.memory_bytes));
-  auto peak = metrics_.peak_memory_bytes.find(in.peer);
-  if (peak != metrics_.peak_memory_bytes.end()) peak->second->Set(static_cast<double>(hb.peak_memory_bytes));
-  int64_t& best = outcome_.peak_memory_bytes[in.peer];
-  best = std::max(best, static_cast<int64_t>(hb.peak_memory_bytes));
-  metrics_.observe_rollout(in.peer, hb);  // no-op for trainers
-  if (hb.engine_step_costs.size() > 0)
-    (void)profile_.on_heartbeat(in.peer, hb.engine_step_costs.span(), hb.last_weight_sync_seconds);  // malformed: ignored
-  if (hb.kl_reference_tokens > 0)
-    profile_.on_reference_scoring(in.peer, hb.kl_reference_seconds, static_cast<double>(hb.kl_reference_tokens));
-  if (WorkerSlot* w = worker_by_name(in.peer); w != nullptr && std::isfinite(hb.kl_reference_seconds)) {
-    // Cumulative per process (handle_register resets it for a new one).
-    rollout_scoring_cpu_ += std::max(0.0, hb.kl_reference_seconds - w->kl_reference_seconds);
-    w->kl_reference_seconds = hb.kl_reference_seconds;
-  }
-}
-
-Status Orchestrator::handle_register(const Incoming& in, const Register& reg) {
-  WorkerSlot* w = worker_by_name(in.peer);
-  const bool matches = w != nullptr && w->role == reg.role && w->rank == reg.rank;
-  if (!matches) {
-    log::warn(str("ignoring Register from unexpected peer `", in.peer, "` (", role_name(reg.role), " ", reg.rank, ")"));
-    return server_.send(in.peer, ErrorReply{StatusCode::kInvalidArgument, static_cast<uint16_t>(MessageKind::kRegister),
-                                            "not a worker of this run"}, in.message.correlation_id);
-  }
-  w->registered = true;
-  w->last_heard = Clock::now();
-  if (w->state == WorkerState::kStarting) w->state = WorkerState::kNeedsWeights;
-  RegisterAck ack;
-  ack.assigned_id = static_cast<uint32_t>(w - workers_.data());
-  log::info(str(w->name, " registered (pid ", reg.pid, " on ", reg.host, ")"));
-  RLRUN_RETURN_IF_ERROR(server_.send(in.peer, ack, in.message.correlation_id));
-  w->compute_threads = w->spec.cpus;  // a new process: the threads it was started with
-  w->kl_reference_seconds = 0;
-  note_threads(*w);
-  if (core_balance_) send_threads(*w);
-  return Status();
-}
-
-Status Orchestrator::handle(const Incoming& in) {
-  if (rendezvous_.handle(server_, in)) return Status();
-  const Message& m = in.message;
-  if (const auto* reg = m.get<Register>()) return handle_register(in, *reg);
-  WorkerSlot* from = worker_by_name(in.peer);
-  if (from != nullptr && from->state == WorkerState::kDead) return Status();  // sent before it died
-  if (from != nullptr) from->last_heard = Clock::now();
-  if (const auto* hb = m.get<Heartbeat>()) {
-    handle_heartbeat(in, *hb);
-  } else if (const auto* result = m.get<GenerateResult>()) {
-    on_result(*result);
-  } else if (const auto* scored = m.get<ScoreResult>()) {
-    on_score_result(*scored);
-  } else if (const auto* tr = m.get<TrainResult>()) {
-    train_results_[static_cast<int>(tr->rank)] = *tr;
-    // The step's resident peaks: sharper than the heartbeats' samples.
-    int64_t& best = outcome_.peak_memory_bytes[in.peer];
-    for (const char* key : {"memory_forward_backward_rss_peak_bytes", "memory_optimizer_rss_peak_bytes"}) {
-      auto it = tr->metrics.find(key);
-      if (it != tr->metrics.end()) best = std::max(best, static_cast<int64_t>(it->second));
-    }
-    for (const char* phase : {"forward_backward", "optimizer"}) {
-      auto it = tr->metrics.find(str("memory_", phase, "_backend_peak_bytes"));
-      if (it == tr->metrics.end()) continue;
-      int64_t& phase_best = outcome_.phase_peak_bytes[in.peer][phase];
-      phase_best = std::max(phase_best, static_cast<int64_t>(it->second));
-    }
-  } else if (const auto* end = m.get<WeightSyncEnd>()) {
-    sync_.on_end(in.peer, end->ok, end->error, Clock::now());
-  } else if (const auto* saved = m.get<CheckpointSaved>()) {
-    if (const WorkerSlot* w = worker_by_name(in.peer); w != nullptr && w->role == Role::kTrainer)
-      checkpoints_saved_[w->rank] = *saved;
-  } else if (const auto* err = m.get<ErrorReply>()) {
-    if (err->request_kind == static_cast<uint16_t>(MessageKind::kTrainBatch)) {
-      train_error_ = str(in.peer, ": ", err->message);
-      if (err->code == StatusCode::kUnavailable || err->code == StatusCode::kTimeout) train_error_lost_group_ = in.peer;
-    } else if (const WorkerSlot* w = worker_by_name(in.peer);
-               err->request_kind == static_cast<uint16_t>(MessageKind::kSaveCheckpoint) && w != nullptr) {
-      checkpoints_saved_[w->rank] = CheckpointSaved{0, false, str(in.peer, ": ", err->message), "", 0};
-    } else {
-      log::warn(str(in.peer, " reported an error: ", err->message));
-    }
-  } else {
-    unexpected_message_log_.write(log::Level::kWarn, str("unexpected ", message_kind_name(m.kind()), " from ", in.peer));
-  }
-  return Status();
 }
 
 Status Orchestrator::check_interrupt() {
@@ -206,14 +131,74 @@ Status Orchestrator::check_interrupt() {
   return Status();
 }
 
-Status Orchestrator::act(bool allow_dispatch) {
-  RLRUN_RETURN_IF_ERROR(advance_sync());
-  dispatcher_.send_requeued();  // already admitted work first, also while dispatch is held
-  if (allow_dispatch) {
-    cancel_off_policy();
-    cancel_off_policy_episodes();
-    dispatch();
+Status Orchestrator::uninterrupted(const std::function<Status()>& op) {
+  const bool was_committing = committing_;
+  committing_ = true;  // a first interrupt waits for it; a second one stops it (tick)
+  const Status s = op();
+  committing_ = was_committing;
+  return s;
+}
+
+Status Orchestrator::handle(const Incoming& in) {
+  if (rendezvous_.handle(server_, in)) return Status();
+  const Message& m = in.message;
+  if (const auto* reg = m.get<Register>()) {
+    RLRUN_ASSIGN_OR_RETURN(WorkerSlot* const w, fleet_.on_register(in, *reg));
+    if (w != nullptr) threads_.on_register(*w);
+    return Status();
   }
+  if (!fleet_.heard(in.peer)) return Status();  // a dead worker's, sent before it died
+  if (const auto* hb = m.get<Heartbeat>()) {
+    fleet_.on_heartbeat(in, *hb);
+    tune::LoopProfile& profile = recorder_.profile();
+    if (hb->engine_step_costs.size() > 0)  // malformed: ignored
+      (void)profile.on_heartbeat(in.peer, hb->engine_step_costs.span(), hb->last_weight_sync_seconds);
+    if (hb->kl_reference_tokens > 0)
+      profile.on_reference_scoring(in.peer, hb->kl_reference_seconds, static_cast<double>(hb->kl_reference_tokens));
+    if (WorkerSlot* w = fleet_.by_name(in.peer)) threads_.on_scoring_seconds(*w, hb->kl_reference_seconds);
+  } else if (const auto* result = m.get<GenerateResult>()) {
+    on_result(*result);
+  } else if (const auto* scored = m.get<ScoreResult>()) {
+    rewards_.on_score_result(*scored);
+  } else if (const auto* tr = m.get<TrainResult>()) {
+    trainers_.on_result(*tr);
+    fleet_.on_train_result(in.peer, *tr);
+  } else if (const auto* end = m.get<WeightSyncEnd>()) {
+    sync_.on_end(in.peer, *end);
+  } else if (const auto* saved = m.get<CheckpointSaved>()) {
+    if (const WorkerSlot* w = fleet_.by_name(in.peer); w != nullptr && w->role == Role::kTrainer)
+      checkpoints_.on_saved(w->rank, *saved);
+  } else if (const auto* err = m.get<ErrorReply>()) {
+    const WorkerSlot* w = fleet_.by_name(in.peer);
+    if (err->request_kind == static_cast<uint16_t>(MessageKind::kTrainBatch)) {
+      trainers_.on_error(in.peer, *err);
+    } else if (err->request_kind == static_cast<uint16_t>(MessageKind::kSaveCheckpoint) && w != nullptr) {
+      checkpoints_.on_error(w->rank, in.peer, *err);
+    } else {
+      log::warn(str(in.peer, " reported an error: ", err->message));
+    }
+  } else {
+    unexpected_message_log_.write(log::Level::kWarn, str("unexpected ", message_kind_name(m.kind()), " from ", in.peer));
+  }
+  return Status();
+}
+
+Status Orchestrator::act(bool allow_dispatch) {
+  RLRUN_RETURN_IF_ERROR(sync_.advance());
+  dispatcher_.send_requeued();  // already admitted work first, also while dispatch is held
+  if (!allow_dispatch) return Status();
+  const auto off_policy = [&](uint64_t version) { return gate_.should_cancel(version, steps_.completed); };
+  for (auto& [worker, ids] : dispatcher_.take_off_policy(off_policy)) {
+    Cancel cancel;
+    cancel.request_ids = std::move(ids);
+    cancel.reason = "off_policy";
+    const std::string& name = fleet_.slots()[worker].name;
+    log::info(str("cancelling ", cancel.request_ids.size(), " request(s) on ", name,
+                  ": more than max_off_policy_steps = ", config_.max_off_policy_steps, " weight updates old"));
+    (void)server_.send(name, cancel);
+  }
+  episodes_.cancel_off_policy(off_policy);
+  dispatch();
   return Status();
 }
 
@@ -232,22 +217,14 @@ Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
   }
   rendezvous_.expire(server_);
   RLRUN_RETURN_IF_ERROR(supervise());  // with a trainer failure noted (not during an evaluation)
-  RLRUN_RETURN_IF_ERROR(poll_rewards());
-  RLRUN_RETURN_IF_ERROR(poll_episodes());
+  RLRUN_RETURN_IF_ERROR(rewards_.poll());
+  RLRUN_RETURN_IF_ERROR(episodes_.poll());
   RLRUN_RETURN_IF_ERROR(act(allow_dispatch));
   const double dt = seconds_since(last_tick_);
   last_tick_ = Clock::now();
-  if (looping_) {
-    if (trainer_waiting_) {
-      outcome_.trainer_idle_seconds += dt;
-      metrics_.trainer_idle_seconds->Increment(dt);
-    }
-    for (WorkerSlot& w : workers_) {
-      const int i = static_cast<int>(&w - workers_.data());
-      if (w.role != Role::kRollout || dispatcher_.lanes_used(i) > 0 || (gateway_ && gateway_->calls_on(i) > 0)) continue;
-      w.idle_seconds += dt;
-      metrics_.rollout_idle_seconds[w.name]->Increment(dt);
-    }
+  if (recorder_.looping()) {
+    if (trainer_waiting_) recorder_.trainer_idle(dt);
+    fleet_.count_idle(dt, [&](int i) { return dispatcher_.lanes_used(i) > 0 || episodes_.calls_on(i) > 0; });
   }
   metrics_.queue_depth->Set(static_cast<double>(dispatcher_.scored().size()));
   metrics_.in_flight_groups->Set(static_cast<double>(dispatcher_.in_flight().size()));
@@ -255,15 +232,30 @@ Status Orchestrator::tick(milliseconds wait, bool allow_dispatch) {
   return Status();
 }
 
+Status Orchestrator::supervise() {
+  RLRUN_RETURN_IF_ERROR(fleet_.take_exits());
+  if (fleet_.shutting_down()) return Status();
+  // A trainer failure ends the wait in progress, except an evaluation's (it needs no trainer).
+  if (trainers_.failed() && !evaluator_.running()) return trainers_.failure();
+  RLRUN_RETURN_IF_ERROR(fleet_.judge(inbox_backlogged_, evaluator_.running()));
+  rewards_.release_overdue(config_.rollout_request_timeout_seconds);
+  if (inbox_backlogged_) return Status();
+  // A worker blocked in a weight sync is bounded there (WeightSyncDriver).
+  const auto syncing = [&](int worker) { return sync_.waits_for(fleet_.slots()[worker].name); };
+  if (std::optional<Dispatcher::Overdue> late = dispatcher_.overdue(config_.rollout_request_timeout_seconds, syncing))
+    return fleet_.fail(late->worker,
+                       str("left request ", late->request, " unanswered for ", late->age_seconds,
+                           " s (rollout_request_timeout_seconds = ", config_.rollout_request_timeout_seconds, ")"),
+                       false);
+  return Status();
+}
+
 Status Orchestrator::wait_for_registration() {
   ScopedSpan span("wait_for_workers", "orchestrator");
   const auto deadline = Clock::now() + kRegistrationTimeout;
-  while (true) {
-    bool all = true;
-    for (const WorkerSlot& w : workers_) all = all && w.registered;
-    if (all) return Status();
+  while (!fleet_.all_registered()) {
     if (Clock::now() > deadline) {
-      for (const WorkerSlot& w : workers_) {
+      for (const WorkerSlot& w : fleet_.slots()) {
         if (!w.registered)
           return timeout_error(str("worker ", w.name, " did not register within ", kRegistrationTimeout.count(),
                                    " s; see its log: ", w.log_path));
@@ -271,202 +263,142 @@ Status Orchestrator::wait_for_registration() {
     }
     RLRUN_RETURN_IF_ERROR(tick(milliseconds(50), false));
   }
-}
-
-Status Orchestrator::run() {
-  // Counted from the start: a resume after a SIGKILL reads it (run/state.h).
-  if (Status s = dispatch_count_.open(dispatch_count_path(config_.run_dir), resumed_ ? resumed_->samples.dispatched : 0);
-      !s.ok())
-    log::warn(str(s.message(), "; if this orchestrator is killed, a resumed run cannot count the samples it dispatched "
-                  "after its last checkpoint"));
-  RLRUN_RETURN_IF_ERROR(start_environment());
-  RLRUN_RETURN_IF_ERROR(wait_for_registration());
-  // A resumed run continues from warm-started weights; a fresh one learns the answer format first.
-  // From here a trainer rank that dies or hangs restarts the trainer group (run/trainer_recovery.cc).
-  if (!resumed_) RLRUN_RETURN_IF_ERROR(recovering([this] { return format_warm_start(); }));
-  // Every rollout worker starts from the trainer's weights (model.checkpoint or init, then the
-  // format warm-start: version 0; a resumed run's checkpoint: its step).
-  RLRUN_RETURN_IF_ERROR(recovering([this] { return weight_sync(static_cast<uint64_t>(trainer_step_)); }));
-  if (resumed_ && rollout_scores_kl_reference(config_))
-    log::info("kl_reference_on: rollout: a resumed run's rollout workers have no copy of the KL reference (it comes "
-              "with version 0); the trainer scores it, from the copy saved with the checkpoint");
-  if (!resumed_) {  // a resumed run has its accuracy before training from the checkpoint
-    RLRUN_ASSIGN_OR_RETURN(outcome_.accuracy_before, evaluate("before training"));
-  }
-  looping_ = true;
-  loop_start_ = last_tick_ = Clock::now();
-  loop_cpu_start_ = process_cpu_seconds();
-  start_core_balance();
-  while (outcome_.steps_completed < config_.number_of_steps) {
-    Status s = run_step();
-    if (s.ok()) continue;
-    if (stopped_by_interrupt_) {
-      const Status saved = checkpoint_on_interrupt();
-      if (!saved.ok()) log::error(str("no checkpoint at the interrupt: ", saved.message()));
-      evaluate_at_stop("the run was interrupted");
-      export_final_model();
-      return s;
-    }
-    if (!no_batch_error_.empty()) {
-      evaluate_at_stop("no batch could form");
-      export_final_model();
-      return s;
-    }
-    if (!trainer_failure_) s = blame_dead_worker(s);
-    if (!trainer_failure_) return s;
-    RLRUN_RETURN_IF_ERROR(recover_trainers());  // then the steps after the checkpoint are redone
-  }
-  outcome_.loop_seconds = loop_seconds();
-  looping_ = false;
-  RLRUN_ASSIGN_OR_RETURN(outcome_.accuracy_after, evaluate("after training"));
-  export_final_model();
   return Status();
 }
 
-void Orchestrator::shutdown_workers(const std::string& reason) {
-  accepting_exits_ = true;
-  for (const WorkerSlot& w : workers_) {
-    if (w.registered) (void)server_.send(w.name, Shutdown{reason});
+void Orchestrator::resume_from(const ResumeState& s, const std::string& dir) {
+  checkpoints_.resume_from(s, dir);
+  recorder_.resume_from(s);
+  rewards_.set_resumed();
+  steps_.completed = s.steps_completed;
+  steps_.tokens_generated = s.tokens_generated;
+  steps_.tokens_trained = s.tokens_trained;
+  steps_.reward_means = s.step_reward_means;
+  dispatcher_.restore_next_ids(s.next_group, s.next_request);
+  admission_.resume_from(s.task_draws, s.prompts_skipped);
+  evaluator_.set_before(s.accuracy_before);
+  for (WorkerSlot& w : fleet_.slots()) {
+    auto it = s.rollout_idle_seconds.find(w.name);
+    if (it != s.rollout_idle_seconds.end()) w.idle_seconds = it->second;
   }
+  metrics_.trainer_step->Set(static_cast<double>(s.steps_completed));
 }
 
-void Orchestrator::write_step_line(const std::map<std::string, double>& trainer_metrics, double wait_s,
-                                   double train_s, double sync_s, const StepRecord& record,
-                                   std::optional<double> eval_accuracy) {
-  // ordered: the keys in the order a person reads them; a non-finite double dumps as null.
-  nlohmann::ordered_json line = {{"step", outcome_.steps_completed},
-                                 {"reward_mean", record.reward_mean},
-                                 {"reward_std", record.reward_std},
-                                 {"wait_seconds", wait_s},
-                                 {"train_seconds", train_s},
-                                 {"weight_sync_seconds", sync_s},
-                                 {"tokens_trained", record.build.tokens},
-                                 {"tokens_generated_total", outcome_.tokens_generated},
-                                 {"async_level", gate_.current_async_level(outstanding_groups())},
-                                 {"discarded_total", ledger_.summary().discarded_total()},
-                                 {"group_ids", record.group_ids},
-                                 {"prompt_hash", record.prompt_hash}};
-  // After a trainer restart the step numbers go back to the checkpoint's: the steps trained again
-  // from their kept batches say so, and every later line counts the restarts so far.
-  if (record.redone) line["redone"] = true;
-  if (outcome_.trainer_restarts > 0) line["trainer_restarts"] = outcome_.trainer_restarts;
-  if (eval_accuracy) line["eval_accuracy"] = *eval_accuracy;
-  const auto [terms, server_logs] = take_reward_means();
-  line["reward_terms"] = terms;  // each task.reward term's mean (unweighted), samples scored since the last step
-  if (!server_logs.empty()) line["reward_server_logs"] = server_logs;
-  if (http_reward_ != nullptr) line["reward_waiting"] = http_reward_->waiting();
-  line["trainer"] = trainer_metrics;
-  append_run_file(metrics_jsonl_, line.dump() + '\n');
-}
-
-void Orchestrator::append_run_file(const std::string& path, const std::string& lines) const {
-  const Result<bool> rotated = rotate_if_larger(path, config_.log_files_max_mb << 20);
-  if (!rotated.ok()) log::warn(str(rotated.status().message(), " (log_files_max_mb)"));
-  else if (*rotated) log::info(str(path, " passed log_files_max_mb = ", config_.log_files_max_mb, " MiB: renamed ", path, ".1"));
-  std::ofstream out(path, std::ios::app);
-  out << lines;
-  if (!out) log::warn(str("could not append to ", path));
-}
-
-double Orchestrator::loop_seconds() const {
-  return (resumed_ ? resumed_->loop_seconds : 0.0) + (looping_ ? seconds_since(loop_start_) : 0.0);
-}
-
-double Orchestrator::rollout_idle_fraction(double loop) const {
-  double idle = 0;
-  int rollouts = 0;
-  for (const WorkerSlot& w : workers_) {
-    if (w.role != Role::kRollout) continue;
-    idle += loop > 0 ? w.idle_seconds / loop : 0;
-    ++rollouts;
+Status Orchestrator::run() {
+  const std::optional<ResumeState>& resumed = checkpoints_.resumed();
+  // Counted from the start: a resume after a SIGKILL reads it (run/training/state.h).
+  if (Status s = admission_.open_count(dispatch_count_path(config_.run_dir), resumed ? resumed->samples.dispatched : 0);
+      !s.ok())
+    log::warn(str(s.message(), "; if this orchestrator is killed, a resumed run cannot count the samples it dispatched "
+                  "after its last checkpoint"));
+  RLRUN_RETURN_IF_ERROR(episodes_.start(format_, stop_ids_));
+  RLRUN_RETURN_IF_ERROR(wait_for_registration());
+  // A resumed run continues from warm-started weights; a fresh one learns the answer format first.
+  // From here a trainer rank that dies or hangs restarts the trainer group (run/recovery.cc).
+  if (!resumed) RLRUN_RETURN_IF_ERROR(recovering([this] { return format_warm_start(); }));
+  // Every rollout worker starts from the trainer's weights (model.checkpoint or init, then the
+  // format warm-start: version 0; a resumed run's checkpoint: its step).
+  RLRUN_RETURN_IF_ERROR(recovering([this] { return sync_.sync(steps_.version(), false); }));
+  if (resumed && rollout_scores_kl_reference(config_))
+    log::info("kl_reference_on: rollout: a resumed run's rollout workers have no copy of the KL reference (it comes "
+              "with version 0); the trainer scores it, from the copy saved with the checkpoint");
+  if (!resumed) {  // a resumed run has its accuracy before training from the checkpoint
+    RLRUN_ASSIGN_OR_RETURN(const std::optional<double> before,
+                           evaluator_.evaluate("before training", steps_.completed, steps_.version()));
+    evaluator_.set_before(before);
   }
-  return rollouts ? idle / rollouts : 0;
+  recorder_.loop_started();
+  last_tick_ = Clock::now();
+  threads_.start();
+  while (steps_.completed < config_.number_of_steps) {
+    Status s = run_step();
+    if (s.ok()) continue;
+    if (stopped_by_interrupt_ || !no_batch().empty()) {
+      if (stopped_by_interrupt_) {
+        const Status saved = uninterrupted([&] { return checkpoints_.save_at_interrupt(false); });
+        if (!saved.ok()) log::error(str("no checkpoint at the interrupt: ", saved.message()));
+      }
+      evaluate_at_stop(stopped_by_interrupt_ ? "the run was interrupted" : "no batch could form");
+      export_model();
+      return s;
+    }
+    if (!trainers_.failed()) s = blame_dead_worker(s);
+    if (!trainers_.failed()) return s;
+    RLRUN_RETURN_IF_ERROR(recover_trainers());  // then the steps after the checkpoint are redone
+  }
+  recorder_.loop_stopped();
+  RLRUN_ASSIGN_OR_RETURN(const std::optional<double> after,
+                         evaluator_.evaluate("after training", steps_.completed, steps_.version()));
+  evaluator_.set_after(after);
+  export_model();
+  return Status();
 }
 
-void Orchestrator::print_progress(double reward_mean) {
-  const double loop = std::max(1e-9, loop_seconds());
-  const double rollout_idle = rollout_idle_fraction(loop);
-  const int64_t done = outcome_.steps_completed, total = config_.number_of_steps;
-  const int64_t this_run = done - (resumed_ ? resumed_->steps_completed : 0);
-  const double eta = this_run > 0 ? seconds_since(loop_start_) / static_cast<double>(this_run) * static_cast<double>(total - done) : 0;
-  char reward[16];
-  std::snprintf(reward, sizeof reward, "%.3f", reward_mean);
-  std::string line = str("step ", done, "/", total, "  ETA ", format_duration(eta), "  reward ", reward);
-  if (last_eval_accuracy_) {
-    char acc[16];
-    std::snprintf(acc, sizeof acc, "%.3f", *last_eval_accuracy_);
-    line += str("  accuracy ", acc);
-  }
-  line += str("  idle trainer ", static_cast<int>(100 * outcome_.trainer_idle_seconds / loop), "% rollout ",
-              static_cast<int>(100 * rollout_idle), "%  tok/s gen ",
-              static_cast<int64_t>(static_cast<double>(outcome_.tokens_generated) / loop), " train ",
-              static_cast<int64_t>(static_cast<double>(outcome_.tokens_trained) / loop));
-  // a terminal: one line redrawn in place; a pipe or file: a line at most every 30 s (and the last);
-  // logs/orchestrator.log: every step
-  log::status(line, done == total);
-  if (done == total) log::end_status();
+void Orchestrator::export_model() {
+  (void)uninterrupted([&] {
+    checkpoints_.export_model(steps_.version());
+    return Status();
+  });
 }
 
 void Orchestrator::evaluate_at_stop(const std::string& why) {
-  const int64_t done = outcome_.steps_completed;
-  if (!looping_) {  // stopped in the warm-start or before: "after" would say nothing about RL
-    outcome_.accuracy_after_note = str("not measured: ", why, " before the RL steps began");
+  const int64_t done = steps_.completed;
+  if (!recorder_.looping()) {  // stopped in the warm-start or before: "after" would say nothing about RL
+    evaluator_.set_after(std::nullopt, str("not measured: ", why, " before the RL steps began"));
     return;
   }
-  outcome_.loop_seconds = loop_seconds();
-  looping_ = trainer_waiting_ = false;
-  committing_ = true;  // a first interrupt does not cut the evaluation short; a second one does (tick)
-  Result<std::optional<double>> accuracy = evaluate(str("after step ", done, " (", why, ")").c_str());
-  committing_ = false;
-  if (!accuracy.ok()) {
-    outcome_.accuracy_after_note = str("not measured: ", why, ", then the evaluation stopped: ", accuracy.status().message());
+  recorder_.loop_stopped();
+  trainer_waiting_ = false;
+  Result<std::optional<double>> accuracy = std::optional<double>();
+  const Status evaluated = uninterrupted([&] {  // a second interrupt cuts it short
+    accuracy = evaluator_.evaluate(str("after step ", done, " (", why, ")"), done, steps_.version());
+    return accuracy.status();
+  });
+  if (!evaluated.ok()) {
+    evaluator_.set_after(std::nullopt, str("not measured: ", why, ", then the evaluation stopped: ", evaluated.message()));
     return;
   }
-  outcome_.accuracy_after = *accuracy;
-  outcome_.accuracy_after_note = str("measured after step ", done, " of ", config_.number_of_steps, ": ", why);
+  evaluator_.set_after(*accuracy, str("measured after step ", done, " of ", config_.number_of_steps, ": ", why));
 }
 
 RunOutcome Orchestrator::finish() {
   log::end_status();  // a run stopped early leaves no progress line redrawn under its last lines
-  abandon_episodes();  // their samples are in flight at exit
+  episodes_.finish();  // their samples are in flight at exit
   // Whatever was generated and will not be trained now is accounted for, by reason.
+  const uint32_t n = dispatcher_.group_size();
   for (const Group& g : dispatcher_.take_scored()) {
-    for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(g.id, i), "unused_at_exit");
+    for (uint32_t i = 0; i < n; ++i) ledger_.discarded(dispatcher_.sample_id(g.id, i), "unused_at_exit");
   }
-  for (const auto& [id, g] : awaiting_reward_) {
-    for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(id, i), "reward_unavailable");
-  }
-  awaiting_reward_.clear();
-  for (const Group& g : reference_scoring_.take_all()) {
-    for (uint32_t i = 0; i < group_size_; ++i) ledger_.discarded(sample_id(g.id, i), "unused_at_exit");
-  }
-  if (rollout_scores_kl_reference(config_)) {
-    outcome_.kl_reference_scored_by_rollout = reference_scoring_.scored();
-    outcome_.kl_reference_scored_by_trainer = reference_scoring_.unscored();
-  }
-  outcome_.reward_expression = config_.task.reward;
-  if (http_reward_ != nullptr) {
-    (void)http_reward_->abandon();  // their samples are accounted for above
-    outcome_.reward_url = config_.task.reward_url;
-    outcome_.reward_server = http_reward_->stats();
-  }
+  rewards_.finish();
   for (uint64_t id : replay_.samples_untrained()) ledger_.discarded(id, "step_not_completed");
   for (const auto& [id, g] : dispatcher_.in_flight()) {
-    for (uint32_t i = 0; i < group_size_; ++i) {
-      if (g.samples[i].returned && ledger_.state(sample_id(id, i)) == SampleState::kGenerated)
-        ledger_.discarded(sample_id(id, i), "unused_at_exit");
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint64_t sample = dispatcher_.sample_id(id, i);
+      if (g.samples[i].returned && ledger_.state(sample) == SampleState::kGenerated)
+        ledger_.discarded(sample, "unused_at_exit");
     }
   }
-  if (looping_) outcome_.loop_seconds = loop_seconds();
-  if (outcome_.steps_completed > (resumed_ ? resumed_->steps_completed : 0)) {
-    save_profile();
-    advise(true);
-  }
-  outcome_.samples = resumed_ ? add_samples(resumed_->samples, ledger_.summary()) : ledger_.summary();
-  outcome_.rollout_idle_fraction = rollout_idle_fraction(outcome_.loop_seconds);
+  recorder_.finish(rewards_.server_round_trip_seconds());
+  RunOutcome o;
+  o.steps_completed = steps_.completed;
+  o.step_reward_means = steps_.reward_means;
+  o.tokens_generated = steps_.tokens_generated;
+  o.tokens_trained = steps_.tokens_trained;
+  const std::optional<ResumeState>& resumed = checkpoints_.resumed();
+  o.samples = resumed ? add_samples(resumed->samples, ledger_.summary()) : ledger_.summary();
+  o.loop = recorder_.stats();
+  o.rollout_idle_fraction = rollout_idle_fraction(fleet_.slots(), o.loop.loop_seconds);
+  o.eval = evaluator_.stats();
+  o.prompts = admission_.stats();
+  o.rewards = rewards_.stats();
+  o.episodes = episodes_.stats();
+  o.workers = fleet_.stats();
   if (Result<ProcessMemory> mem = read_process_memory(); mem.ok())
-    outcome_.peak_memory_bytes["orchestrator"] = mem->peak_resident_bytes;
-  return outcome_;
+    o.workers.peak_memory_bytes["orchestrator"] = mem->peak_resident_bytes;
+  o.threads = threads_.stats();
+  o.trainers = trainers_.stats();
+  o.checkpoints = checkpoints_.stats();
+  return o;
 }
 
 }  // namespace rlrun::orchestrator

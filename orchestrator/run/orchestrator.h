@@ -1,48 +1,35 @@
-// run/orchestrator.h - the orchestrator's data loop (design "A sample's life", steps 1-8).
+// run/orchestrator.h - the orchestrator's data loop (docs/design.md, "A sample's life", steps 1-8).
 //
-// One thread runs everything through the ControlServer: worker registration, heartbeat echoes,
-// the rendezvous store, dispatch, results -> reward -> group advantages, the staleness gate,
-// batches to the trainer ranks and the weight sync after each step. Every wait (for registration,
-// a batch, train results, a sync, an evaluation) is a loop of tick(): receive and handle messages,
-// notice failed workers, dispatch what the gate allows and cancel what is too far off-policy. So
-// rollout keeps generating while the trainer trains.
+// One thread runs everything through the ControlServer. Every wait (for registration, a batch,
+// train results, a sync, an evaluation, a checkpoint) is a loop of tick(): receive and handle
+// messages, supervise the workers, poll the reward server and the environment, dispatch what the
+// staleness gate allows and cancel what is too far off-policy. So rollout keeps generating while
+// the trainer trains.
 //
-// The Orchestrator does the I/O and composes the parts that have their own state and rules:
-//   Dispatcher       (run/dispatcher.h)   where every sample is: groups, requests, lanes, requeued
-//                                           work, scored groups waiting for a batch
-//   SyncRounds       (run/sync_rounds.h)  weight-sync rounds: target version, epoch, members
-//   WorkerSupervisor (run/supervisor.h)   when a rollout worker has failed and when it restarts
-//   StepReplay       (run/step_replay.h)  the batches since the newest checkpoint: a restarted
-//                                           trainer group trains them again (trainer_recovery.cc)
-//   StalenessGate, SampleLedger, PromptSource (data/)
+// The Orchestrator keeps that loop and the step, and composes the parts that have their own state,
+// rules and statistics (run/README.md says where each lives):
+//   samples:  PromptAdmission -> Dispatcher -> RewardStage (ZeroSpreadPolicy, ReferenceScoring)
+//             -> a batch; EpisodeRunner for rows an environment runs; Evaluator
+//   workers:  WorkerFleet (registration, heartbeats, failures, restarts), ThreadBalancer
+//   training: TrainerGroup (batches, failures, restarts), WeightSyncDriver, CheckpointKeeper,
+//             StepReplay (the batches a restarted trainer group trains again)
+//   record:   RunRecorder (metrics.jsonl, samples.jsonl, progress, profile.json, advice)
+// Parts reach outside through a LoopPort (run/loop_port.h): this class's sends and waits.
 //
 // Step s (1-based) trains on policy version s - 1; after it, trainer rank 0 sends version s to
-// every rollout worker (WeightSyncBegin to each, WeightSyncEnd from each). A worker's death breaks
-// the weight group "weights-<epoch>": the next round names a new epoch, and a replacement takes
-// requests only once it holds the current weights. A trainer rank's failure restarts every rank
-// from the newest checkpoint: the step counter and the weight version go back to its step, and
-// the steps after it are trained again from their kept batches (run/trainer_recovery.cc).
-//
-// Checkpoints (run/checkpoint.cc): with checkpoint_every N, after every N-th step and the last
-// one, every trainer rank gets SaveCheckpoint with the orchestrator's ResumeState (run/state.h)
-// and the loop waits for CheckpointSaved from each. A SIGINT/SIGTERM does not cut a step in its
-// train or weight sync: the step completes, then (checkpoint_every > 0) the last completed step
-// is saved and run() returns "interrupted".
+// every rollout worker. A SIGINT/SIGTERM does not cut a step in its train or weight sync: the step
+// completes, then (checkpoint_every > 0) the last completed step is saved and run() returns
+// "interrupted"; a second one stops at once. A trainer rank's failure restarts every rank from the
+// newest checkpoint and trains the steps after it again (run/recovery.cc).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
-#include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/config/config.h"
 #include "common/observe/log.h"
@@ -50,128 +37,46 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "orchestrator/data/batcher.h"
 #include "orchestrator/data/prompt_format.h"
-#include "orchestrator/data/prompt_source.h"
 #include "orchestrator/data/sample_ledger.h"
 #include "orchestrator/data/staleness_gate.h"
-#include "orchestrator/env/episode_client.h"
-#include "orchestrator/env/gateway.h"
 #include "orchestrator/launch/launcher.h"
 #include "orchestrator/reward/http_reward.h"
 #include "orchestrator/reward/reward_function.h"
-#include "orchestrator/run/core_balance.h"
-#include "orchestrator/run/dispatch_count.h"
-#include "orchestrator/run/dispatcher.h"
+#include "orchestrator/run/loop_port.h"
 #include "orchestrator/run/metrics.h"
-#include "orchestrator/run/reference_scoring.h"
-#include "orchestrator/run/rendezvous.h"
-#include "orchestrator/run/state.h"
-#include "orchestrator/run/step_replay.h"
-#include "orchestrator/run/supervisor.h"
-#include "orchestrator/run/sync_rounds.h"
-#include "orchestrator/run/worker_slot.h"
+#include "orchestrator/run/outcome.h"
+#include "orchestrator/run/run_recorder.h"
+#include "orchestrator/run/samples/dispatcher.h"
+#include "orchestrator/run/samples/episode_runner.h"
+#include "orchestrator/run/samples/evaluator.h"
+#include "orchestrator/run/samples/prompt_admission.h"
+#include "orchestrator/run/samples/reward_stage.h"
+#include "orchestrator/run/step_tally.h"
+#include "orchestrator/run/training/checkpoint_keeper.h"
+#include "orchestrator/run/training/state.h"
+#include "orchestrator/run/training/step_replay.h"
+#include "orchestrator/run/training/trainer_group.h"
+#include "orchestrator/run/training/weight_sync_driver.h"
+#include "orchestrator/run/workers/rendezvous.h"
+#include "orchestrator/run/workers/thread_balancer.h"
+#include "orchestrator/run/workers/worker_fleet.h"
 #include "orchestrator/tasks/tasks.h"
-#include "orchestrator/tune/loop_profile.h"
 
 namespace rlrun::orchestrator {
 
-// What summary.json reports (run/report.h writes it).
-struct RunOutcome {
-  int64_t steps_completed = 0;
-  SampleLedger::Summary samples;
-  std::vector<double> step_reward_means;  // per completed step
-  std::optional<double> accuracy_before, accuracy_after;
-  // When accuracy_after was not taken at the end of all steps: when it was, or why it is missing.
-  std::string accuracy_after_note;
-  double loop_seconds = 0;          // from the first dispatch to the end of the last step
-  double trainer_idle_seconds = 0;  // trainer waiting for a batch, within loop_seconds
-  double rollout_idle_fraction = 0; // mean over rollout workers
-  int64_t tokens_generated = 0;
-  int64_t tokens_trained = 0;
-  int64_t prompts_skipped = 0;      // prompts longer than max_prompt_tokens / max_model_len
-  int64_t zero_spread_kept = 0;     // groups with no reward spread trained past max_zero_spread_rounds
-  // The first step that waited past max_zero_spread_rounds on groups that all earned nothing, after
-  // earlier steps trained on rewarded samples: the policy may have unlearned the task (0: never).
-  int64_t reward_collapse_step = 0;
-  // kl_reference_on: rollout: groups a rollout worker scored under the KL reference, and those it
-  // could not (the trainer scored them); both -1 when the trainer scores every group.
-  int64_t kl_reference_scored_by_rollout = -1, kl_reference_scored_by_trainer = -1;
-  std::map<std::string, int64_t> peak_memory_bytes;  // by process, from heartbeats
-  // balance_cpu_threads where it applies (run/core_balance.h): the threads each side started with,
-  // and every change.
-  struct CoreChange {
-    int64_t step = 0;  // after it
-    CoreShare share;
-    std::string reason;
-  };
-  std::optional<CoreShare> cores_base;  // none: not balanced
-  std::vector<CoreChange> core_changes;
-  // Trainer processes: the backend's peak bytes per phase ("forward_backward", "optimizer"),
-  // from TrainResult: what `rlrun plan --compare` sets beside the plan.
-  std::map<std::string, std::map<std::string, int64_t>> phase_peak_bytes;
-  // One per rollout worker failure; times are Unix seconds (0: did not happen).
-  struct WorkerFailure {
-    std::string worker, reason;
-    double detected_at = 0;
-    double replacement_started_at = 0;
-    double replacement_ready_at = 0;       // it had the current weights
-    double replacement_first_request_at = 0;
-  };
-  std::vector<WorkerFailure> worker_failures;
-  int64_t worker_restarts = 0;
-  // One per trainer failure (the whole trainer group restarts, run/trainer_recovery.cc); times are
-  // Unix seconds (0: did not happen).
-  struct TrainerFailure {
-    std::string worker, reason;  // the rank found failed first, and how
-    int64_t step = 0;            // steps completed when it failed
-    std::string checkpoint;      // the folder the group restarted from; "" = the start weights
-    int64_t restored_step = 0;   // that checkpoint's step (the step counter goes back to it)
-    int64_t steps_redone = 0;    // steps trained again from their kept batches
-    int64_t steps_lost = 0;      // steps after the checkpoint whose batches were not kept (trainer_replay_max_steps)
-    double detected_at = 0;
-    double restart_started_at = 0;  // the new ranks were started (after the back-off)
-    double restart_ready_at = 0;    // every rank and every rollout worker holds the restored weights
-    double first_step_at = 0;       // the first step after the restart completed
-  };
-  std::vector<TrainerFailure> trainer_failures;
-  int64_t trainer_restarts = 0;
-  // Checkpoints not written, the run going on (checkpoint_write_failure: continue).
-  struct CheckpointFailure {
-    int64_t step = 0;
-    std::string error;
-  };
-  std::vector<CheckpointFailure> checkpoint_failures;
-  std::string model_dir;  // <run_dir>/model once trainer rank 0 exported the final weights
-  std::string reward_expression;  // task.reward as written
-  // The http term's reward server: its URL and what its client counted (no http term: nullopt).
-  std::string reward_url;
-  std::optional<HttpRewardClient::Stats> reward_server;
-  // Episodes run by task.environment_url (run/episodes.cc); reported when url is set.
-  struct Episodes {
-    std::string url, gateway;
-    int64_t started = 0;      // episodes (training and evaluation), each counted once
-    int64_t attempts = 0;     // requests to the environment, retries included
-    int64_t completed = 0, retried = 0, failed = 0, cancelled = 0, in_flight_at_exit = 0;
-    int64_t calls = 0, turns = 0, sequences = 0;
-    int64_t exact_turns = 0;          // turns whose prompt continued the recorded tokens
-    int64_t retokenized_differ = 0;   // of those, turns where encoding the text again gave other ids
-    int64_t policy_tokens = 0, environment_tokens = 0;  // trained (mask 1) and masked (mask 0)
-    std::vector<std::string> failures;  // the first kMaxListed, with their reasons
-    static constexpr size_t kMaxListed = 32;
-  } episodes;
-  // The loop simulator's advice at the end (run/tuning.cc): null when the run measured too little.
-  nlohmann::ordered_json tuning;
-  std::string exit = "ok";
-};
+// How every trainer batch is packed (RL and warm-start steps, run/step.cc): the config's rows and
+// ranks, and at least number_of_minibatches micro-batches per rank.
+PackOptions pack_options(const Config& config);
 
 class Orchestrator {
  public:
   // Everything passed must outlive the Orchestrator. `workers` are the launched processes.
   // `format`: how a prompt's text becomes ids (task.chat_template), over `tokenizer`. `reward`:
-  // task.reward over `task`; `http_reward`: its http term's client (null without one).
-  Orchestrator(const Config& config, ControlServer& server, Launcher& launcher, RunMetrics& metrics,
-               Task& task, const engine::Tokenizer& tokenizer, const PromptFormat& format, RewardFunction& reward,
-               HttpRewardClient* http_reward, std::vector<WorkerSlot> workers, const std::string& metrics_jsonl,
-               const std::atomic<int>& interrupted);
+  // task.reward over `task`; `http_reward`: its http term's client (null without one). Files go
+  // to config.run_dir.
+  Orchestrator(const Config& config, ControlServer& server, Launcher& launcher, RunMetrics& metrics, Task& task,
+               const engine::Tokenizer& tokenizer, const PromptFormat& format, RewardFunction& reward,
+               HttpRewardClient* http_reward, std::vector<WorkerSlot> workers, const std::atomic<int>& interrupted);
 
   // Registration, evaluation, number_of_steps steps, evaluation. Errors name the worker at fault.
   Status run();
@@ -182,312 +87,95 @@ class Orchestrator {
   void resume_from(const ResumeState& state, const std::string& dir);
   // Where the run's processes are, for the loop simulator (profile.json): nodes used and CPU cores
   // (or GPUs) per node.
-  void set_cluster_shape(int64_t nodes, int64_t slots_per_node);
+  void set_cluster_shape(int64_t nodes, int64_t slots_per_node) { recorder_.set_cluster_shape(nodes, slots_per_node); }
   // Tells every registered worker to exit (best effort, no wait).
-  void shutdown_workers(const std::string& reason);
-  // The outcome so far; call after run() (whatever it returned) to fill summary.json.
+  void shutdown_workers(const std::string& reason) { fleet_.shutdown(reason); }
+  // The outcome so far, from every part; call after run() (whatever it returned) to fill summary.json.
   RunOutcome finish();
 
  private:
   using Clock = std::chrono::steady_clock;
   using Group = Dispatcher::Group;
-  using Sample = Dispatcher::Sample;
-
-  // ---- run/orchestrator.cc: lifecycle and messages
   // How long a waiting loop's tick() polls for messages before it looks at everything else.
   static constexpr std::chrono::milliseconds kTick{20};
-  // Sends what can go (act), waits up to `wait` for messages and handles them, then acts on them.
+
+  // ---- the loop (orchestrator.cc)
+  // Acts, waits up to `wait` for messages and handles them, supervises, then acts again.
   Status tick(std::chrono::milliseconds wait, bool dispatch);
-  // What the state allows now: the weight sync's next move, requeued and new groups. Also before a
-  // tick's wait, so what the caller just made possible (a sync wanted, a gate opened by the batch
-  // it took) goes out at once rather than after a wait with nothing to wake it.
+  // What the state allows now: the weight sync's next move, requeued and new work. Also before a
+  // tick's wait, so what the caller just made possible goes out at once.
   Status act(bool dispatch);
-  // An error once SIGINT/SIGTERM came (the first waits while committing_); tick() asks first, and
-  // so does run_step() before it takes a batch, which may be ready without a single tick.
-  Status check_interrupt();
+  Status wait_until(const std::function<Result<bool>()>& done, bool dispatch);  // LoopPort::wait
+  LoopPort port();
   Status handle(const Incoming& in);
-  Status handle_register(const Incoming& in, const Register& reg);
-  void handle_heartbeat(const Incoming& in, const Heartbeat& hb);
-  // `failure`, or the death of a worker that caused it (a step failing on the ranks that outlived
-  // another) when one shows within a short grace.
-  Status blame_dead_worker(const Status& failure);
+  Status supervise();  // in tick: the fleet's verdicts, overdue KL scoring and requests
+  // An error once SIGINT/SIGTERM came (the first waits while committing_).
+  Status check_interrupt();
+  // Runs `op` as one that a first interrupt does not cut short (a save, an export, an evaluation).
+  Status uninterrupted(const std::function<Status()>& op);
   Status wait_for_registration();
-  Status format_warm_start();  // warm_start.cc; after a trainer restart it goes on where it was
-  // Which prompts a step trained, for metrics.jsonl: group ids and an XXH3-64 hash of the
-  // prompts' texts in batch order, as 16 hex digits (a resumed run must train the same ones).
-  struct BatchIdentity {
-    std::vector<uint64_t> group_ids;
-    std::string prompt_hash;
-  };
-  static BatchIdentity batch_identity(const std::vector<Group>& batch);  // run/checkpoint.cc
-  void write_step_line(const std::map<std::string, double>& trainer_metrics, double wait_s, double train_s,
-                       double sync_s, const StepRecord& record, std::optional<double> eval_accuracy);
-  void print_progress(double reward_mean);
-  double loop_seconds() const;  // this process's loop time plus that of the parts resumed from
-  double rollout_idle_fraction(double loop) const;  // mean over rollout workers of idle / loop (0 for loop <= 0)
-  WorkerSlot* worker_by_name(const std::string& name);
 
-  // ---- run/checkpoint.cc
-  ResumeState capture_state() const;  // as of now: call when a step has just completed
-  Status save_checkpoint(const ResumeState& state);
-  Status checkpoint_if_due();         // after a step
-  Status checkpoint_on_interrupt();   // the last completed step, unless it was just saved
-  // A save the trainers answered with an error (disk full, no permission: they removed its
-  // partial folder). checkpoint_write_failure: stop returns an error naming the path, the
-  // previous checkpoint and what to do; continue records it in the outcome and returns ok.
-  Status checkpoint_failed(int64_t step, const std::string& error);
-  // The weights of the last completed step as an HF folder in <run_dir>/model (trainer rank 0),
-  // at the end of the run, also one stopped early; a failure is logged, the run's outcome stands.
-  void export_final_model();
+  // ---- the sample path (samples/dispatch.cc)
+  void dispatch();
+  void on_result(const GenerateResult& result);
+  void complete_group(Group group);  // its costs to the loop profile, then the reward stage
+  void release_work(int worker);     // a failed rollout worker's work goes back
+  int64_t outstanding_groups() const;
+  const std::string& no_batch() const;  // why no batch can form ("" while one can)
 
-  // ---- run/weight_sync.cc: weight sync rounds
-  // Blocks (ticking) until every rollout worker holds `version`, re-forming the group as needed.
-  Status weight_sync(uint64_t version);
-  Status advance_sync();  // in tick: finishes, times out or starts a round
-  static std::string sync_errors(const SyncRounds::Outcome& round);  // "member: error; ..."
-  void start_round(uint64_t version);
-  Status finish_round();
-  bool group_complete() const;  // every rollout worker registered and alive
-
-  // ---- run/trainer_recovery.cc: a failed trainer rank restarts the whole trainer group
-  // A trainer rank found dead or hung: remembered (the first one, until recover_trainers() takes
-  // it) and returned as the error that ends the wait in progress. tick() keeps returning it, except
-  // during an evaluation (which needs no trainer).
-  Status note_trainer_failure(const WorkerSlot& w, const std::string& why);
-  Status trainer_failure_status() const;
-  // Restarts the trainer group from the newest checkpoint (or the start weights), as many times
-  // as failures come, up to max_trainer_restarts; then the step counter is back at the
-  // checkpoint's step, every rollout worker holds its weights, and the steps after it are to be
-  // trained again (replay_). The error once the restarts are used up names the rank's log.
-  Status recover_trainers();
-  Status restart_trainer_group(RunOutcome::TrainerFailure& record);  // one try
-  // Runs `op`, and again after each trainer failure it ends with once the group restarted.
-  Status recovering(const std::function<Status()>& op);
-  // The trainer ranks that have not answered: those `answered` says no to. Past
-  // train_step_timeout_seconds since `started`, the first of them is hung (note_trainer_failure).
-  Status check_train_timeout(const std::string& what, Clock::time_point started,
-                             const std::function<bool(int rank)>& answered);
-
-  // ---- run/supervise.cc: rollout worker failures, restarts, timeouts (rules: run/supervisor.h)
-  Status supervise();  // in tick
-  // Kills (unless it exited) and schedules the restart of workers_[index], or fails the run when
-  // its restarts are used up. `why`: "killed by signal 9 (SIGKILL)", "silent for 12 s", ...
-  Status fail_worker(int index, const std::string& why, bool exited);
-  Status restart_worker(int index);
-
-  // ---- run/step.cc: one RL step
+  // ---- the step (step.cc)
   Status run_step();
   // The batch of step `step` (waits, packs): record.build.per_rank is empty when no sample fitted.
   Status new_step_batch(int64_t step, StepRecord& record, double& wait_s);
-  // Sends build's batches to the trainer ranks and ticks until every rank answers; `what` names
-  // the step in errors.
-  Status train(const BatchBuild& build, const std::string& what, bool allow_dispatch);
-  struct RewardStats {
-    double mean = 0, std = 0, advantage_abs_mean = 0;
-  };
-  // How every trainer batch is packed (RL and warm-start steps): the config's rows and ranks, and
-  // at least number_of_minibatches micro-batches per rank.
-  PackOptions pack_options() const;
-  // Packs `batch` into one TrainBatch per rank; too-long samples are discarded and counted, the
-  // ids of the rest go to `sample_ids`.
-  BatchBuild pack_batch(const std::vector<Group>& batch, uint64_t step, RewardStats& rewards,
-                        std::vector<uint64_t>& sample_ids);
-  // Takes prompts_batch_size_for_trainer ready groups (discarding stale ones): false if too few.
-  bool take_batch(std::vector<Group>& out);
-
-  // ---- run/dispatch.cc: the sample path
-  void dispatch();
-  bool start_group();
-  // How the Dispatcher's requests leave: through the ControlServer to workers_[worker].
-  Status send_request(int worker, const GenerateRequest& request);
-  void cancel_off_policy();
-  void on_result(const GenerateResult& result);
-  // A group whose samples are all back: with an http term its samples go to the reward server and
-  // the group waits in awaiting_reward_, else finish_group().
-  void complete_group(Group group);
-  // In tick: the reward server's answers; a group with all of them goes to finish_group(). An
-  // error once the server failed reward_max_failures times in a row.
-  Status poll_rewards();
-  void finish_group(Group group);  // advantages of a complete, rewarded group: queued for a batch, or discarded
-  // A group kept for training: to a rollout worker for its KL reference log-probs
-  // (kl_reference_on: rollout), else queued for a batch.
-  void keep_group(Group group);
-  void on_score_result(const ScoreResult& result);
-  // Groups reference_scoring_ gave back without the reference's log-probs (the trainer scores them).
-  void queue_unscored(std::vector<Group> groups, const std::string& why);
-  // Adds one scored sample's terms (and the server's extra_logs) to the means of the next step line.
-  void note_reward_terms(const LocalReward& local);
-  // The means since the last step, for metrics.jsonl and Prometheus; resets them.
-  std::pair<std::map<std::string, double>, std::map<std::string, double>> take_reward_means();
-  // Discards a group with no reward spread (every sample earned `reward`) and applies
-  // max_zero_spread_rounds to the step waiting for a batch.
-  void discard_zero_spread(float reward, const std::function<void(const std::string&)>& discard_all);
-  // What the warning past max_zero_spread_rounds advises, from the groups it waited on; names a
-  // suspected reward collapse (and records its step in outcome_).
-  std::string zero_spread_advice();
-  Result<std::optional<double>> evaluate(const char* when);
-
-  // Episodes (run/episodes.cc): rows an environment server runs through the run's gateway.
-  struct Episode {
-    uint64_t group = 0;
-    uint32_t index = 0;                    // training: sample `index` of `group`
-    std::optional<uint64_t> eval_problem;  // evaluation: the held-out problem
-    int attempt = 0;
-    uint64_t session = 0, version = 0;
-  };
-  Status start_environment();
-  bool is_episode(const Problem& problem) const;
-  void start_episode(Episode episode);
-  Status poll_episodes();  // in tick
-  void route_calls();      // in tick: gateway calls to rollout workers, their cancels
-  void episode_done(const Episode& episode, const EpisodeReply& reply, EpisodeGateway::Closed closed);
-  void episode_lost(const Episode& episode, const std::string& reason, bool cancelled);
-  void cancel_off_policy_episodes();
-  void abandon_episodes();  // at the end: what still runs is in flight at exit
-  // The held-out accuracy summary.json promises, when the run stops before its last step (`why`:
-  // an interrupt, no batch): the rollout workers still serve. Fills accuracy_after and its note.
+  BatchBuild pack_batch(const std::vector<Group>& batch, uint64_t step, StepRecord& record);
+  // What a completed step leaves: its metrics.jsonl line, its costs, a thread change, the progress line.
+  void step_done(const StepRecord& done, double wait_s, double train_s, std::optional<double> accuracy);
+  ResumeState capture_state() const;  // as of now: call when a step has just completed
+  Status format_warm_start();         // warm_start.cc; after a trainer restart it goes on where it was
+  // The held-out accuracy summary.json promises when the run stops before its last step (`why`).
   void evaluate_at_stop(const std::string& why);
-  int64_t outstanding_groups() const;
-  uint64_t sample_id(uint64_t group, uint32_t index) const { return dispatcher_.sample_id(group, index); }
+  void export_model();  // the final weights as an HF folder (CheckpointKeeper::export_model)
+
+  // ---- failures (recovery.cc)
+  // `failure`, or the death of a worker that caused it, when one shows within a short grace.
+  Status blame_dead_worker(const Status& failure);
+  Status recovering(const std::function<Status()>& op);  // op, again after each trainer restart
+  Status recover_trainers();
+  Status restart_trainer_group();
 
   const Config& config_;
   ControlServer& server_;
-  Launcher& launcher_;
-  RunMetrics& metrics_;
   Task& task_;
+  RunMetrics& metrics_;
   const engine::Tokenizer& tokenizer_;
   const PromptFormat& format_;
-  RewardFunction& reward_;
-  HttpRewardClient* http_reward_;
-  std::vector<WorkerSlot> workers_;
-  std::string metrics_jsonl_;
   const std::atomic<int>& interrupted_;
-
+  const std::vector<int32_t> stop_ids_;  // the policy's end-of-text tokens, end of turn first
   RendezvousService rendezvous_;
   StalenessGate gate_;
   SampleLedger ledger_;
-  uint32_t group_size_;
-  std::vector<int32_t> stop_ids_;
-  bool accepting_exits_ = false;  // after shutdown_workers: exits are expected
+  StepTally steps_;  // the completed steps: steps_.completed is the weight version
+  StepReplay replay_;  // the batches since the newest checkpoint (run/training/step_replay.h)
+  WorkerFleet fleet_;
+  Dispatcher dispatcher_;
+  RunRecorder recorder_;
+  RewardStage rewards_;
+  PromptAdmission admission_;
+  EpisodeRunner episodes_;
+  Evaluator evaluator_;
+  ThreadBalancer threads_;
+  TrainerGroup trainers_;
+  WeightSyncDriver sync_;
+  CheckpointKeeper checkpoints_;
+  bool committing_ = false;  // in a step's train + sync or a save: a first interrupt waits
+  bool stopped_by_interrupt_ = false;
+  bool trainer_waiting_ = false;  // for a batch: idle
   // This turn left messages unread: a heartbeat may be among them, so silence is not judged.
   bool inbox_backlogged_ = false;
-
-  Dispatcher dispatcher_;             // groups in flight, requests, lanes, scored groups (run/dispatcher.h)
-  WorkerSupervisor supervisor_;       // when a rollout worker has failed, when it restarts
-  // The batch of the step in training and those kept since the newest checkpoint, for a trainer
-  // restart (run/step_replay.h).
-  StepReplay replay_;
-  // Complete groups waiting for the reward server, by group id; Group::rewards_waiting counts down.
-  std::map<uint64_t, Group> awaiting_reward_;
-  // kl_reference_on: rollout: groups kept for training, waiting for a rollout worker to score them
-  // under the KL reference (run/reference_scoring.h).
-  ReferenceScoring reference_scoring_;
-  struct Mean {
-    double sum = 0;
-    int64_t n = 0;
-  };
-  std::map<std::string, Mean> reward_terms_, reward_server_logs_;  // since the last step line
-  HttpRewardClient::Stats reward_stats_seen_;  // as of the last poll_rewards(), for the request counters
-  int64_t trainer_step_ = 0;          // steps completed and synced = weight version
-  // Groups discarded for no reward spread while the current step waits for its batch (reset when
-  // it has one); max_zero_spread_rounds bounds them (discard_zero_spread).
-  struct ZeroSpreadWindow {
-    int64_t discarded = 0, failed = 0, solved = 0;  // failed: every sample earned 0; solved: 1
-  } zero_spread_;
-  bool keep_zero_spread_ = false;  // past the bound: zero-spread groups fill the step's batch
-  // Some sample of this run earned a reward: a long streak without one is then bad luck on a
-  // policy that rarely succeeds, and the step trains on what there is rather than stop the run.
-  bool rewarded_once_ = false;
-  // Samples of complete groups scored so far, and those that earned a reward (> 0): how often the
-  // policy succeeds, trained or not (zero_spread_advice).
-  int64_t samples_scored_ = 0, samples_rewarded_ = 0;
-  std::string no_batch_error_;     // past the bound with nothing to learn from: run_step stops the run
-  int64_t prompts_skipped_in_a_row_ = 0, longest_skipped_prompt_ = 0;  // start_group: no prompt fits
-  log::RateLimited zero_spread_log_{std::chrono::seconds(60)};
+  Clock::time_point last_tick_;
   // Warnings that can recur every group or message: the first, then one a minute with a count.
-  log::RateLimited generation_error_log_{std::chrono::seconds(60)}, advantage_error_log_{std::chrono::seconds(60)},
-      too_long_log_{std::chrono::seconds(60)}, unexpected_message_log_{std::chrono::seconds(60)},
-      reference_error_log_{std::chrono::seconds(60)};
-  PromptSource prompts_;  // the only caller of task_.next_train(); consumed() is the data position
-
-  // Checkpoints and resume (run/checkpoint.cc).
-  std::optional<ResumeState> resumed_;          // the state this run continues from
-  std::optional<ResumeState> last_step_state_;  // captured when the last step completed
-  int64_t last_checkpoint_step_ = 0;
-  bool committing_ = false;         // in a step's train + sync or a save: an interrupt waits
-  bool stopped_by_interrupt_ = false;
-  // Trainer recovery (run/trainer_recovery.cc).
-  struct PendingTrainerFailure {
-    std::string worker, reason;
-    double detected_at = 0;
-  };
-  std::optional<PendingTrainerFailure> trainer_failure_;
-  struct CheckpointRef {
-    std::string dir;
-    ResumeState state;
-  };
-  std::optional<CheckpointRef> newest_checkpoint_;  // saved by this run, or resumed from
-  int first_step_record_ = -1;  // index in outcome_.trainer_failures waiting for its first_step_at
-  bool evaluating_ = false;     // a trainer failure waits for the evaluation's end
-  bool restoring_trainers_ = false;  // from the kill to the restored weights' sync: no catch-up rounds
-  std::map<int, CheckpointSaved> checkpoints_saved_;  // by rank
-  DispatchCount dispatch_count_;  // the run's dispatched samples, on disk for a resume after a SIGKILL
-
-  // Per-step waits.
-  std::map<int, TrainResult> train_results_;  // by rank
-  std::string train_error_;
-  // The rank whose step failed in a collective (unavailable, timeout: its data-parallel peer died
-  // or stopped); "" otherwise.
-  std::string train_error_lost_group_;
-  SyncRounds sync_;  // weight-sync rounds: target version, epoch, the round in flight (run/weight_sync.cc)
-
-  std::unique_ptr<EpisodeGateway> gateway_;  // with task.environment_url
-  std::unique_ptr<EpisodeClient> environment_;
-  std::map<uint64_t, Episode> episodes_;  // running, by attempt key
-  uint64_t next_episode_key_ = 1;
-  size_t next_call_worker_ = 0;
-  log::RateLimited episode_failure_log_{std::chrono::seconds(30)};
-
-  std::map<uint64_t, double> eval_rewards_;  // eval problem index -> reward
-  // samples.jsonl: a few completions of every evaluation and of every log_samples_every-th step.
-  static constexpr size_t kLoggedSamples = 4;
-  std::map<uint64_t, std::string> eval_texts_;  // the first kLoggedSamples evaluation problems' answers
-  std::optional<double> last_eval_accuracy_;     // for the progress line
-  // `step`: evaluations, the steps completed; training samples, the step they train.
-  void log_samples(const char* kind, int64_t step, const std::vector<nlohmann::ordered_json>& samples) const;
-  // Appends `lines` to the run-folder file `path` (metrics.jsonl, samples.jsonl), first renaming
-  // it <path>.1 when it passed log_files_max_mb; a failure is logged, never the run's error.
-  void append_run_file(const std::string& path, const std::string& lines) const;
-
-  // ---- run/tuning.cc: what the loop costs (profile.json) and what the simulator advises
-  static constexpr int64_t kProfileEvery = 10;  // steps between profile.json writes
-  static constexpr int64_t kAdviseEvery = 50;   // steps between advice refreshes (Prometheus gauges)
-  static constexpr int64_t kAdviseSteps = 30;   // steps those refreshes simulate (the end: the run's own)
-  // After a step: its costs (rank 0's metrics), the profile file, the gauges.
-  void profile_step(int64_t step, const std::map<std::string, double>& rank0, double train_seconds);
-  void save_profile();
-  // Simulates the run's settings and the candidates; sets the gauges; at_end: summary.json's
-  // "tuning" and, past advise_idle_threshold, the log line that says what to change.
-  void advise(bool at_end);
-  tune::LoopProfile profile_;
-  double loop_cpu_start_ = 0;  // the orchestrator's CPU seconds when the loop began
-  bool profile_write_failed_ = false;
-
-  // ---- run/cores.cc: balance_cpu_threads (run/core_balance.h)
-  void start_core_balance();         // when the loop starts: on, where it applies
-  void balance_cores(int64_t step);  // after a step: a window's measures, a change sent
-  void send_threads(WorkerSlot& w);  // the threads its role computes with now, if it has others
-  void note_threads(const WorkerSlot& w);  // the rlrun_worker_compute_threads gauge
-  std::optional<CoreBalance> core_balance_;
-  LoadWindows load_windows_;
-  LoopTotals loop_totals(int64_t step) const;
-  double rollout_scoring_cpu_ = 0;  // CPU seconds of every rollout process scoring the KL reference
-
-  RunOutcome outcome_;
-  Clock::time_point last_tick_, loop_start_;
-  bool looping_ = false, trainer_waiting_ = false;
-  double last_sync_seconds_ = 0;
-  int64_t weight_bytes_ = 0;  // f32 parameters sent per sync (flat buffer)
+  log::RateLimited generation_error_log_{std::chrono::seconds(60)}, too_long_log_{std::chrono::seconds(60)},
+      unexpected_message_log_{std::chrono::seconds(60)};
 };
 
 }  // namespace rlrun::orchestrator

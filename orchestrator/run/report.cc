@@ -32,12 +32,13 @@ Json tenth_mean(const std::vector<double>& v, bool last) {
 // balance_cpu_threads: the threads each side started with and every change (null where the run
 // does not balance: cpu_threads_per_worker set, a device backend, several nodes, or the key off).
 Json cpu_threads_json(const RunOutcome& o) {
-  if (!o.cores_base) return nullptr;
+  const ThreadBalancer::Stats& t = o.threads;
+  if (!t.base) return nullptr;
   Json changes = Json::array();
-  for (const RunOutcome::CoreChange& c : o.core_changes)
+  for (const ThreadBalancer::Stats::Change& c : t.changes)
     changes.push_back({{"after_step", c.step}, {"trainer", c.share.trainer_threads},
                        {"rollout", c.share.rollout_threads}, {"reason", c.reason}});
-  return {{"start", {{"trainer", o.cores_base->trainer_threads}, {"rollout", o.cores_base->rollout_threads}}},
+  return {{"start", {{"trainer", t.base->trainer_threads}, {"rollout", t.base->rollout_threads}}},
           {"changes", changes}};
 }
 
@@ -46,14 +47,14 @@ Json cpu_threads_json(const RunOutcome& o) {
 // --compare` reads (orchestrator/plan/memory_report.h).
 Json processes_json(const RunOutcome& o) {
   Json out = Json::array();
-  for (const auto& [process, rss] : o.peak_memory_bytes) {
+  for (const auto& [process, rss] : o.workers.peak_memory_bytes) {
     const size_t dash = process.rfind('-');
     if (dash == std::string::npos) continue;  // the orchestrator itself
     Json entry = {{"role", process.substr(0, dash)},
                   {"rank", std::stoll(process.substr(dash + 1))},
                   {"peak_memory_bytes", rss}};
-    auto phases = o.phase_peak_bytes.find(process);
-    if (phases != o.phase_peak_bytes.end() && !phases->second.empty()) {
+    auto phases = o.workers.phase_peak_bytes.find(process);
+    if (phases != o.workers.phase_peak_bytes.end() && !phases->second.empty()) {
       int64_t backend_peak = 0;
       Json per_phase = Json::object();
       for (const auto& [phase, n] : phases->second) {
@@ -72,7 +73,7 @@ Json processes_json(const RunOutcome& o) {
 // happen): when it was detected, when its replacement started, had the weights, took a request.
 Json failures_json(const RunOutcome& o) {
   Json out = Json::array();
-  for (const RunOutcome::WorkerFailure& f : o.worker_failures) {
+  for (const WorkerFleet::Stats::Failure& f : o.workers.failures) {
     out.push_back({{"worker", f.worker},
                    {"reason", f.reason},
                    {"detected_at", seconds_or_null(f.detected_at)},
@@ -85,7 +86,7 @@ Json failures_json(const RunOutcome& o) {
 
 Json trainer_failures_json(const RunOutcome& o) {
   Json out = Json::array();
-  for (const RunOutcome::TrainerFailure& f : o.trainer_failures) {
+  for (const TrainerGroup::Stats::Failure& f : o.trainers.failures) {
     out.push_back({{"worker", f.worker},
                    {"reason", f.reason},
                    {"step", f.step},
@@ -103,7 +104,7 @@ Json trainer_failures_json(const RunOutcome& o) {
 
 Json checkpoint_failures_json(const RunOutcome& o) {
   Json out = Json::array();
-  for (const RunOutcome::CheckpointFailure& f : o.checkpoint_failures) out.push_back({{"step", f.step}, {"error", f.error}});
+  for (const CheckpointKeeper::Stats::Failure& f : o.checkpoints.failures) out.push_back({{"step", f.step}, {"error", f.error}});
   return out;
 }
 
@@ -111,15 +112,16 @@ Json checkpoint_failures_json(const RunOutcome& o) {
 
 std::string summary_json(const RunOutcome& o, double wall_seconds) {
   const SampleLedger::Summary& s = o.samples;
-  const double loop = o.loop_seconds > 0 ? o.loop_seconds : 0;
+  const double loop = o.loop.loop_seconds > 0 ? o.loop.loop_seconds : 0;
   auto per_loop_second = [&](double v) { return loop > 0 ? number(v / loop) : Json(nullptr); };
-  Json eval = {{"accuracy_before", optional_number(o.accuracy_before)},
-               {"accuracy_after", optional_number(o.accuracy_after)}};
-  if (!o.accuracy_after_note.empty()) eval["accuracy_after_note"] = o.accuracy_after_note;
-  Json reward = {{"expression", o.reward_expression}};
-  if (o.reward_server) {
-    const HttpRewardClient::Stats& r = *o.reward_server;
-    reward["server"] = {{"url", o.reward_url},
+  Json eval = {{"accuracy_before", optional_number(o.eval.accuracy_before)},
+               {"accuracy_after", optional_number(o.eval.accuracy_after)}};
+  if (!o.eval.accuracy_after_note.empty()) eval["accuracy_after_note"] = o.eval.accuracy_after_note;
+  const RewardStage::Stats& rewards = o.rewards;
+  Json reward = {{"expression", rewards.expression}};
+  if (rewards.server) {
+    const HttpRewardClient::Stats& r = *rewards.server;
+    reward["server"] = {{"url", rewards.url},
                         {"requests", r.requests},
                         {"failed_requests", r.failed_requests},
                         {"samples_scored", r.items_scored},
@@ -129,7 +131,7 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
                         {"round_trip_max_seconds", number(r.round_trip_max_seconds)}};
   }
   Json episodes = nullptr;
-  if (const RunOutcome::Episodes& e = o.episodes; !e.url.empty()) {
+  if (const EpisodeRunner::Stats& e = o.episodes; !e.url.empty()) {
     episodes = {{"environment_url", e.url},
                 {"gateway", e.gateway},
                 {"started", e.started},
@@ -164,29 +166,30 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
       {"eval", eval},
       {"reward", reward},
       {"episodes", episodes},
-      {"trainer_idle_fraction", per_loop_second(o.trainer_idle_seconds)},
+      {"trainer_idle_fraction", per_loop_second(o.loop.trainer_idle_seconds)},
       {"rollout_idle_fraction", loop > 0 ? number(o.rollout_idle_fraction) : Json(nullptr)},
       {"tokens_per_second",
        {{"generated", per_loop_second(static_cast<double>(o.tokens_generated))},
         {"trained", per_loop_second(static_cast<double>(o.tokens_trained))}}},
-      {"peak_memory_bytes", Json(o.peak_memory_bytes)},
+      {"peak_memory_bytes", Json(o.workers.peak_memory_bytes)},
       {"processes", processes_json(o)},
-      {"worker_restarts", o.worker_restarts},
+      {"worker_restarts", o.workers.restarts},
       {"worker_failures", failures_json(o)},
-      {"trainer_restarts", o.trainer_restarts},
+      {"trainer_restarts", o.trainers.restarts},
       {"trainer_failures", trainer_failures_json(o)},
       {"checkpoint_failures", checkpoint_failures_json(o)},
-      {"prompts_skipped", o.prompts_skipped},
-      {"zero_spread_groups_kept", o.zero_spread_kept},
-      {"reward_collapse_step", o.reward_collapse_step > 0 ? Json(o.reward_collapse_step) : Json(nullptr)},
+      {"prompts_skipped", o.prompts.prompts_skipped},
+      {"zero_spread_groups_kept", rewards.zero_spread.kept},
+      {"reward_collapse_step",
+       rewards.zero_spread.reward_collapse_step > 0 ? Json(rewards.zero_spread.reward_collapse_step) : Json(nullptr)},
       {"kl_reference_groups",
-       o.kl_reference_scored_by_rollout < 0
+       rewards.kl_reference_scored_by_rollout < 0
            ? Json(nullptr)
-           : Json{{"scored_by_rollout", o.kl_reference_scored_by_rollout},
-                  {"scored_by_trainer", o.kl_reference_scored_by_trainer}}},
+           : Json{{"scored_by_rollout", rewards.kl_reference_scored_by_rollout},
+                  {"scored_by_trainer", rewards.kl_reference_scored_by_trainer}}},
       {"cpu_threads", cpu_threads_json(o)},
-      {"tuning", o.tuning},
-      {"model", o.model_dir.empty() ? Json(nullptr) : Json(o.model_dir)},
+      {"tuning", o.loop.tuning},
+      {"model", o.checkpoints.model_dir.empty() ? Json(nullptr) : Json(o.checkpoints.model_dir)},
       {"exit", o.exit}};
   return summary.dump(2) + "\n";
 }

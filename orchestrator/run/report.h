@@ -17,7 +17,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "orchestrator/run/orchestrator.h"
+#include "orchestrator/run/outcome.h"
 
 namespace rlrun::orchestrator {
 

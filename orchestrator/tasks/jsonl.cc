@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <unordered_set>
 
+#include "common/fnv1a.h"
 #include "common/observe/log.h"
 #include "orchestrator/tasks/tasks.h"
 
@@ -24,11 +25,7 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // The FNV-1a 64 hash of what makes two rows the same prompt (its text, or its chat).
-uint64_t prompt_key(const Problem& p) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : p.messages_json.empty() ? p.prompt : p.messages_json) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
+uint64_t prompt_key(const Problem& p) { return fnv1a64(p.messages_json.empty() ? p.prompt : p.messages_json); }
 
 class RowReader {
  public:

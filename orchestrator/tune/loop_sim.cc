@@ -10,7 +10,7 @@
 
 #include "common/observe/log.h"
 #include "common/status.h"
-#include "orchestrator/run/core_balance.h"
+#include "orchestrator/run/workers/core_balance.h"
 
 namespace rlrun::orchestrator::tune {
 namespace {
@@ -118,7 +118,7 @@ class Sim {
   double staleness_sum_ = 0;
   int64_t staleness_n_ = 0;
   int64_t generated_groups_ = 0;
-  // balance_cpu_threads, as the orchestrator does it (run/cores.cc): the same windows and rules.
+  // balance_cpu_threads, as the orchestrator does it (run/workers/cores.cc): the same windows and rules.
   std::optional<CoreBalance> balance_;
   LoadWindows load_windows_;
   int64_t lent_trainer_threads_ = 0, lent_rollout_threads_ = 0;  // the share in force (0: no balancing)

@@ -55,7 +55,7 @@ struct LoopSettings {
   bool share_prompts_in_training = true;
   bool kl_reference = false;          // kl_coef > 0: the reference's forward pass over every trained group
   bool reference_on_rollout = false;  // kl_reference_on: rollout (the least busy worker scores each kept group)
-  // The orchestrator lends the idle side's cores to the busy one (run/core_balance.h), on one CPU
+  // The orchestrator lends the idle side's cores to the busy one (run/workers/core_balance.h), on one CPU
   // node with cpu_threads_per_worker 0; simulated with the same rules, a trainer with lent threads
   // running at the speed the run measured with them (LoopCosts::trainer_lent_speed; a lend never
   // measured gains nothing and its trial undoes it).

@@ -169,6 +169,12 @@ TEST(WeightSyncFormat, HostileHeadersAndMetadataAreErrors) {
   EXPECT_NE(engine::layout_digest(l), engine::layout_digest(layout_of(11, 69)));
 }
 
+TEST(WeightSyncFormat, TheLayoutDigestIsTheOneCheckpointsRecord) {
+  // trainer_state.json holds it and a resume compares it: a change here is a change of the
+  // checkpoint format (every checkpoint written before would no longer load).
+  EXPECT_EQ(engine::layout_digest(layout_of(10, 69)), 15936405931150266863ULL);
+}
+
 TEST_P(WeightSync, TrainerFreesGradBuffersForTheWholeSend) {
   for (bool free_grads : {false, true}) {
     run_group(2, [&](int rank, engine::Communicator& comm) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "common/html.h"
 #include "engine/tokenizer/jinja/interpreter.h"
 #include "engine/tokenizer/jinja/text.h"
 

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <optional>
 
+#include "common/html.h"
 #include "engine/tokenizer/jinja/interpreter.h"
 #include "engine/tokenizer/jinja/text.h"
 

@@ -167,21 +167,6 @@ std::string jinja_title(std::string_view s) {
   return out;
 }
 
-std::string html_escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 std::string py_replace(std::string_view s, std::string_view from, std::string_view to, int64_t count) {
   std::string out;
   if (from.empty()) {  // Python inserts `to` around every code point

@@ -24,7 +24,6 @@ std::string py_lower(std::string_view s);
 std::string py_capitalize(std::string_view s);  // first code point upper, the rest lower
 std::string py_title(std::string_view s);       // str.title(): words are runs of cased letters
 std::string jinja_title(std::string_view s);    // the |title filter: words split at [-\s({\[<]
-std::string html_escape(std::string_view s);  // markupsafe.escape: & < > " '
 std::string py_replace(std::string_view s, std::string_view from, std::string_view to, int64_t count);
 
 }  // namespace rlrun::engine::jinja

@@ -34,6 +34,28 @@ TEST(ConfigSchema, DefaultsYamlIsExactlyTheRenderedSchema) {
          "  build/rlrun validate --print-defaults > configs/defaults.yaml";
 }
 
+// docs/configuration.md, the configuration reference, is generated from keys.def: a key missing
+// from it, or any other difference, means the page is stale.
+TEST(ConfigSchema, TheConfigurationReferenceListsEveryKeyAndIsNotStale) {
+  const std::string page = read_text(repo_file("docs/configuration.md"));
+  for (const KeySpec& key : config_keys()) {
+    const std::string row = "| `" + key.dotted_name() + "` | ";
+    EXPECT_NE(page.find(row), std::string::npos) << key.dotted_name() << " is missing from docs/configuration.md";
+  }
+  EXPECT_EQ(page, render_config_reference())
+      << "docs/configuration.md is out of date; regenerate it with\n"
+         "  build/rlrun validate --print-reference > docs/configuration.md";
+}
+
+TEST(ConfigSchema, TheConfigurationReferenceGivesEachKeyItsTypeDefaultAndRange) {
+  const std::string page = render_config_reference();
+  EXPECT_NE(page.find("| `max_async_rollout` | integer | `1` | [0, "), std::string::npos) << page;
+  EXPECT_NE(page.find("| `algorithm` | choice | `grpo` | `grpo`, `dr_grpo`, `rloo`, `gspo` |"), std::string::npos);
+  EXPECT_NE(page.find("| `model.checkpoint` | path |"), std::string::npos);
+  EXPECT_NE(page.find("| `task.reward` | string |"), std::string::npos);
+  EXPECT_NE(page.find("## `task:`"), std::string::npos);
+}
+
 TEST(ConfigSchema, DefaultsYamlHoldsEveryKeyWithItsDefaultAndNoOther) {
   const YAML::Node root = YAML::LoadFile(repo_file("configs/defaults.yaml"));
   std::set<std::string> in_file;

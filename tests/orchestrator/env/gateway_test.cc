@@ -68,7 +68,7 @@ class GatewayTest : public ::testing::Test {
     tokenizer_.emplace(*tokenizer);
     Result<PromptFormat> format = PromptFormat::create("auto", tokenizer_path, *tokenizer_);
     ASSERT_TRUE(format.ok() && format->is_chat());
-    rollout::openai::ServedModel model("policy", *tokenizer_);
+    orchestrator::openai::ServedModel model("policy", *tokenizer_);
     eot_ = *format->end_of_turn();
     model.stop_ids = {eot_};
     model.render_chat = [f = *format](const nlohmann::ordered_json& m) { return f.chat_text(m); };

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <regex>
 
-#include "orchestrator/run/dispatch_count.h"
+#include "orchestrator/run/samples/dispatch_count.h"
 #include "tests/orchestrator/run/run_resume_util.h"
 #include "tests/orchestrator/run/summary_checks.h"
 #include "trainer/checkpoint.h"

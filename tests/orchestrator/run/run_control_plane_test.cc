@@ -1,7 +1,7 @@
 // The run's control plane as `rlrun CONFIG` sets it up (bind_run_control_plane): key files and
 // their modes, a worker's view of them (worker_control_security, --control-keys), and who gets
 // through, served by the real RendezvousService on real sockets.
-#include "orchestrator/run/control_plane.h"
+#include "orchestrator/run/workers/control_plane.h"
 
 #include <sys/stat.h>
 
@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "common/protocol/curve_keys.h"
-#include "orchestrator/run/rendezvous.h"
+#include "orchestrator/run/workers/rendezvous.h"
 #include "tests/orchestrator/cli_test_util.h"
 #include "tests/orchestrator/control_probe.h"
 
