@@ -189,6 +189,7 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
                   {"scored_by_trainer", rewards.kl_reference_scored_by_trainer}}},
       {"cpu_threads", cpu_threads_json(o)},
       {"tuning", o.loop.tuning},
+      {"trainer_matmul", o.loop.trainer_matmul},
       {"model", o.checkpoints.model_dir.empty() ? Json(nullptr) : Json(o.checkpoints.model_dir)},
       {"exit", o.exit}};
   return summary.dump(2) + "\n";

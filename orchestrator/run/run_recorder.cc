@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/file_io.h"
 #include "common/observe/log.h"
+#include "engine/backend_info.h"
 #include "orchestrator/roles/model_from_config.h"
 #include "orchestrator/tune/loop_costs.h"
 #include "orchestrator/tune/tune.h"
@@ -144,6 +145,14 @@ void RunRecorder::set_cluster_shape(int64_t nodes, int64_t slots_per_node) {
   // load_config() read the checkpoint already, so its model is known to read.
   const Result<engine::ModelConfig> model = model_config_from(config_.model);
   profile_.parameters = model.ok() ? model->num_parameters() : 0;
+  if (!profile_.on_devices) {  // ~60 ms; this node's, which is the trainer's under the local launcher
+    const engine::HostCompute host = engine::measure_host_compute();
+    profile_.host = {{"node", "the orchestrator's"},
+                     {"summary", host.summary},
+                     {"sgemm_gflops_one_thread", host.sgemm_gflops},
+                     {"fp32_peak_gflops_one_core", host.fma_peak_gflops},
+                     {"widest_kernels", host.widest_kernels}};
+  }
 }
 
 void RunRecorder::after_step(int64_t step, const std::map<std::string, double>& rank0, double train_seconds,
@@ -154,12 +163,26 @@ void RunRecorder::after_step(int64_t step, const std::map<std::string, double>& 
     profile_.on_train_step(rank0, train_seconds, sync_seconds);
   else  // how much faster the lend made it: `rlrun tune` simulates the balancing with it
     profile_.on_lent_train_step(rank0, static_cast<int64_t>(threads->second));
+  matmul_.on_step(rank0);
+  if (!matmul_warned_) {
+    if (const std::string slow = matmul_.advice(placement()); !slow.empty()) {
+      matmul_warned_ = true;  // once; the end of the run says it again with every step's figures
+      log::warn(slow);
+    }
+  }
   if (step % kProfileEvery == 0) save_profile(reward_seconds);
   if (step % kAdviseEvery == 0) advise(false);
 }
 
+MatmulSpeedWatch::Placement RunRecorder::placement() const {
+  const int64_t processes_per_node =
+      (profile_.rollout_workers + profile_.trainer_ranks + profile_.nodes - 1) / profile_.nodes;
+  return MatmulSpeedWatch::Placement{processes_per_node * profile_.threads, profile_.slots_per_node};
+}
+
 void RunRecorder::save_profile(std::optional<double> reward_seconds) {
   // After the loop, loop_seconds() no longer counts this process's part: the statistics have it.
+  profile_.trainer_matmul = matmul_.to_json(placement());
   profile_.set_loop(looping_ ? loop_seconds() : stats_.loop_seconds, process_cpu_seconds() - loop_cpu_start_);
   if (reward_seconds) profile_.set_reward_seconds(*reward_seconds);
   const std::string path = (std::filesystem::path(run_dir_) / "profile.json").string();
@@ -207,6 +230,8 @@ void RunRecorder::finish(std::optional<double> reward_seconds) {
   if (steps_.completed > resumed_steps_) {
     save_profile(reward_seconds);
     advise(true);
+    stats_.trainer_matmul = matmul_.to_json(placement());
+    if (const std::string slow = matmul_.advice(placement()); !slow.empty()) log::warn(str("over the run, ", slow));
   }
 }
 

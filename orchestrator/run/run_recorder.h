@@ -11,6 +11,8 @@
 //    untrusted bytes: invalid UTF-8 is replaced.
 //  - The progress line: a terminal redraws one line in place; a pipe or file gets a line at most
 //    every 30 s (and the last); logs/orchestrator.log gets every step.
+//  - The trainer's matrix products are watched against the host's measured GEMM speed
+//    (matmul_speed.h): a warning once when they run slow, and the verdict with its cause at the end.
 //  - profile.json is written every kProfileEvery steps and at the end; the simulator's advice
 //    refreshes the tune_* gauges every kAdviseEvery steps and, at the end, goes into the summary
 //    and (when a side idled past advise_idle_threshold) into the log, saying what to change.
@@ -27,6 +29,7 @@
 
 #include "common/config/config.h"
 #include "orchestrator/run/loop_port.h"
+#include "orchestrator/run/matmul_speed.h"
 #include "orchestrator/run/metrics.h"
 #include "orchestrator/run/step_tally.h"
 #include "orchestrator/run/training/state.h"
@@ -46,6 +49,9 @@ class RunRecorder {
     double trainer_idle_seconds = 0;  // trainer waiting for a batch, within loop_seconds
     // The loop simulator's advice at the end: null when the run measured too little.
     nlohmann::ordered_json tuning;
+    // The trainer's matrix products against the host's measured speed (MatmulSpeedWatch): null
+    // when the run measured too little or the products were small.
+    nlohmann::ordered_json trainer_matmul;
   };
   // What a step's line says beyond the step's record.
   struct StepLine {
@@ -93,6 +99,7 @@ class RunRecorder {
   void append_run_file(const std::string& path, const std::string& lines) const;
   void save_profile(std::optional<double> reward_seconds);
   void advise(bool at_end);
+  MatmulSpeedWatch::Placement placement() const;
 
   const Config& config_;
   std::string run_dir_;
@@ -107,6 +114,8 @@ class RunRecorder {
   double loop_cpu_start_ = 0;  // the orchestrator's CPU seconds when the loop began
   tune::LoopProfile profile_;
   bool profile_write_failed_ = false;
+  MatmulSpeedWatch matmul_;
+  bool matmul_warned_ = false;
   Stats stats_;
 };
 

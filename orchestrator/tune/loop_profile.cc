@@ -113,7 +113,9 @@ rollout::StepCostSums LoopProfile::engine_steps() const {
 Json LoopProfile::to_json() const {
   Json hist = Json::array();
   for (const auto& [len, n] : completions_) hist.push_back({len, n});
-  return {{"rollout_workers", rollout_workers},
+  return {{"host", host},
+          {"trainer_matmul", trainer_matmul},
+          {"rollout_workers", rollout_workers},
           {"trainer_ranks", trainer_ranks},
           {"threads", threads},
           {"on_devices", on_devices},

@@ -30,6 +30,11 @@ class LoopProfile {
   int64_t nodes = 1;          // where the run's processes ran ...
   int64_t slots_per_node = 1; // ... and the CPU cores (or GPUs) of each node
   int64_t parameters = 0;
+  // For the reader, not the simulator (from_json leaves them empty): the host's CPU, features,
+  // GEMM kernels and measured speed (engine::HostCompute), and the trainer's matrix products
+  // against it (run/matmul_speed.h).
+  nlohmann::json host;
+  nlohmann::json trainer_matmul;
 
   // ---- what it measured
   // A rollout worker's heartbeat: its cumulative engine-step sums (rollout/step_cost.h) and the
