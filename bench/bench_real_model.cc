@@ -8,15 +8,20 @@
 //     prompt of `--prompt-len` tokens, `--new-tokens` sampled at temperature 1 (no stop token, so
 //     every sample decodes them all). Counted: new tokens / wall seconds from submission to the
 //     last token (prefill included, as HF generate's figure includes it).
+// With --compute-dtype bf16 the products run bf16 x bf16 -> fp32 (compute_dtype: bf16, where the
+// CPU has AVX512_BF16 or AMX), and a line gives the log-prob drift of the training batch against
+// fp32: max and mean |logprob_bf16 - logprob_fp32| over its tokens.
 // Medians of --reps runs. Prints a table and one JSON line ("json: {...}") for real_model.py.
 // Never fails on time.
 //
 // Usage: bench_real_model [--model PATH.gguf|DIR] [--threads N] [--reps R] [--train-seqs S]
 //                         [--train-len L] [--batches 1,8,32,64] [--prompt-len P] [--new-tokens T]
-//                         [--skip-train] [--skip-generate]
+//                         [--compute-dtype fp32|bf16] [--skip-train] [--skip-generate]
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
+#include <tuple>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +32,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/backend_info.h"
 #include "engine/io/model_io.h"
 #include "engine/model/model.h"
 #include "rollout/scheduler.h"
@@ -177,6 +183,39 @@ GenFigures bench_generate(Model& model, int64_t batch, int64_t prompt_len, int64
   return f;
 }
 
+// The training batch's log-probs with bf16 products against fp32 ones: {max, mean} |difference|.
+std::pair<double, double> bf16_drift(Model& model, int64_t seqs, int64_t len) {
+  Backend& b = model.backend();
+  const ModelConfig& c = model.config();
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
+  std::vector<int32_t> tokens, positions, cu = {0}, targets;
+  for (int64_t s = 0; s < seqs; ++s) {
+    for (int64_t i = 0; i < len; ++i) {
+      tokens.push_back(tok(rng));
+      positions.push_back(static_cast<int32_t>(i));
+    }
+    for (int64_t i = 0; i < len; ++i) targets.push_back(i + 1 < len ? tokens[tokens.size() - len + i + 1] : -1);
+    cu.push_back(static_cast<int32_t>(tokens.size()));
+  }
+  const PackedBatch batch{tokens, positions, cu, targets};
+  auto logprobs = [&](bool bf16) {
+    b.set_matmul_bf16(bf16);
+    return to_host_f32(or_die(model.forward(batch, false), "forward").logprobs);
+  };
+  const std::vector<float> f32 = logprobs(false), bf16 = logprobs(true);
+  double max = 0, sum = 0;
+  int64_t n = 0;
+  for (size_t i = 0; i < f32.size(); ++i) {
+    if (targets[i] < 0) continue;
+    const double d = std::abs(double(bf16[i]) - double(f32[i]));
+    max = std::max(max, d);
+    sum += d;
+    ++n;
+  }
+  return {max, n > 0 ? sum / double(n) : 0.0};
+}
+
 std::vector<int64_t> parse_list(const char* s) {
   std::vector<int64_t> out;
   std::stringstream in(s);
@@ -192,7 +231,7 @@ int main(int argc, char** argv) {
   int threads = 2, reps = 3;
   int64_t train_seqs = 8, train_len = 64, prompt_len = 48, new_tokens = 16;
   std::vector<int64_t> batches = {1, 8, 32, 64};
-  bool train = true, generate = true;
+  bool train = true, generate = true, bf16 = false;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : "";
@@ -217,6 +256,8 @@ int main(int argc, char** argv) {
     else if (k == "--batches") batches = parse_list(v);
     else if (k == "--prompt-len") prompt_len = std::atoll(v);
     else if (k == "--new-tokens") new_tokens = std::atoll(v);
+    else if (k == "--compute-dtype" && (std::strcmp(v, "fp32") == 0 || std::strcmp(v, "bf16") == 0))
+      bf16 = std::strcmp(v, "bf16") == 0;
     else {
       std::fprintf(stderr, "bench_real_model: unknown option %s\n", k.c_str());
       return 2;
@@ -229,10 +270,23 @@ int main(int argc, char** argv) {
   std::printf("model %s: %.1fM parameters, %lld layers, hidden %lld, vocab %lld; loaded in %.1f s; %d threads\n",
               model_path.c_str(), double(c.num_parameters()) / 1e6, static_cast<long long>(c.num_layers),
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.vocab_size), since(load_start), threads);
+  std::printf("host: %s\n", measure_host_compute().summary.c_str());
+  double drift_max = 0, drift_mean = 0;
+  if (bf16) {
+    if (!backend->set_matmul_bf16(true)) {
+      std::fprintf(stderr, "bench_real_model: --compute-dtype bf16: this CPU has no native bf16 products\n");
+      return 2;
+    }
+    std::tie(drift_max, drift_mean) = bf16_drift(*model, train_seqs, train_len);
+    std::printf("compute dtype bf16: log-prob drift against fp32 over %lld x %lld tokens: max %.4f, mean %.5f\n",
+                static_cast<long long>(train_seqs), static_cast<long long>(train_len), drift_max, drift_mean);
+  }
   const double bound = sgemm_gflops(*backend, reps);
-  std::printf("sgemm 1024^3 f32: %.1f GFLOP/s (the bound)\n", bound);
+  std::printf("%s 1024^3: %.1f GFLOP/s (the bound)\n", bf16 ? "GEMM bf16 x bf16 -> f32" : "sgemm f32", bound);
   std::ostringstream json;
-  json << "{\"threads\":" << threads << ",\"sgemm_gflops\":" << bound;
+  json << "{\"threads\":" << threads << ",\"compute_dtype\":\"" << (bf16 ? "bf16" : "fp32")
+       << "\",\"sgemm_gflops\":" << bound;
+  if (bf16) json << ",\"logprob_drift\":{\"max\":" << drift_max << ",\"mean\":" << drift_mean << "}";
   if (train) {
     const TrainFigures t = bench_train(*model, train_seqs, train_len, reps);
     std::printf("training %lld x %lld tokens (forward + backward + AdamW): %.3f s/step, %.1f tokens/s, "

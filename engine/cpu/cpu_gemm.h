@@ -32,6 +32,9 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 bool bf16_gemm_native();
 void gemm_bf16(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
                const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// oneDNN primitives gemm_bf16 has built (JIT-compiled) in this process, over every thread: one per
+// thread and (n, k, layout, alpha, beta), whatever the rows.
+int64_t gemm_bf16_primitives_built();
 
 struct GemmLibrary {
   std::string name;  // "oneDNN 2.6.3"

@@ -1,11 +1,15 @@
 // cpu_gemm_bf16.cc - bf16 products with fp32 sums through oneDNN's matmul primitive (cpu_gemm.h).
 //
-// A primitive is built for one shape (oneDNN JIT-compiles its kernel) and kept: a training step
-// repeats the same few dozen shapes, so each is built once per thread that multiplies it.
+// A primitive is built for one shape (oneDNN JIT-compiles its kernel, ~10-25 ms) and kept. The
+// rows are a runtime dimension: a training step repeats a few dozen shapes, but the rollout
+// engine's rows change with every step's batch, and a primitive per row count made a generation
+// step spend its time compiling (10x slower than fp32). So a primitive serves every m of its
+// (n, k, layout), and is built once per thread that multiplies it.
 // Primitives, their engine and stream are per thread (thread_local): the backend's threads each
 // compute their own blocks of a product, and a primitive's scratchpad is not shared.
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <atomic>
 #include <map>
 #include <tuple>
 
@@ -16,7 +20,7 @@ namespace rlrun::engine::cpu {
 
 namespace {
 
-using Key = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
+using Key = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;  // no m
 
 struct Primitive {
   dnnl::matmul::primitive_desc desc;
@@ -34,9 +38,12 @@ ThreadState& thread_state() {
   return state;
 }
 
-Primitive make_primitive(ThreadState& t, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
-                            int64_t ldc, float alpha, float beta) {
+std::atomic<int64_t> primitives_built{0};
+
+Primitive make_primitive(ThreadState& t, bool trans_b, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                         float alpha, float beta) {
   using dnnl::memory;
+  const memory::dim m = DNNL_RUNTIME_DIM_VAL;
   const memory::desc a_md({m, k}, memory::data_type::bf16, memory::dims{lda, 1});
   // B as (k, n): trans_b stores it as n rows of k (the layout of a weight matrix, x W^T).
   const memory::desc b_md({k, n}, memory::data_type::bf16, trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
@@ -55,6 +62,8 @@ Primitive make_primitive(ThreadState& t, bool trans_b, int64_t m, int64_t n, int
 
 }  // namespace
 
+int64_t gemm_bf16_primitives_built() { return primitives_built.load(std::memory_order_relaxed); }
+
 bool bf16_gemm_native() {
   const CpuFeatures& f = cpu_features();
   const std::string& isa = gemm_library().isa_class;
@@ -65,14 +74,19 @@ void gemm_bf16(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const
                const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   try {
     ThreadState& t = thread_state();
-    const Key key{trans_b, m, n, k, lda, ldb, ldc, alpha, beta};
+    const Key key{trans_b, n, k, lda, ldb, ldc, alpha, beta};
     auto it = t.primitives.find(key);
     if (it == t.primitives.end())
-      it = t.primitives.emplace(key, make_primitive(t, trans_b, m, n, k, lda, ldb, ldc, alpha, beta)).first;
+    {
+      it = t.primitives.emplace(key, make_primitive(t, trans_b, n, k, lda, ldb, ldc, alpha, beta)).first;
+      primitives_built.fetch_add(1, std::memory_order_relaxed);
+    }
     const dnnl::matmul::primitive_desc& desc = it->second.desc;
-    dnnl::memory a_mem(desc.src_desc(), t.engine, const_cast<uint16_t*>(a));
+    using dnnl::memory;
+    dnnl::memory a_mem(memory::desc({m, k}, memory::data_type::bf16, memory::dims{lda, 1}), t.engine,
+                       const_cast<uint16_t*>(a));
     dnnl::memory b_mem(desc.weights_desc(), t.engine, const_cast<uint16_t*>(b));
-    dnnl::memory c_mem(desc.dst_desc(), t.engine, c);
+    dnnl::memory c_mem(memory::desc({m, n}, memory::data_type::f32, memory::dims{ldc, 1}), t.engine, c);
     it->second.matmul.execute(t.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
     t.stream.wait();
   } catch (const dnnl::error& e) {

@@ -183,6 +183,21 @@ TEST(CpuBackendBf16, ProductsAreThoseOfTheBf16RoundedOperands) {
   }
 }
 
+// A rollout engine's rows change with every step: one primitive serves them all (a primitive per
+// row count compiled a kernel in most generation steps, 10x slower than fp32).
+TEST(CpuBackendBf16, ProductsOfEveryRowCountShareOnePrimitive) {
+  if (!bf16_gemm_native()) GTEST_SKIP() << "no native bf16 products here: " << describe_compute(nullptr);
+  CpuBackend be(1);
+  ASSERT_TRUE(be.set_matmul_bf16(true));
+  Tensor w = be.zeros(Shape{48, 40}, DType::kF32);
+  const int64_t before = gemm_bf16_primitives_built();
+  for (int64_t m = 130; m < 170; ++m) {  // past the few-rows kernel's 128
+    Tensor x = be.zeros(Shape{m, 40}, DType::kF32), y = be.zeros(Shape{m, 48}, DType::kF32);
+    be.matmul(y, x, w, false, true);
+  }
+  EXPECT_EQ(gemm_bf16_primitives_built() - before, 1);
+}
+
 TEST(CpuBackendBf16, RefusedWhereTheCpuHasNoNativeBf16Products) {
   CpuBackend be(1);
   EXPECT_EQ(be.set_matmul_bf16(true), bf16_gemm_native());
