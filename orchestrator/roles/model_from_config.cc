@@ -45,6 +45,14 @@ Result<engine::LoraConfig> lora_config_from(const Config& config) {
   return lc;
 }
 
+int64_t lora_elements(const Config& config, const engine::ModelConfig& model) {
+  if (config.lora_rank == 0) return 0;
+  const Result<engine::LoraConfig> lora = lora_config_from(config);
+  if (!lora.ok()) return 0;
+  const std::vector<engine::ParamInfo> layout = engine::lora_layout(model, *lora);
+  return layout.empty() ? 0 : engine::flat_parameter_count(layout);
+}
+
 Result<std::unique_ptr<engine::LoraWeights>> lora_from_config(const Config& config, engine::Backend& backend,
                                                               const engine::ModelConfig& model) {
   if (config.lora_rank == 0) return std::unique_ptr<engine::LoraWeights>();
