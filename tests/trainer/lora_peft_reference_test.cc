@@ -8,7 +8,7 @@
 //   with the base frozen (no base gradient buffer);
 //   greedy ids through the paged KV cache with the low-rank path, equal.
 // And the other way: the export of a LoRA run (trainer/hf_export.h) is a merged HF folder whose
-// greedy ids are peft's, plus an adapter folder that PeftModel.from_pretrained loads onto the base
+// greedy ids (in process and from `rlrun generate`) are peft's, plus an adapter folder that PeftModel.from_pretrained loads onto the base
 // and that generates the same ids (peft_reference.py check-adapter).
 #include <gtest/gtest.h>
 
@@ -201,6 +201,21 @@ TEST_P(PeftReference, TheExportIsMergedAndItsAdapterFolderLoadsInPeft) {
     const std::vector<int32_t> got = greedy(*backend_, **merged, prompts[p], static_cast<int64_t>(want[p].size()));
     EXPECT_EQ(got, want[p]) << "merged model, prompt " << p;
     ids.push_back(got);
+  }
+  // `rlrun generate --temperature 0` on the merged export: peft's ids, up to the eos it stops at.
+  const std::string out = dir + "/generate.json";
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    std::string list;
+    for (int32_t id : prompts[p]) list += (list.empty() ? "" : ",") + std::to_string(id);
+    const std::string command = str("'", RLRUN_BINARY, "' generate --checkpoint '", dir, "' --prompt-ids ", list,
+                                    " --max-tokens ", want[p].size(), " --temperature 0 --json > '", out, "'");
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    const std::vector<int32_t> got = read_json(out)["ids"].get<std::vector<int32_t>>();
+    ASSERT_FALSE(got.empty());
+    ASSERT_LE(got.size(), want[p].size());
+    EXPECT_EQ(got, std::vector<int32_t>(want[p].begin(), want[p].begin() + static_cast<int64_t>(got.size())))
+        << "rlrun generate, prompt " << p;
+    if (got.size() < want[p].size()) EXPECT_EQ(got.back(), merged->get()->config().eos_token_id);
   }
   const std::string ids_path = dir + "/rlrun_greedy.json";
   std::ofstream(ids_path) << nlohmann::json{{"ids", ids}}.dump();
