@@ -6,6 +6,7 @@
 // Prints figures; never fails on time.
 //
 // Usage: bench_lora [--hidden H] [--layers L] [--vocab V] [--tokens N] [--steps S] [--rank R] [--threads T]
+// (--steps 0: the decode comparison alone)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(a.hidden), static_cast<long long>(a.layers), static_cast<long long>(a.vocab),
               static_cast<long long>(a.tokens), static_cast<long long>(a.rank), static_cast<long long>(a.threads));
   for (bool lora : {false, true}) {
+    if (a.steps == 0) break;  // --steps 0: the decode comparison alone
     const Figures f = train(lora, a);
     std::printf("  %-5s  %.3f s/step  backend peak %.1f MiB  weight sync %.2f MiB\n", lora ? "lora" : "full",
                 f.seconds_per_step, static_cast<double>(f.peak_bytes) / (1 << 20),
