@@ -74,7 +74,7 @@ std::vector<MicroBatch> batches(int64_t count, const Args& a) {
 }
 
 struct Figures {
-  double seconds_per_step = 0;
+  double seconds_per_step = 0, matmul_gflop_per_step = 0, matmul_seconds_per_step = 0;
   int64_t peak_bytes = 0, sync_bytes = 0;
 };
 
@@ -99,11 +99,15 @@ Figures train(bool lora, const Args& a) {
   auto trainer = or_die(Trainer::create(o, *trainable, nullptr));
   const auto mbs = batches(2, a);
   (void)trainer->train(mbs);  // warm-up: moments allocated
+  const engine::Backend::MatmulStats before = backend->matmul_stats();
   const auto start = std::chrono::steady_clock::now();
   for (int64_t s = 0; s < a.steps; ++s) (void)trainer->train(mbs);
+  const engine::Backend::MatmulStats after = backend->matmul_stats();
   Figures f;
-  f.seconds_per_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
-                       static_cast<double>(a.steps);
+  const double steps = static_cast<double>(a.steps);
+  f.seconds_per_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
+  f.matmul_gflop_per_step = (after.flops - before.flops) / 1e9 / steps;
+  f.matmul_seconds_per_step = (after.seconds - before.seconds) / steps;
   f.peak_bytes = static_cast<int64_t>(backend->peak_bytes());
   f.sync_bytes = trainable->flat_size() * 4;
   return f;
@@ -163,9 +167,9 @@ int main(int argc, char** argv) {
   for (bool lora : {false, true}) {
     if (a.steps == 0) break;  // --steps 0: the decode comparison alone
     const Figures f = train(lora, a);
-    std::printf("  %-5s  %.3f s/step  backend peak %.1f MiB  weight sync %.2f MiB\n", lora ? "lora" : "full",
-                f.seconds_per_step, static_cast<double>(f.peak_bytes) / (1 << 20),
-                static_cast<double>(f.sync_bytes) / (1 << 20));
+    std::printf("  %-5s  %.3f s/step (matmuls %.1f GFLOP in %.3f s)  backend peak %.1f MiB  weight sync %.2f MiB\n",
+                lora ? "lora" : "full", f.seconds_per_step, f.matmul_gflop_per_step, f.matmul_seconds_per_step,
+                static_cast<double>(f.peak_bytes) / (1 << 20), static_cast<double>(f.sync_bytes) / (1 << 20));
   }
   const double merged = decode_tokens_per_second(false, a), low_rank = decode_tokens_per_second(true, a);
   std::printf("  rollout decode, 16 sequences: merged %.0f tokens/s, low-rank beside the frozen matmuls %.0f tokens/s "
