@@ -5,6 +5,9 @@
 // (engine/comm/weight_sync.h, received by engine/comm/weight_receiver.h straight into the model's flat
 // master buffer), then the compute copy is refreshed. Memory: one bucket beyond the weights (two
 // on a bf16 backend, where sync_compute() converts in place into the existing compute buffer).
+// With low-rank adapters attached to the model (Model::attach_lora: a LoRA run) only the adapters
+// arrive, into their own flat buffer, and the model computes them beside its frozen base weights:
+// nothing is merged, so no copy of the base is kept.
 // Threads: the thread driving the model; the caller makes sure no step runs meanwhile.
 #pragma once
 

@@ -11,6 +11,11 @@ namespace rlrun::trainer {
 // checkpoint (config.json + model.safetensors, engine/io/hf_checkpoint.h) in `dtype` (F32 or BF16):
 // what users load with from_pretrained or start another run from (model.checkpoint). It holds a
 // host copy of all weights while writing. The model must outlive the exporter.
-ModelExporter hf_model_exporter(engine::Model& model, engine::DType dtype = engine::DType::kF32);
+// With low-rank adapters attached (Model::attach_lora) the folder holds the MERGED model
+// (W + alpha / r B A: what any HF tool loads), and <dir>/adapter the adapters as a PEFT folder
+// (engine/io/peft_adapter.h) naming `base_model` (PeftModel.from_pretrained(base, dir/adapter)).
+// The base weights are restored bit for bit after the merged copy is written.
+ModelExporter hf_model_exporter(engine::Model& model, engine::DType dtype = engine::DType::kF32,
+                                std::string base_model = "");
 
 }  // namespace rlrun::trainer

@@ -12,6 +12,9 @@ namespace rlrun::trainer {
 // The flat layout of a model's parameters (HF names, shapes, offsets): what weight sync sends
 // and every receiver compares with its own.
 
+// A micro-batch through the decoder (ModelAdapter and LoraModelAdapter share it).
+Result<ModelForward> forward_micro_batch(engine::Model& model, const MicroBatch& batch, bool for_backward);
+
 class ModelAdapter : public TrainableModel {
  public:
   explicit ModelAdapter(engine::Model& model);

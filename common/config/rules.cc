@@ -112,6 +112,24 @@ void check_optimization(Rules& r) {
   }
 }
 
+// LoRA runs what is implemented so far: f32 adapters on the CPU backend, the KL reference on the
+// trainer (the base with the policy's adapters as they were at the first RL update).
+void check_lora(Rules& r) {
+  const Config& c = r.config();
+  if (c.lora_rank == 0) return;
+  if (c.backend != BackendKind::kCpu) {
+    r.fail({"lora_rank", "backend"}, "`lora_rank` > 0 needs `backend: cpu` for now (backend cuda computes in bf16 and "
+                                     "the adapters are f32); set lora_rank: 0 for full fine-tuning on cuda");
+  }
+  if (c.kl_coef > 0 && c.kl_reference_on == KlReferenceOn::kRollout) {
+    r.fail({"lora_rank", "kl_reference_on"}, "`lora_rank` > 0 with `kl_reference_on: rollout` is not implemented "
+                                             "(the rollout's reference copies full weights); use kl_reference_on: trainer");
+  }
+  if (c.lora_target_modules.empty()) {
+    r.fail({"lora_target_modules"}, "`lora_target_modules` is empty; use all-linear or a list such as q_proj,v_proj");
+  }
+}
+
 void check_model(Rules& r) {
   const ModelSection& m = r.config().model;
   r.file_exists("model.tokenizer", m.tokenizer);
@@ -255,6 +273,7 @@ void check_config_rules(ConfigLoad& load) {
   check_parallelism(rules);
   check_lengths(rules);
   check_optimization(rules);
+  check_lora(rules);
   check_model(rules);
   check_task(rules);
   check_runtime(rules);

@@ -5,15 +5,18 @@
 
 #include "common/fnv1a.h"
 #include "common/observe/log.h"
+#include "engine/model/lora.h"
 #include "engine/model/weights.h"
 
 namespace rlrun::engine {
 
-FlatLayout flat_layout_of(const ModelWeights& weights) {
+namespace {
+
+FlatLayout layout_of(const std::vector<ParamInfo>& params, int64_t flat_elements) {
   FlatLayout layout;
-  layout.flat_elements = weights.flat_size();
+  layout.flat_elements = flat_elements;
   layout.dtype = "f32";
-  for (const ParamInfo& p : weights.params()) {
+  for (const ParamInfo& p : params) {
     FlatTensor t;
     t.name = p.name;
     t.shape.assign(p.shape.dims.begin(), p.shape.dims.begin() + p.shape.rank);
@@ -23,6 +26,12 @@ FlatLayout flat_layout_of(const ModelWeights& weights) {
   }
   return layout;
 }
+
+}  // namespace
+
+FlatLayout flat_layout_of(const ModelWeights& weights) { return layout_of(weights.params(), weights.flat_size()); }
+
+FlatLayout flat_layout_of(const LoraWeights& lora) { return layout_of(lora.params(), lora.flat_size()); }
 
 namespace {
 

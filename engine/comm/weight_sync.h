@@ -39,8 +39,11 @@ struct FlatLayout {
 };
 
 class ModelWeights;
+class LoraWeights;
 // The layout of a model's flat f32 parameter buffer: one FlatTensor per HF-named parameter.
 FlatLayout flat_layout_of(const ModelWeights& weights);
+// The same of low-rank adapters' flat buffer (PEFT names): what a LoRA run syncs.
+FlatLayout flat_layout_of(const LoraWeights& lora);
 
 // Canonical JSON bytes (the metadata blob) and its FNV-1a 64 digest.
 std::string encode_layout(const FlatLayout& layout);

@@ -87,12 +87,13 @@ Result<Tensor> Model::forward_cached(KvCache& cache, std::span<const SeqId> seqs
   if (c.embedding_scale != 1.0) b.scale(x, static_cast<float>(c.embedding_scale));
   LayerActs a = alloc_layer_acts(b, c, n, /*save_stats=*/false);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    layer_qkv_forward(b, c, weights_.layer(l), ropes_[l], x, pos, a);
+    const LayerLora lora = layer_lora(l, false);
+    layer_qkv_forward(b, c, weights_.layer(l), ropes_[l], x, pos, a, lora);
     for (int64_t s = 0; s < num_seqs; ++s)
       cache.write(l, seqs[s], start[s], a.k.rows(cu_new[s], cu_new[s + 1]), a.v.rows(cu_new[s], cu_new[s + 1]));
     b.paged_attention_forward(a.attn, a.q, cache.keys(l), cache.values(l), cu_q, seq_start, block_tables,
                               cache.block_size(), max_context, ropes_[l].window);
-    layer_post_attention_forward(b, c, weights_.layer(l), x, a, x_next);
+    layer_post_attention_forward(b, c, weights_.layer(l), x, a, x_next, lora);
     std::swap(x, x_next);
   }
   for (int64_t s = 0; s < num_seqs; ++s) cache.tables().commit(seqs[s], cu_new[s + 1] - cu_new[s]);

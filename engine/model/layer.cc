@@ -28,18 +28,47 @@ float query_scale(const ModelConfig& c) {
 // (N, H, D) -> (N*H, D): one row per head, what the per-head norms read.
 Tensor heads_as_rows(const Tensor& t) { return t.view({t.dim(0) * t.dim(1), t.dim(2)}); }
 
-// y = x W^T (+ b)
-void linear(Backend& b, const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) {
-  b.matmul(flat2(y), x, w, false, true);
-  if (bias.defined()) b.add_bias(flat2(y), bias);
+// One projection's adapter: A (r, in), B (out, r), their gradients, alpha / r. Undefined `a`:
+// the projection has none.
+struct Adapter {
+  Tensor a, b, da, db;
+  float scale = 0.0f;
+};
+
+Adapter adapter_of(const LayerLora& l, LoraTarget t) {
+  if (l.w == nullptr) return {};
+  const int i = static_cast<int>(t);
+  Adapter ad{(*l.w)[i].a, (*l.w)[i].b, Tensor(), Tensor(), l.scale};
+  if (l.g != nullptr) ad.da = (*l.g)[i].a, ad.db = (*l.g)[i].b;
+  return ad;
 }
 
-// dx (+)= dy W;  dW += dy^T x;  db += colsum(dy)
+// y = x W^T (+ b) (+ s (x A^T) B^T)
+void linear(Backend& b, const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, const Adapter& ad = {}) {
+  b.matmul(flat2(y), x, w, false, true);
+  if (bias.defined()) b.add_bias(flat2(y), bias);
+  if (!ad.a.defined()) return;
+  const Tensor t = b.uninitialized({x.dim(0), ad.a.dim(0)}, DType::kF32);  // x A^T (N, r)
+  b.matmul(t, x, ad.a, false, true);
+  b.matmul(flat2(y), t, ad.b, false, true, ad.scale, 1.0f);
+}
+
+// dx (+)= dy W;  dW += dy^T x (dw undefined: a frozen base);  db += colsum(dy).
+// The adapter, with t = x A^T recomputed (N, r: cheaper than keeping it):
+//   dB += s dy^T t;  dt = s dy B;  dA += dt^T x;  dx += dt A
 void linear_backward(Backend& b, const Tensor& dx, bool accumulate_dx, const Tensor& dy, const Tensor& x,
-                     const Tensor& w, const Tensor& dw, const Tensor& dbias) {
+                     const Tensor& w, const Tensor& dw, const Tensor& dbias, const Adapter& ad = {}) {
   b.matmul(dx, flat2(dy), w, false, false, 1.0f, accumulate_dx ? 1.0f : 0.0f);
-  b.matmul(dw, flat2(dy), x, true, false, 1.0f, 1.0f);
+  if (dw.defined()) b.matmul(dw, flat2(dy), x, true, false, 1.0f, 1.0f);
   if (dbias.defined()) b.add_bias_backward(dbias, flat2(dy));
+  if (!ad.a.defined()) return;
+  const int64_t n = x.dim(0), r = ad.a.dim(0);
+  const Tensor t = b.uninitialized({n, r}, DType::kF32), dt = b.uninitialized({n, r}, DType::kF32);
+  b.matmul(t, x, ad.a, false, true);
+  b.matmul(ad.db, flat2(dy), t, true, false, ad.scale, 1.0f);
+  b.matmul(dt, flat2(dy), ad.b, false, false, ad.scale, 0.0f);
+  b.matmul(ad.da, dt, x, true, false, 1.0f, 1.0f);
+  b.matmul(dx, dt, ad.a, false, false, 1.0f, 1.0f);
 }
 
 }  // namespace
@@ -138,13 +167,13 @@ std::vector<LayerRope> make_layer_ropes(Backend& b, const ModelConfig& c) {
 }
 
 void layer_qkv_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerRope& rope,
-                       const Tensor& x_in, const Tensor& positions, LayerActs& a) {
+                       const Tensor& x_in, const Tensor& positions, LayerActs& a, const LayerLora& lora) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float off = static_cast<float>(c.norm_weight_offset);
   b.rmsnorm_forward(a.h1, a.rstd1, x_in, w.input_norm, eps, off);
-  linear(b, c.qk_norm ? a.q_pre : a.q, a.h1, w.q, w.q_bias);
-  linear(b, c.qk_norm ? a.k_pre : a.k, a.h1, w.k, w.k_bias);
-  linear(b, a.v, a.h1, w.v, w.v_bias);
+  linear(b, c.qk_norm ? a.q_pre : a.q, a.h1, w.q, w.q_bias, adapter_of(lora, LoraTarget::kQ));
+  linear(b, c.qk_norm ? a.k_pre : a.k, a.h1, w.k, w.k_bias, adapter_of(lora, LoraTarget::kK));
+  linear(b, a.v, a.h1, w.v, w.v_bias, adapter_of(lora, LoraTarget::kV));
   if (c.qk_norm) {  // per head: (N * H, D) rows
     b.rmsnorm_forward(heads_as_rows(a.q), a.rstd_q, heads_as_rows(a.q_pre), w.q_norm, eps, off);
     b.rmsnorm_forward(heads_as_rows(a.k), a.rstd_k, heads_as_rows(a.k_pre), w.k_norm, eps, off);
@@ -196,28 +225,28 @@ void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAtte
 }
 
 void layer_post_attention_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const Tensor& x_in,
-                                  LayerActs& a, const Tensor& x_out) {
+                                  LayerActs& a, const Tensor& x_out, const LayerLora& lora) {
   const float eps = static_cast<float>(c.rms_norm_eps), off = static_cast<float>(c.norm_weight_offset);
   if (c.sandwich_norms) {  // x_mid = x_in + norm(attn Wo^T)
-    b.matmul(a.attn_o, flat2(a.attn), w.o, false, true);
+    linear(b, a.attn_o, flat2(a.attn), w.o, Tensor(), adapter_of(lora, LoraTarget::kO));
     b.rmsnorm_forward(a.x_mid, a.rstd_ao, a.attn_o, w.attn_out_norm, eps, off);
   } else {
-    b.matmul(a.x_mid, flat2(a.attn), w.o, false, true);  // attn Wo^T
+    linear(b, a.x_mid, flat2(a.attn), w.o, Tensor(), adapter_of(lora, LoraTarget::kO));  // attn Wo^T
   }
   b.add(a.x_mid, a.x_mid, x_in);
   b.rmsnorm_forward(a.h2, a.rstd2, a.x_mid, w.post_norm, eps, off);
-  linear(b, a.gate, a.h2, w.gate, Tensor());
-  linear(b, a.up, a.h2, w.up, Tensor());
+  linear(b, a.gate, a.h2, w.gate, Tensor(), adapter_of(lora, LoraTarget::kGate));
+  linear(b, a.up, a.h2, w.up, Tensor(), adapter_of(lora, LoraTarget::kUp));
   if (c.hidden_act == "gelu_pytorch_tanh") {
     b.geglu_forward(a.m, a.gate, a.up);
   } else {
     b.swiglu_forward(a.m, a.gate, a.up);
   }
   if (c.sandwich_norms) {  // x_out = x_mid + norm(m Wd^T)
-    b.matmul(a.mlp_o, a.m, w.down, false, true);
+    linear(b, a.mlp_o, a.m, w.down, Tensor(), adapter_of(lora, LoraTarget::kDown));
     b.rmsnorm_forward(x_out, a.rstd_mo, a.mlp_o, w.mlp_out_norm, eps, off);
   } else {
-    b.matmul(x_out, a.m, w.down, false, true);  // m Wd^T
+    linear(b, x_out, a.m, w.down, Tensor(), adapter_of(lora, LoraTarget::kDown));  // m Wd^T
   }
   b.add(x_out, x_out, a.x_mid);
 }
@@ -248,31 +277,32 @@ void packed_attention_backward(Backend& b, const ModelConfig& c, const PackedAtt
 
 void layer_backward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerGrads& g,
                     const LayerRope& rope, const Tensor& x_in, const Tensor& positions, const PackedAttention& layout,
-                    LayerActs& a, LayerGradScratch& s, const Tensor& dx) {
+                    LayerActs& a, LayerGradScratch& s, const Tensor& dx, const LayerLora& lora) {
+  const Adapter ad_down = adapter_of(lora, LoraTarget::kDown), ad_o = adapter_of(lora, LoraTarget::kO);
   const float off = static_cast<float>(c.norm_weight_offset);
   // MLP: dx is d(x_out) = d(x_mid) through the residual, plus the MLP branch below.
   if (c.sandwich_norms) {
     b.rmsnorm_backward(s.dout_pre, g.mlp_out_norm, dx, a.mlp_o, w.mlp_out_norm, a.rstd_mo, off);
-    linear_backward(b, s.dm, false, s.dout_pre, a.m, w.down, g.down, Tensor());
+    linear_backward(b, s.dm, false, s.dout_pre, a.m, w.down, g.down, Tensor(), ad_down);
   } else {
-    linear_backward(b, s.dm, false, dx, a.m, w.down, g.down, Tensor());
+    linear_backward(b, s.dm, false, dx, a.m, w.down, g.down, Tensor(), ad_down);
   }
   if (c.hidden_act == "gelu_pytorch_tanh") {
     b.geglu_backward(a.gate, a.up, s.dm, a.gate, a.up);  // in place: gate, up become dgate, dup
   } else {
     b.swiglu_backward(a.gate, a.up, s.dm, a.gate, a.up);
   }
-  linear_backward(b, s.dh, false, a.gate, a.h2, w.gate, g.gate, Tensor());
-  linear_backward(b, s.dh, true, a.up, a.h2, w.up, g.up, Tensor());
+  linear_backward(b, s.dh, false, a.gate, a.h2, w.gate, g.gate, Tensor(), adapter_of(lora, LoraTarget::kGate));
+  linear_backward(b, s.dh, true, a.up, a.h2, w.up, g.up, Tensor(), adapter_of(lora, LoraTarget::kUp));
   b.rmsnorm_backward(s.dtmp, g.post_norm, s.dh, a.x_mid, w.post_norm, a.rstd2, off);
   b.axpy(dx, 1.0f, s.dtmp);  // dx = d(x_mid)
 
   // Attention: d(x_mid) = d(x_in) through the residual, plus the attention branch below.
   if (c.sandwich_norms) {
     b.rmsnorm_backward(s.dout_pre, g.attn_out_norm, dx, a.attn_o, w.attn_out_norm, a.rstd_ao, off);
-    linear_backward(b, flat2(s.dattn), false, s.dout_pre, flat2(a.attn), w.o, g.o, Tensor());
+    linear_backward(b, flat2(s.dattn), false, s.dout_pre, flat2(a.attn), w.o, g.o, Tensor(), ad_o);
   } else {
-    linear_backward(b, flat2(s.dattn), false, dx, flat2(a.attn), w.o, g.o, Tensor());
+    linear_backward(b, flat2(s.dattn), false, dx, flat2(a.attn), w.o, g.o, Tensor(), ad_o);
   }
   packed_attention_backward(b, c, layout, rope.window, a, s);
   if (const float qs = query_scale(c); qs != 1.0f) b.scale(s.dq, qs);
@@ -284,11 +314,28 @@ void layer_backward(Backend& b, const ModelConfig& c, const LayerWeights& w, con
     b.rmsnorm_backward(heads_as_rows(s.dk_pre), g.k_norm, heads_as_rows(s.dk), heads_as_rows(a.k_pre), w.k_norm,
                        a.rstd_k, off);
   }
-  linear_backward(b, s.dh, false, c.qk_norm ? s.dq_pre : s.dq, a.h1, w.q, g.q, g.q_bias);
-  linear_backward(b, s.dh, true, c.qk_norm ? s.dk_pre : s.dk, a.h1, w.k, g.k, g.k_bias);
-  linear_backward(b, s.dh, true, s.dv, a.h1, w.v, g.v, g.v_bias);
+  linear_backward(b, s.dh, false, c.qk_norm ? s.dq_pre : s.dq, a.h1, w.q, g.q, g.q_bias,
+                  adapter_of(lora, LoraTarget::kQ));
+  linear_backward(b, s.dh, true, c.qk_norm ? s.dk_pre : s.dk, a.h1, w.k, g.k, g.k_bias,
+                  adapter_of(lora, LoraTarget::kK));
+  linear_backward(b, s.dh, true, s.dv, a.h1, w.v, g.v, g.v_bias, adapter_of(lora, LoraTarget::kV));
   b.rmsnorm_backward(s.dtmp, g.input_norm, s.dh, x_in, w.input_norm, a.rstd1, off);
   b.axpy(dx, 1.0f, s.dtmp);  // dx = d(x_in)
+}
+
+LayerGrads alloc_norm_grad_sink(Backend& b, const ModelConfig& c) {
+  LayerGrads g;
+  g.input_norm = b.zeros({c.hidden_size}, DType::kF32);
+  g.post_norm = b.zeros({c.hidden_size}, DType::kF32);
+  if (c.qk_norm) {
+    g.q_norm = b.zeros({c.head_dim()}, DType::kF32);
+    g.k_norm = b.zeros({c.head_dim()}, DType::kF32);
+  }
+  if (c.sandwich_norms) {
+    g.attn_out_norm = b.zeros({c.hidden_size}, DType::kF32);
+    g.mlp_out_norm = b.zeros({c.hidden_size}, DType::kF32);
+  }
+  return g;
 }
 
 }  // namespace rlrun::engine

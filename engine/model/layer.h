@@ -19,6 +19,7 @@
 
 #include "engine/backend.h"
 #include "engine/model/config.h"
+#include "engine/model/lora.h"
 #include "engine/model/weights.h"
 
 #include <vector>
@@ -78,18 +79,33 @@ struct LayerRope {
 };
 std::vector<LayerRope> make_layer_ropes(Backend& backend, const ModelConfig& config);
 
+// One layer's low-rank adapters as the layer ops see them (model/lora.h): each targeted
+// projection y = x W^T gains scale * (x A^T) B^T. `w` null: no adapters. `g` (backward only): where
+// dA and dB accumulate. The adapters are f32, so they need an f32 compute dtype.
+struct LayerLora {
+  const LoraLayer* w = nullptr;
+  const LoraLayer* g = nullptr;
+  float scale = 0.0f;
+};
+
 // h1, q, k, v of `acts` from x_in; positions (N, i32).
 void layer_qkv_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerRope& rope,
-                       const Tensor& x_in, const Tensor& positions, LayerActs& acts);
+                       const Tensor& x_in, const Tensor& positions, LayerActs& acts, const LayerLora& lora = {});
 // x_mid, h2, gate, up, m of `acts` and x_out, from x_in and acts.attn.
 void layer_post_attention_forward(Backend& b, const ModelConfig& c, const LayerWeights& w, const Tensor& x_in,
-                                  LayerActs& acts, const Tensor& x_out);
+                                  LayerActs& acts, const Tensor& x_out, const LayerLora& lora = {});
 
 // Backward of the whole layer (training attention). dx holds d(x_out) on entry and d(x_in) on
-// return. Parameter gradients are accumulated into g. acts.gate and acts.up are overwritten
-// (they become their own gradients), so a layer's acts serve one backward only.
+// return. Parameter gradients are accumulated into g; a frozen base passes g with the projection
+// and bias gradients undefined (they are skipped) and the norms' pointing at a sink
+// (alloc_norm_grad_sink). The adapters' gradients go to lora.g. acts.gate and acts.up are
+// overwritten (they become their own gradients), so a layer's acts serve one backward only.
 void layer_backward(Backend& b, const ModelConfig& c, const LayerWeights& w, const LayerGrads& g,
                     const LayerRope& rope, const Tensor& x_in, const Tensor& positions, const PackedAttention& layout,
-                    LayerActs& acts, LayerGradScratch& s, const Tensor& dx);
+                    LayerActs& acts, LayerGradScratch& s, const Tensor& dx, const LayerLora& lora = {});
+
+// Grads for a frozen base: only the norm gains are defined (the backend's norm backward always
+// writes a weight gradient), zeroed f32 buffers that every layer shares and nothing reads.
+LayerGrads alloc_norm_grad_sink(Backend& backend, const ModelConfig& config);
 
 }  // namespace rlrun::engine

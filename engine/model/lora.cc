@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/check.h"
+#include "common/fnv1a.h"
 #include "common/observe/log.h"
 #include "common/splitmix.h"
 
@@ -121,15 +122,28 @@ void LoraWeights::init(uint64_t seed) {
   for (const ParamInfo& p : layout_) {
     std::vector<float> values(static_cast<size_t>(p.numel), 0.0f);
     if (p.name.find(".lora_A.") != std::string::npos) {
-      uint64_t h = 1469598103934665603ULL;  // the name's FNV-1a, mixed with the seed
-      for (unsigned char c : p.name) h = (h ^ c) * 1099511628211ULL;
-      SplitMix64 rng{h ^ (seed * 0x9e3779b97f4a7c15ULL)};
+      SplitMix64 rng{fnv1a64(p.name) ^ (seed * 0x9e3779b97f4a7c15ULL)};  // keyed by (seed, name)
       const double bound = 1.0 / std::sqrt(static_cast<double>(p.shape.cols()));
       for (float& v : values) v = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
     }
     const Tensor view = master_.rows(p.offset, p.offset + p.numel);
     backend_->copy_from_host(view, values.data(), view.nbytes());
   }
+}
+
+void merge_lora(const LoraWeights& lora, ModelWeights& weights, float sign) {
+  RLRUN_CHECK(&lora.backend() == &weights.backend(), "merge_lora: adapters and weights on different backends");
+  Backend& b = weights.backend();
+  const float s = sign * static_cast<float>(lora.config().scale());
+  for (int64_t l = 0; l < weights.config().num_layers; ++l) {
+    for (int t = 0; t < kLoraTargets; ++t) {
+      if (!lora.config().targets[t]) continue;
+      const LoraPair& p = lora.layer(l)[t];
+      const size_t w = weights.index_of(lora_base_name(l, static_cast<LoraTarget>(t))).value();
+      b.matmul(weights.master(w), p.b, p.a, false, false, s, 1.0f);  // W (out, in) += s B A
+    }
+  }
+  weights.sync_compute();
 }
 
 const Tensor& LoraWeights::grad_flat() const {

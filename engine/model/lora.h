@@ -95,6 +95,11 @@ class LoraWeights {
   std::vector<LoraLayer> layers_, layer_grads_;
 };
 
+// weights' f32 master += sign * scale * B A for every adapted projection, then sync_compute():
+// the model with the adapters merged in (sign 1), or taken out again (-1, up to rounding). The
+// master must be present and both on one backend.
+void merge_lora(const LoraWeights& lora, ModelWeights& weights, float sign = 1.0f);
+
 // The adapter layout of `config` on a model of `model`'s shape (PEFT names, shapes, offsets).
 std::vector<ParamInfo> lora_layout(const ModelConfig& model, const LoraConfig& config);
 // The HF name of the base weight that target `t` of layer `layer` adapts:

@@ -28,11 +28,13 @@
 #include "engine/backend.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model/config.h"
+#include "engine/model/lora.h"
 #include "engine/model/weights.h"
 
 namespace rlrun::engine {
 
 struct LayerRope;  // model/layer.h
+struct LayerLora;  // model/layer.h
 
 struct ModelOptions {
   bool gradient_checkpointing = false;
@@ -87,6 +89,19 @@ class Model {
   // Bytes of activations held between the last forward and backward (0 after backward).
   int64_t saved_activation_bytes() const;
 
+  // ---- low-rank adapters (model/lora.h) ----
+  // Attaches `lora` (borrowed: it must outlive the model, or be detached with nullptr; made for
+  // this model's config). Then forward (training and inference) adds the adapters' terms, backward
+  // accumulates their gradients into lora->grad_flat(), and the base weights are FROZEN: backward
+  // writes no base gradient, so weights().release_grads() may free that buffer.
+  // invalid_argument when the compute dtype is not f32 (the adapters are f32) or the shapes differ.
+  Status attach_lora(LoraWeights* lora);
+  LoraWeights* lora() const { return lora_; }
+  // Off: forward computes the base model alone (the KL reference, with no copy of the weights);
+  // the base stays frozen. On by default.
+  void set_lora_enabled(bool on) { lora_enabled_ = on; }
+  bool lora_enabled() const { return lora_enabled_; }
+
   // ---- inference over a paged KV cache ----
   // For each seqs[s] (already added to the cache), appends the tokens
   // tokens[cu_new[s] .. cu_new[s+1]) (at least one) at positions length(s), length(s) + 1, ...
@@ -107,11 +122,17 @@ class Model {
   void head_backward(TrainState& st, const Tensor& dlogprob, const Tensor& dentropy, const Tensor& dx);
   // Backward through layer l, recomputing it first when checkpointing.
   void layer_backward_at(TrainState& st, int64_t l, const Tensor& dx);
+  // Layer l's adapters as the layer ops take them (none when detached or disabled); with_grads:
+  // their gradient views too.
+  LayerLora layer_lora(int64_t l, bool with_grads) const;
+  bool base_frozen() const { return lora_ != nullptr; }
 
   ModelWeights weights_;
   std::vector<LayerRope> ropes_;  // per layer (model/layer.h)
   ModelOptions options_;
   std::unique_ptr<TrainState> state_;
+  LoraWeights* lora_ = nullptr;
+  bool lora_enabled_ = true;
 };
 
 // Bytes a forward(for_backward = true) of `tokens` tokens keeps until backward (what

@@ -21,6 +21,9 @@ struct Model::TrainState {
   std::vector<LayerActs> acts;
   LayerActs recompute;                         // checkpointing: one layer's activations
   LayerGradScratch grad;                       // backward scratch shared by the layers
+  bool lora = false;                           // forward ran with the adapters
+  LayerGrads norm_sink;                        // frozen base: where the norms' gradients go
+  Tensor final_norm_sink;
   Tensor rstd_f, hf;          // final norm: (N) f32, (N, H)
   // The head runs only over the M tokens with a target (f32 backends; all N otherwise):
   int64_t m = 0;
@@ -37,6 +40,30 @@ Model::Model(Backend& backend, const ModelConfig& config, ModelOptions options)
 Model::~Model() = default;
 
 // validate_model_config() is defined once, in model/config.cc (declared in model.h and hf_config.h).
+
+Status Model::attach_lora(LoraWeights* lora) {
+  if (lora == nullptr) {
+    lora_ = nullptr;
+    return {};
+  }
+  if (backend().compute_dtype() != DType::kF32)
+    return invalid_argument(str("LoRA (lora_rank > 0) needs an f32 compute dtype; the backend computes in ",
+                                dtype_name(backend().compute_dtype())));
+  if (&lora->backend() != &backend()) return invalid_argument("LoRA adapters live on another backend than the model");
+  const std::vector<ParamInfo> expected = lora_layout(config(), lora->config());
+  if (expected.size() != lora->params().size()) return invalid_argument("LoRA adapters made for another model shape");
+  for (size_t i = 0; i < expected.size(); ++i)
+    if (expected[i].shape != lora->params()[i].shape)
+      return invalid_argument(str("LoRA adapter ", expected[i].name, " has shape ", lora->params()[i].shape.str(),
+                                  ", the model needs ", expected[i].shape.str()));
+  lora_ = lora;
+  return {};
+}
+
+LayerLora Model::layer_lora(int64_t l, bool with_grads) const {
+  if (lora_ == nullptr || !lora_enabled_) return {};
+  return {&lora_->layer(l), with_grads ? &lora_->layer_grad(l) : nullptr, static_cast<float>(lora_->config().scale())};
+}
 
 Result<std::unique_ptr<Model>> Model::create(Backend& backend, const ModelConfig& config, ModelOptions options) {
   RLRUN_RETURN_IF_ERROR(validate_model_config(config));
@@ -136,6 +163,7 @@ Result<ForwardOutput> Model::forward(const PackedBatch& batch, bool for_backward
   st.n = n;
   st.for_backward = for_backward;
   st.checkpointing = options_.gradient_checkpointing;
+  st.lora = lora_ != nullptr && lora_enabled_;
   st.attention = packed_attention(b, batch);
   std::vector<int32_t> head_rows, head_targets;  // tokens with a target: the only ones the head must score
   for (int64_t i = 0; i < n; ++i)
@@ -176,9 +204,10 @@ Result<ForwardOutput> Model::forward(const PackedBatch& batch, bool for_backward
     LayerActs& a = keep_all ? st.acts.back() : scratch;
     const Tensor& x_in = st.xs[for_backward ? l : l % 2];
     const Tensor& x_out = st.xs[for_backward ? l + 1 : (l + 1) % 2];
-    layer_qkv_forward(b, c, weights_.layer(l), ropes_[l], x_in, st.positions, a);
+    const LayerLora lora = layer_lora(l, false);
+    layer_qkv_forward(b, c, weights_.layer(l), ropes_[l], x_in, st.positions, a, lora);
     packed_attention_forward(b, c, st.attention, ropes_[l].window, a);
-    layer_post_attention_forward(b, c, weights_.layer(l), x_in, a, x_out);
+    layer_post_attention_forward(b, c, weights_.layer(l), x_in, a, x_out, lora);
   }
   if (!for_backward) st.xs[0] = st.xs[L % 2];  // the head reads xs.back()
   if (!for_backward) st.xs.resize(1);
@@ -269,13 +298,14 @@ void Model::head_backward(TrainState& st, const Tensor& dlogprob, const Tensor& 
       if (!st.logits.defined()) b.matmul(lg, hf, weights_.lm_head(), false, true);  // recompute
       b.logprob_backward(lg, lg, st.head_targets.rows(c0, c1), st.lse.rows(c0, c1), st.entropy.rows(c0, c1),
                          dlp.rows(c0, c1), dent.defined() ? dent.rows(c0, c1) : Tensor());
-      b.matmul(weights_.grad_lm_head(), lg, hf, true, false, 1.0f, 1.0f);  // dW += dlogits^T hf
+      if (!base_frozen()) b.matmul(weights_.grad_lm_head(), lg, hf, true, false, 1.0f, 1.0f);  // dW += dlogits^T hf
       b.matmul(dhead.rows(c0, c1), lg, weights_.lm_head(), false, false);   // dhf = dlogits W
     }
     if (compact) b.embedding_backward(dhf, dhead, st.head_rows);  // into the zeroed (N, H)
   }
   st.logits = Tensor();
-  b.rmsnorm_backward(dx, weights_.grad_final_norm(), dhf, st.xs.back(), weights_.final_norm(), st.rstd_f,
+  b.rmsnorm_backward(dx, base_frozen() ? st.final_norm_sink : weights_.grad_final_norm(), dhf, st.xs.back(),
+                     weights_.final_norm(), st.rstd_f,
                      static_cast<float>(c.norm_weight_offset));
 }
 
@@ -283,19 +313,20 @@ void Model::layer_backward_at(TrainState& st, int64_t l, const Tensor& dx) {
   Backend& b = backend();
   const ModelConfig& c = config();
   LayerActs* a = nullptr;
+  const LayerLora lora = st.lora ? layer_lora(l, true) : LayerLora{};
   if (st.checkpointing) {
     // Recompute layer l from its saved input. xs[l + 1] is overwritten with the same values it
     // held; its gradient is already in dx, so nothing reads it again.
     if (!st.recompute.h1.defined()) st.recompute = alloc_layer_acts(b, c, st.n, true);
     a = &st.recompute;
-    layer_qkv_forward(b, c, weights_.layer(l), ropes_[l], st.xs[l], st.positions, *a);
+    layer_qkv_forward(b, c, weights_.layer(l), ropes_[l], st.xs[l], st.positions, *a, lora);
     packed_attention_forward(b, c, st.attention, ropes_[l].window, *a);
-    layer_post_attention_forward(b, c, weights_.layer(l), st.xs[l], *a, st.xs[l + 1]);
+    layer_post_attention_forward(b, c, weights_.layer(l), st.xs[l], *a, st.xs[l + 1], lora);
   } else {
     a = &st.acts[l];
   }
-  layer_backward(b, c, weights_.layer(l), weights_.layer_grad(l), ropes_[l], st.xs[l], st.positions, st.attention, *a,
-                 st.grad, dx);
+  layer_backward(b, c, weights_.layer(l), base_frozen() ? st.norm_sink : weights_.layer_grad(l), ropes_[l], st.xs[l],
+                 st.positions, st.attention, *a, st.grad, dx, lora);
   if (!st.checkpointing) st.acts[l] = LayerActs{};  // free as we go
 }
 
@@ -307,10 +338,19 @@ void Model::backward(const Tensor& dlogprob, const Tensor& dentropy) {
   RLRUN_CHECK(dlogprob.defined() && dlogprob.numel() == st.n, "backward: dlogprob must be (N) = " +
                                                                   std::to_string(st.n) + ", got " + dlogprob.str());
   RLRUN_CHECK(!dentropy.defined() || dentropy.numel() == st.n, "backward: dentropy is " + dentropy.str());
+  RLRUN_CHECK(!st.lora || lora_->has_grads(), "Model::backward: the LoRA grad buffer is released");
+  if (base_frozen()) {
+    st.norm_sink = alloc_norm_grad_sink(b, c);
+    st.final_norm_sink = b.zeros({c.hidden_size}, DType::kF32);
+  }
   Tensor dx = b.zeros({st.n, c.hidden_size}, b.compute_dtype());
   head_backward(st, dlogprob.view({st.n}), dentropy.defined() ? dentropy.view({st.n}) : Tensor(), dx);
   st.grad = alloc_layer_grad_scratch(b, c, st.n);
   for (int64_t l = c.num_layers - 1; l >= 0; --l) layer_backward_at(st, l, dx);
+  if (base_frozen()) {  // the embedding table is frozen: d(x_in) of layer 0 goes nowhere
+    state_.reset();
+    return;
+  }
   if (c.embedding_scale != 1.0) b.scale(dx, static_cast<float>(c.embedding_scale));
   if (st.embed_rows.defined()) {  // only the non-pad rows' gradients reach the table
     Tensor kept = b.uninitialized({st.embed_rows.numel(), c.hidden_size}, b.compute_dtype());

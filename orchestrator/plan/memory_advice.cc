@@ -94,6 +94,7 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   t.tokens_per_micro_batch = c.seq_len * c.micro_batch_rows;
   t.gradient_checkpointing = c.gradient_checkpointing;
   t.kl_reference = c.kl_coef > 0;
+  t.lora_parameters = static_cast<double>(lora_elements(c, p.model));
   // Rank 0 sends its f32 master straight from the device or through a HOST staging buffer. When
   // the distributed optimizer keeps only the master of its shard, rank 0 widens the bf16 weights:
   // in host buffers with weight_broadcast_cpu_staging, else in one f32 device bucket
@@ -125,6 +126,7 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
                                  4.0 * static_cast<double>(p.model.num_parameters()));
   r.weight_receive_buffer_bytes = cuda ? 2.0 * bucket : 0.0;
   r.kl_reference = rollout_scores_kl_reference(c);
+  r.lora_parameters = t.lora_parameters;
   p.rollout = plan_rollout(r);
   return p;
 }

@@ -70,6 +70,15 @@ TrainerBudget plan_model_state(double params, const TrainerPlanInputs& in) {
   b.optimizer_moments = params * p.optimizer_bytes / shard;
   b.gradient_shard = sharded && in.gradient_shard_buffer ? params * p.grad_bytes / shard : 0.0;
   b.reference_weights = in.kl_reference ? params * p.weight_bytes : 0.0;
+  if (in.lora_parameters > 0) {  // the base frozen: weights only; the adapters are f32 and trained
+    const double a = in.lora_parameters;
+    b.weights = params * p.weight_bytes + a * 4;
+    b.gradients = a * 4;
+    b.master_weights = 0;  // the adapters' master is what forward reads
+    b.optimizer_moments = a * p.optimizer_bytes / shard;
+    b.gradient_shard = sharded && in.gradient_shard_buffer ? a * 4 / shard : 0.0;
+    b.reference_weights = in.kl_reference ? a * 4 : 0.0;
+  }
   return b;
 }
 
@@ -101,7 +110,7 @@ RolloutBudget plan_rollout(const RolloutPlanInputs& in) {
   const double tp = static_cast<double>(std::max(1, in.tensor_parallel_size));
   RolloutBudget b;
   const double weight_bytes = p.inference_weight_bytes > 0 ? p.inference_weight_bytes : p.weight_bytes;
-  b.weights = static_cast<double>(m.num_parameters()) * weight_bytes / tp;
+  b.weights = static_cast<double>(m.num_parameters()) * weight_bytes / tp + in.lora_parameters * 4;
   b.reference_weights = in.kl_reference ? static_cast<double>(m.num_parameters()) * p.weight_bytes / tp : 0.0;
   b.weight_receive_buffer = in.weight_receive_buffer_bytes;
   b.kv_bytes_per_token = 2.0 * static_cast<double>(m.num_layers * m.num_kv_heads * m.head_dim()) * p.kv_bytes / tp;

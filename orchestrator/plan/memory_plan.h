@@ -60,6 +60,10 @@ struct TrainerPlanInputs {
   int64_t weight_send_bucket_bytes = 0;   // device bytes of the send buffer (rank 0 only)
   int64_t logits_chunk_elements = int64_t{1} << 24;  // engine::ModelOptions::logits_chunk_elements
   bool kl_reference = false;  // kl_coef > 0: a frozen copy of the weights (compute dtype) per rank
+  // lora_rank > 0: the adapters' f32 elements (padding included). They alone carry gradients,
+  // master copies and AdamW moments, the KL reference is an adapter copy, and the base weights
+  // are frozen (weights only).
+  double lora_parameters = 0;
 };
 
 struct TrainerBudget {
@@ -107,6 +111,7 @@ struct RolloutPlanInputs {
   double weight_receive_buffer_bytes = 0;  // device bytes the weight update needs beyond the weights
   double runtime_reserve_bytes = 0;        // GPU: inside the utilization share but outside the allocator
   bool kl_reference = false;               // kl_reference_on: rollout: a copy of the compute weights
+  double lora_parameters = 0;              // lora_rank > 0: the adapters' f32 elements beside the weights
 };
 
 struct RolloutBudget {

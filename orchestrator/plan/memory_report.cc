@@ -41,13 +41,18 @@ void render_trainer(std::ostringstream& o, const RunPlan& p) {
   o << "trainer rank (x" << p.trainer_ranks << ")" << std::string(31, ' ') << "human           bytes\n";
   const bool sharded = in.distributed_optimizer && in.data_parallel_ranks > 1;
   const std::string shard = sharded ? str(" / ", in.data_parallel_ranks, " ranks") : "";
-  line(o, "weights", t.weights, str(in.precision.weight_bytes, " B/param"));
-  line(o, "gradients", t.gradients, str(in.precision.grad_bytes, " B/param"));
-  line(o, "optimizer moments (AdamW m, v)", t.optimizer_moments, str(in.precision.optimizer_bytes, " B/param", shard));
+  const bool lora = in.lora_parameters > 0;
+  const std::string adapters = str(" B/adapter element (", static_cast<int64_t>(in.lora_parameters), ", lora_rank)");
+  line(o, "weights", t.weights, str(in.precision.weight_bytes, " B/param", lora ? " + the f32 adapters" : ""));
+  line(o, "gradients", t.gradients, lora ? str(4, adapters) : str(in.precision.grad_bytes, " B/param"));
+  line(o, "optimizer moments (AdamW m, v)", t.optimizer_moments,
+       str(in.precision.optimizer_bytes, lora ? adapters : " B/param", shard));
   line(o, "fp32 master weights", t.master_weights,
        in.precision.master_bytes == 0 ? "the weights are fp32" : str(in.precision.master_bytes, " B/param", shard));
   if (sharded) line(o, "gradient shard (reduce-scatter)", t.gradient_shard, str(in.precision.grad_bytes, " B/param", shard));
-  if (in.kl_reference) line(o, "KL reference weights (kl_coef)", t.reference_weights, str(in.precision.weight_bytes, " B/param"));
+  if (in.kl_reference)
+    line(o, "KL reference weights (kl_coef)", t.reference_weights,
+         lora ? str(4, adapters, ": the base with them") : str(in.precision.weight_bytes, " B/param"));
   const double params = static_cast<double>(in.model.num_parameters());
   char per_param[48];
   std::snprintf(per_param, sizeof per_param, "%.4g B/param", params > 0 ? t.model_state() / params : 0.0);

@@ -71,6 +71,13 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
     // Same seed and init as the trainer's random start; every run's first weight sync replaces it.
     (*model)->weights().init_random(static_cast<uint64_t>(config.seed), static_cast<float>(config.model.init_std));
   }
+  // lora_rank > 0: generation adds the adapters beside the frozen base weights (the low-rank
+  // products, no merge), and each weight sync carries the adapters only (rollout/weight_update.h).
+  Result<std::unique_ptr<engine::LoraWeights>> lora = lora_from_config(config, **backend, (*model)->config());
+  if (!lora.ok()) return log::error(str("rollout: ", lora.status().message())), kExitUsage;
+  if (*lora != nullptr) {
+    if (Status s = (*model)->attach_lora(lora->get()); !s.ok()) return log::error(str("rollout: ", s.message())), kExitUsage;
+  }
   rollout::SchedulerOptions scheduler_options = scheduler_options_from(config, **model);
   // The first line that says how fast this process computes (and which kernels it runs).
   const engine::HostCompute host = engine::measure_host_compute();

@@ -37,6 +37,31 @@ Result<engine::ModelConfig> model_config_from(const ModelSection& model) {
   return m;
 }
 
+Result<engine::LoraConfig> lora_config_from(const Config& config) {
+  engine::LoraConfig lc;
+  lc.rank = config.lora_rank;
+  lc.alpha = config.lora_alpha;
+  RLRUN_ASSIGN_OR_RETURN(lc.targets, engine::parse_lora_targets(config.lora_target_modules));
+  return lc;
+}
+
+int64_t lora_elements(const Config& config, const engine::ModelConfig& model) {
+  if (config.lora_rank == 0) return 0;
+  const Result<engine::LoraConfig> lora = lora_config_from(config);
+  if (!lora.ok()) return 0;
+  const std::vector<engine::ParamInfo> layout = engine::lora_layout(model, *lora);
+  return layout.empty() ? 0 : engine::flat_parameter_count(layout);
+}
+
+Result<std::unique_ptr<engine::LoraWeights>> lora_from_config(const Config& config, engine::Backend& backend,
+                                                              const engine::ModelConfig& model) {
+  if (config.lora_rank == 0) return std::unique_ptr<engine::LoraWeights>();
+  RLRUN_ASSIGN_OR_RETURN(const engine::LoraConfig lc, lora_config_from(config));
+  RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<engine::LoraWeights> lora, engine::LoraWeights::create(backend, model, lc));
+  lora->init(static_cast<uint64_t>(config.seed));  // the trainer and every rollout worker alike
+  return lora;
+}
+
 }  // namespace rlrun::orchestrator
 
 namespace rlrun::orchestrator {

@@ -7,6 +7,7 @@
 
 #include "common/config/config.h"
 #include "engine/model/config.h"
+#include "engine/model/lora.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "rollout/scheduler.h"
 
@@ -15,6 +16,18 @@ namespace rlrun::orchestrator {
 // The engine's model of the config: the checkpoint's (engine::read_checkpoint_config, the one
 // reader) when model.checkpoint is set, else the shape keys with the architecture's fixed math.
 Result<engine::ModelConfig> model_config_from(const ModelSection& model);
+
+// The run's LoRA settings (lora_rank, lora_alpha, lora_target_modules; rank 0: none).
+// invalid_argument naming lora_target_modules for an unknown module.
+Result<engine::LoraConfig> lora_config_from(const Config& config);
+// Elements of the run's adapters' flat f32 buffer on a model of `model`'s shape (alignment
+// padding included): what a LoRA weight sync moves / 4. 0 when lora_rank is 0 (or the targets
+// do not parse: the processes report that).
+int64_t lora_elements(const Config& config, const engine::ModelConfig& model);
+// The run's low-rank adapters for a model of `model`'s shape, initialised from the run's seed as
+// PEFT does (B = 0: the base model); null when lora_rank is 0.
+Result<std::unique_ptr<engine::LoraWeights>> lora_from_config(const Config& config, engine::Backend& backend,
+                                                              const engine::ModelConfig& model);
 
 // The run's tokenizer: model.tokenizer (load_config() defaults it to the checkpoint's
 // tokenizer.json, or to a .gguf checkpoint itself), else the built-in small tokenizer compiled into rlrun.

@@ -25,6 +25,7 @@
 #include "orchestrator/run/training/state.h"
 #include "orchestrator/run/workers/rendezvous.h"
 #include "trainer/hf_export.h"
+#include "trainer/lora_adapter.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/model_adapter.h"
 #include "trainer/train_step.h"
@@ -40,9 +41,10 @@ using Clock = std::chrono::steady_clock;
 struct TrainerRank {
   std::unique_ptr<engine::Backend> backend;
   std::unique_ptr<engine::Model> model;
-  std::unique_ptr<trainer::ModelAdapter> adapter;
-  std::unique_ptr<engine::Model> reference;  // kl_coef > 0: the KL reference (the trainer fills it)
-  std::unique_ptr<trainer::ModelAdapter> reference_adapter;
+  std::unique_ptr<engine::LoraWeights> lora;         // lora_rank > 0: the adapters, the only trained weights
+  std::unique_ptr<trainer::TrainableModel> adapter;  // ModelAdapter, or LoraModelAdapter over `lora`
+  std::unique_ptr<engine::Model> reference;  // kl_coef > 0 without LoRA: the KL reference (the trainer fills it)
+  std::unique_ptr<trainer::TrainableModel> reference_adapter;
   std::unique_ptr<engine::Communicator> dp;       // null with one rank
   std::unique_ptr<engine::Communicator> weights;  // rank 0 only; null while not in a group
   int64_t weights_epoch = -1;                     // the epoch of `weights`
@@ -64,7 +66,12 @@ Status build_rank(const Config& config, const TrainerProcessOptions& options, Tr
     // The rollout workers draw the same initial weights from the same seed.
     r.model->weights().init_random(static_cast<uint64_t>(config.seed), static_cast<float>(config.model.init_std));
   }
-  r.adapter = std::make_unique<trainer::ModelAdapter>(*r.model);
+  RLRUN_ASSIGN_OR_RETURN(r.lora, lora_from_config(config, *r.backend, model_config));
+  if (r.lora != nullptr) {
+    RLRUN_ASSIGN_OR_RETURN(r.adapter, trainer::LoraModelAdapter::create(*r.model, *r.lora));
+  } else {
+    r.adapter = std::make_unique<trainer::ModelAdapter>(*r.model);
+  }
   const std::string identity = worker_name(Role::kTrainer, options.rank);
   if (config.trainer_num_workers > 1) {
     RLRUN_ASSIGN_OR_RETURN(r.dp, join_group(options.orchestrator, identity,
@@ -95,7 +102,10 @@ Status build_rank(const Config& config, const TrainerProcessOptions& options, Tr
                          }));
   RLRUN_ASSIGN_OR_RETURN(r.trainer, trainer::Trainer::create(trainer_options, *r.adapter, r.dp.get(),
                                                              r.weights.get(), &r.memory));
-  if (config.kl_coef > 0) {  // a frozen copy of the compute weights, scored without gradients
+  if (config.kl_coef > 0 && r.lora != nullptr) {  // the base with the adapters of the first RL update: no weight copy
+    RLRUN_ASSIGN_OR_RETURN(r.reference_adapter, trainer::LoraReference::create(*r.model, *r.lora));
+    r.trainer->set_reference(r.reference_adapter.get());
+  } else if (config.kl_coef > 0) {  // a frozen copy of the compute weights, scored without gradients
     RLRUN_ASSIGN_OR_RETURN(r.reference, engine::Model::create(*r.backend, model_config, model_options));
     r.reference->weights().release_grads();
     r.reference->weights().release_master();
@@ -228,6 +238,11 @@ class TrainerLoop {
       if (s.ok()) {
         Result<trainer::WeightSendReport> sent = rank_.trainer->send_weights(version);
         s = sent.status();
+        if (sent.ok() && !logged_sync_bytes_) {
+          log::info(str("trainer 0: a weight sync moves ", sent->bytes, " bytes",
+                        rank_.lora != nullptr ? " (the LoRA adapters only)" : ""));
+          logged_sync_bytes_ = true;
+        }
       }
       if (!s.ok()) {
         end.ok = false;
@@ -247,7 +262,7 @@ class TrainerLoop {
   // The HF model folder of the current weights: config.json, model.safetensors and the tokenizer
   // files other tools need (roles/model_from_config.h). Rank 0 writes it.
   Status export_model(const std::string& dir) {
-    RLRUN_RETURN_IF_ERROR(trainer::hf_model_exporter(*rank_.model)(dir));
+    RLRUN_RETURN_IF_ERROR(trainer::hf_model_exporter(*rank_.model, engine::DType::kF32, config_.model.checkpoint)(dir));
     return write_tokenizer_files(config_, rank_.model->config(), dir);
   }
 
@@ -333,6 +348,7 @@ class TrainerLoop {
   const Config& config_;
   const TrainerProcessOptions& options_;
   TrainerRank& rank_;
+  bool logged_sync_bytes_ = false;
   std::unique_ptr<ControlClient> client_;
   std::unique_ptr<LivenessBeacon> beacon_;  // after client_: stops before the client closes
   uint32_t worker_id_ = 0;

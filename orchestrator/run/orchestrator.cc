@@ -51,10 +51,13 @@ SupervisionPolicy supervision_policy(const Config& config) {
                            config.restart_backoff_max_seconds, static_cast<int>(config.max_worker_restarts)};
 }
 
-// The bytes one weight sync moves (fp32 weights). load_config() read the model already.
+// The bytes one weight sync moves (fp32 weights, or with lora_rank > 0 the adapters alone).
+// load_config() read the model already.
 int64_t weight_bytes(const Config& config) {
   const Result<engine::ModelConfig> model = model_config_from(config.model);
-  return model.ok() ? model->num_parameters() * static_cast<int64_t>(sizeof(float)) : 0;
+  if (!model.ok()) return 0;
+  const int64_t elements = config.lora_rank > 0 ? lora_elements(config, *model) : model->num_parameters();
+  return elements * static_cast<int64_t>(sizeof(float));
 }
 
 }  // namespace

@@ -58,7 +58,8 @@ Advice advise(const LoopCosts& costs, const LoopSettings& current, const Cluster
       for (int64_t a : with({0, 1, 2}, current.max_async_rollout)) {
         for (int64_t l : with(lanes, current.max_concurrent_prompts_per_server)) {
           // With a KL term (and its cost measured), the reference's pass on either side.
-          const bool both = current.kl_reference && costs.reference_seconds_per_token > 0;
+          const bool both =
+              current.kl_reference && !current.reference_stays_on_trainer && costs.reference_seconds_per_token > 0;
           for (bool on_rollout : both ? std::vector<bool>{false, true} : std::vector<bool>{current.reference_on_rollout}) {
             LoopSettings s = current;
             s.inference_num_workers = w;

@@ -55,6 +55,7 @@ struct LoopSettings {
   bool share_prompts_in_training = true;
   bool kl_reference = false;          // kl_coef > 0: the reference's forward pass over every trained group
   bool reference_on_rollout = false;  // kl_reference_on: rollout (the least busy worker scores each kept group)
+  bool reference_stays_on_trainer = false;  // lora_rank > 0: kl_reference_on: rollout is not implemented
   // The orchestrator lends the idle side's cores to the busy one (run/workers/core_balance.h), on one CPU
   // node with cpu_threads_per_worker 0; simulated with the same rules, a trainer with lent threads
   // running at the speed the run measured with them (LoopCosts::trainer_lent_speed; a lend never

@@ -79,6 +79,7 @@ LoopSettings settings_from(const Config& c) {
   s.share_prompts_in_training = c.share_prompts_in_training;
   s.kl_reference = c.kl_coef > 0;
   s.reference_on_rollout = c.kl_reference_on == KlReferenceOn::kRollout;
+  s.reference_stays_on_trainer = c.lora_rank > 0;
   s.balance_cpu_threads = c.balance_cpu_threads;
   s.rollout_cpu_nice = c.backend == BackendKind::kCpu ? c.rollout_cpu_nice : 0;  // applied when max_async_rollout > 0
   return s;

@@ -4,6 +4,7 @@
 // up with the sender's weights.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <thread>
 
 #include "engine/comm/communicator.h"
@@ -85,6 +86,60 @@ TEST(WeightUpdate, MidGenerationLosesNothingAndRecordsVersionsPerToken) {
   auto fresh = testing::make_scheduler(*trainer_model, testing::small_options());
   fresh->add(greedy_request(9, prompt_of(3, 9), 4));
   EXPECT_EQ(testing::run_to_end(*fresh).at({9, 0}).tokens, out.at({9, 0}).tokens);
+}
+
+// Random adapters (rank 2 on every projection, B too) for the tiny model, from `seed`.
+std::unique_ptr<engine::LoraWeights> random_lora(engine::Backend& backend, const engine::ModelConfig& model,
+                                                 uint64_t seed) {
+  engine::LoraConfig lc;
+  lc.rank = 2;
+  lc.alpha = 4;
+  auto lora = engine::LoraWeights::create(backend, model, lc);
+  EXPECT_TRUE(lora.ok());
+  std::vector<float> flat(static_cast<size_t>((*lora)->flat_size()));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> nd(0.0f, 0.3f);
+  for (float& x : flat) x = nd(rng);
+  backend.copy_from_host((*lora)->master_flat(), flat.data(), flat.size() * sizeof(float));
+  return std::move(lora).value();
+}
+
+// A LoRA run: the worker's model has adapters attached, and a sync carries them alone (a fraction
+// of the weights), after which generation is the sender's adapted model's.
+TEST(WeightUpdate, WithAdaptersOnlyTheAdaptersArriveAndGenerationFollowsThem) {
+  int64_t sent_bytes = 0;
+  std::vector<int32_t> tokens;
+  run_pair(
+      [&](engine::Communicator& comm) {
+        auto backend = testing::cpu_backend();
+        auto model = testing::tiny_model(*backend, /*seed=*/1);
+        auto lora = random_lora(*backend, model->config(), 2);
+        trainer::WeightSender sender(*backend, engine::flat_layout_of(*lora), comm, 4096);
+        auto report = sender.send(lora->master_flat(), 1);
+        ASSERT_TRUE(report.ok()) << report.status().message();
+        sent_bytes = report->bytes;
+      },
+      [&](engine::Communicator& comm) {
+        auto backend = testing::cpu_backend();
+        auto model = testing::tiny_model(*backend, /*seed=*/1);  // the same frozen base
+        auto lora = random_lora(*backend, model->config(), 7);
+        ASSERT_TRUE(model->attach_lora(lora.get()).ok());
+        WeightUpdater updater(*model, comm, 4096);
+        auto report = updater.receive();
+        ASSERT_TRUE(report.ok()) << report.status().message();
+        auto s = testing::make_scheduler(*model, testing::small_options());
+        s->add(greedy_request(9, prompt_of(5, 9), 6));
+        tokens = testing::run_to_end(*s).at({9, 0}).tokens;
+      });
+  auto backend = testing::cpu_backend();
+  auto model = testing::tiny_model(*backend, /*seed=*/1);
+  auto lora = random_lora(*backend, model->config(), 2);
+  EXPECT_EQ(sent_bytes, lora->flat_size() * 4);
+  EXPECT_LT(sent_bytes, model->weights().flat_size() * 4 / 4) << "adapters, not weights";
+  engine::merge_lora(*lora, model->weights());  // the sender's adapted model, merged
+  auto s = testing::make_scheduler(*model, testing::small_options());
+  s->add(greedy_request(9, prompt_of(5, 9), 6));
+  EXPECT_EQ(testing::run_to_end(*s).at({9, 0}).tokens, tokens);
 }
 
 }  // namespace

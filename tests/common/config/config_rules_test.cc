@@ -40,6 +40,19 @@ TEST(ConfigRules, RewardExpressionAndTheKeysItsTermsNeed) {
               ElementsAre(HasSubstr("must contain {a} and {b}")));
 }
 
+// LoRA runs on the CPU backend with the KL reference on the trainer; the refusals name the keys.
+TEST(ConfigRules, LoraRefusesWhatIsNotImplementedNamingTheKeys) {
+  EXPECT_TRUE(load_text("lora_rank: 8\nlora_alpha: 16\nlora_target_modules: q_proj,v_proj\nkl_coef: 0.1\n").ok());
+  EXPECT_THAT(error_lines(load_text("lora_rank: 8\nbackend: cuda\n")),
+              ElementsAre(AllOf(HasSubstr("run.yaml:1:"), HasSubstr("`lora_rank` > 0 needs `backend: cpu`"))));
+  EXPECT_THAT(error_lines(load_text("lora_rank: 8\nkl_coef: 0.1\nkl_reference_on: rollout\n")),
+              ElementsAre(HasSubstr("`lora_rank` > 0 with `kl_reference_on: rollout` is not implemented")));
+  EXPECT_THAT(error_lines(load_text("lora_rank: 4\nlora_target_modules: ''\n")),
+              ElementsAre(HasSubstr("`lora_target_modules` is empty")));
+  EXPECT_FALSE(load_text("lora_alpha: 0\n").ok());
+  EXPECT_TRUE(load_text("backend: cuda\nlora_target_modules: ''\n").ok()) << "lora_rank 0: the LoRA keys are unread";
+}
+
 TEST(ConfigRules, InferenceWorkersDivisibleByTensorParallel) {
   EXPECT_THAT(error_lines(load_text("inference_num_workers: 6\n",
                                     {"inference_tensor_parallel_size=4"})),

@@ -52,6 +52,30 @@ TEST(MemoryPlan, DistributedOptimizerDividesMasterAndMoments) {
   EXPECT_DOUBLE_EQ(plan_trainer(in).model_state() / p, 16);
 }
 
+// LoRA: the frozen base is weights only; gradients, moments and the KL reference are the f32
+// adapters' (rank 8 on every projection of the 7B shape: ~20M elements, 0.3% of the weights).
+TEST(MemoryPlan, LoraKeepsGradientsAndMomentsForTheAdaptersOnly) {
+  TrainerPlanInputs in;
+  in.model = llama2_7b();
+  in.precision = fp32_policy();
+  in.kl_reference = true;
+  const double p = static_cast<double>(in.model.num_parameters());
+  in.lora_parameters = 32 * 8 * (4 * (4096 + 4096) + 3 * (4096 + 11008));
+  const double a = in.lora_parameters;
+  const TrainerBudget b = plan_trainer(in);
+  EXPECT_DOUBLE_EQ(b.weights, 4 * p + 4 * a);
+  EXPECT_DOUBLE_EQ(b.gradients, 4 * a);
+  EXPECT_DOUBLE_EQ(b.optimizer_moments, 8 * a);
+  EXPECT_DOUBLE_EQ(b.reference_weights, 4 * a) << "the adapters as captured, not a model copy";
+  EXPECT_DOUBLE_EQ(b.model_state(), 4 * p + 20 * a);
+  EXPECT_LT(b.model_state(), 4.1 * p) << "against 20 B/param for full fine-tuning with a reference";
+  RolloutPlanInputs r;
+  r.model = in.model;
+  r.precision = in.precision;
+  r.lora_parameters = a;
+  EXPECT_DOUBLE_EQ(plan_rollout(r).weights, 4 * p + 4 * a);
+}
+
 TEST(MemoryPlan, KvCacheOfLlama2ShapeFor32SequencesOf4096Tokens) {
   // 2 x 32 layers x 32 kv heads x 128 x 2 bytes = 512 KiB per token; x 32 x 4096 = 68.7 GB
   RolloutPlanInputs in;

@@ -239,6 +239,11 @@ TEST(Advisor, MovesTheKlReferenceToAnIdleRolloutWorker) {
   ASSERT_TRUE(a.change);
   EXPECT_TRUE(a.recommended.settings.reference_on_rollout);
   EXPECT_NE(describe_change(now, a.recommended.settings).find("kl_reference_on: trainer -> rollout"), std::string::npos);
+  // A LoRA run keeps it on the trainer (the rollout's reference is not implemented for adapters).
+  now.reference_stays_on_trainer = true;
+  for (const Candidate& k : advise(c, now, gpus(2), {.steps = 60, .seed = 1}).candidates)
+    EXPECT_FALSE(k.settings.reference_on_rollout);
+  now.reference_stays_on_trainer = false;
   // Without a KL term there is nothing to move.
   now.kl_reference = false;
   for (const Candidate& k : advise(c, now, gpus(2), {.steps = 60, .seed = 1}).candidates)
