@@ -12,6 +12,8 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/common/eventually.h"
+
 namespace rlrun {
 namespace {
 
@@ -154,8 +156,13 @@ TEST_F(TimelineTest, CrashedProcessLeavesReadableEvents) {
     Timeline t;
     if (!t.open(file, "rollout-0", 0, std::chrono::milliseconds(10)).ok()) ::_exit(3);
     for (int i = 0; i < 5; ++i) ScopedSpan s("decode", "rollout", t);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // several flush intervals
-    ::_exit(0);  // no close(), no destructors: as if killed
+    const bool flushed = testing::eventually([&] {  // the periodic flush wrote the five spans
+      const std::string text = read(file);
+      size_t spans = 0;
+      for (size_t at = text.find("\"decode\""); at != std::string::npos; at = text.find("\"decode\"", at + 1)) ++spans;
+      return spans == 5;
+    }, std::chrono::seconds(5));
+    ::_exit(flushed ? 0 : 4);  // no close(), no destructors: as if killed
   }
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
