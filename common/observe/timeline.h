@@ -52,8 +52,9 @@ class Timeline {
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
-  // Starts writing `path` (an earlier file there is kept, see the top) for process `process_name` ("trainer-0") under trace pid
-  // `pid` (default: getpid()). Fails with io_error naming the file when it cannot be created.
+  // Starts writing `path` (an earlier file there is kept, see the top) for process `process_name`
+  // ("trainer-0") under trace pid `pid` (default: getpid()). Fails with io_error naming the file
+  // when it cannot be created.
   Status open(const std::string& path, const std::string& process_name, int pid = 0,
               std::chrono::milliseconds flush_interval = std::chrono::milliseconds(500));
   // Writes what is buffered and the closing `]`. Safe to call twice.

@@ -267,7 +267,8 @@ TEST_F(TimelineTest, AReplacementKeepsTheFilesOfTheProcessesItReplaces) {
   EXPECT_EQ(spans[1], 2) << "the first replacement's spans survive the second";
   EXPECT_EQ(spans[2], 2);
   EXPECT_GT(spans[0], 2) << "the first process's spans survive, its rotated part too";
-  EXPECT_EQ(timeline_files(dir_.string(), "rollout-1"), std::vector<std::string>{}) << "none for a process that never ran";
+  EXPECT_EQ(timeline_files(dir_.string(), "rollout-1"), std::vector<std::string>{})
+      << "none for a process that never ran";
 }
 
 TEST_F(TimelineTest, MergeSkipsATornEventAndKeepsTheRest) {

@@ -119,7 +119,8 @@ TEST(CurveCommunicator, StrangersOnThePortNeitherReadNorInject) {
                                 std::string(endpoint->begin(), endpoint->end()), strangers[i], 1, 2000ms, &settled[i]));
   }
   for (size_t i = 0; i < settled.size(); ++i)  // the strangers go first: each tried before the member joins
-    ASSERT_EQ(settled[i].get_future().wait_for(2000ms), std::future_status::ready) << "stranger " << i << " never heard";
+    ASSERT_EQ(settled[i].get_future().wait_for(2000ms), std::future_status::ready)
+        << "stranger " << i << " never heard from rank 0";
   auto member = make_communicator(store, group("w", 1, 2));
   ASSERT_TRUE(member.ok()) << member.status().message();
   std::vector<uint8_t> got(secret.size(), 0);

@@ -31,7 +31,8 @@ inline int probe_curve_transport(const std::string& endpoint, const SecurityOpti
   socket.set(zmq::sockopt::linger, 0);
   SocketEvents events(context, socket,
                       ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                          ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED);
+                          ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                          ZMQ_EVENT_DISCONNECTED);
   if (security.mechanism == SecurityOptions::Mechanism::kCurve) {
     const Status s = apply_curve_client(socket, security);
     if (!s.ok()) ADD_FAILURE() << s.message();

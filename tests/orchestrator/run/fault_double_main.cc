@@ -69,7 +69,8 @@ class FaultHooks : public WorkerHooks {
 Fault parse(const std::string& text) {
   auto fail = [&] {
     std::fprintf(stderr, "RLRUN_FAULT_DOUBLE `%s`: expected rollout-I:weight_sync:VERSION, "
-                 "rollout-I:stop_in_weight_sync:VERSION, rollout-I:stop_after_results:N, rollout-I:slow_step:MS or rollout-I:after_register\n", text.c_str());
+                 "rollout-I:stop_in_weight_sync:VERSION, "
+                 "rollout-I:stop_after_results:N, rollout-I:slow_step:MS or rollout-I:after_register\n", text.c_str());
     std::exit(2);
   };
   const size_t first = text.find(':');

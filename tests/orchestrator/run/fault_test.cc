@@ -176,7 +176,8 @@ TEST_F(WorkerFaults, HungWorkerIsKilledAndReplaced) {
 // own bound (rollout_request_timeout_seconds, 60 s here): a member of a sync is judged by its
 // silence like any other worker (before commit 20d3fc4 it was exempt).
 TEST_F(WorkerFaults, StoppedInsideAWeightSyncIsFoundByItsSilence) {
-  BackgroundRun run(dir_, " --set rollout_request_timeout_seconds=60", "RLRUN_FAULT_DOUBLE=rollout-1:stop_in_weight_sync:2");
+  BackgroundRun run(dir_, " --set rollout_request_timeout_seconds=60",
+                    "RLRUN_FAULT_DOUBLE=rollout-1:stop_in_weight_sync:2");
   const int code = run.wait_exit();
   const int pid = run.pid_of("rollout-1");
   if (pid > 0) ::kill(pid, SIGKILL);  // in case the run did not (the assertions below then fail)
