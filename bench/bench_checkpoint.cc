@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "trainer/checkpoint_files.h"
 
 using namespace rlrun;
@@ -26,7 +27,6 @@ using namespace rlrun::trainer;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 void print(const char* what, double seconds, double bytes) {
   std::printf("  %-44s %7.3f s/GB  (%6.2f GB/s)\n", what, seconds / (bytes / 1e9), bytes / 1e9 / seconds);

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/clock.h"
 #include "common/observe/log.h"
 #include "common/observe/memory.h"
 #include "orchestrator/tasks/tasks.h"
@@ -23,10 +24,6 @@ using namespace rlrun;
 using namespace rlrun::orchestrator;
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 int64_t peak_resident_bytes() {
   Result<ProcessMemory> m = read_process_memory();

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "engine/comm/weight_receiver.h"
 #include "engine/model/model.h"
 #include "trainer/model_adapter.h"
@@ -31,12 +32,6 @@ using namespace rlrun;
 using namespace rlrun::trainer;
 
 namespace {
-
-double process_cpu_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
 
 struct Args {
   int64_t hidden = 256, layers = 4, vocab = 1024, tokens = 1024, steps = 2, bucket_mb = 16;

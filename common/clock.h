@@ -8,8 +8,13 @@
 #include <chrono>
 #include <cstdint>
 #include <ctime>
+#include <functional>
 
 namespace rlrun {
+
+// Where a part reads steady time: the real clock by default; a test passes a fake one that it
+// advances by hand, so that a rule about intervals is tested without waiting them out.
+using SteadyNow = std::function<std::chrono::steady_clock::time_point()>;
 
 // Seconds from `start` (steady clock) to now.
 inline double seconds_since(std::chrono::steady_clock::time_point start) {

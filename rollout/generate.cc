@@ -72,16 +72,20 @@ Result<Generation> generate(engine::Model& model, std::span<const int32_t> promp
   return out;
 }
 
-std::vector<int32_t> default_stop_ids(const engine::ModelConfig& config, const engine::Tokenizer* tokenizer) {
+std::vector<int32_t> stop_token_ids(const engine::ModelConfig& config, const engine::Tokenizer* tokenizer,
+                                    std::optional<int32_t> end_of_turn) {
   std::vector<int32_t> ids;
-  if (config.eos_token_id >= 0) ids.push_back(static_cast<int32_t>(config.eos_token_id));
+  const auto add = [&](int64_t id) {
+    if (id >= 0 && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(static_cast<int32_t>(id));
+  };
+  if (end_of_turn) add(*end_of_turn);
+  add(config.eos_token_id);
+  for (int64_t id : config.extra_eos_token_ids) add(id);
   if (tokenizer != nullptr) {
-    for (const char* token : {"<|im_end|>", "<|endoftext|>"}) {
-      if (auto id = tokenizer->token_to_id(token)) ids.push_back(*id);
+    for (const char* name : {"<|endoftext|>", "<|im_end|>", "</s>", "<|eot_id|>"}) {
+      if (std::optional<int32_t> id = tokenizer->token_to_id(name)) add(*id);
     }
   }
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;
 }
 

@@ -40,9 +40,12 @@ struct Generation {
 // invalid_argument for a bad prompt or options.
 Result<Generation> generate(engine::Model& model, std::span<const int32_t> prompt, const GenerateOptions& options);
 
-// Stop tokens of a checkpoint: config.json's eos_token_id and, when a tokenizer is given, its
-// `<|im_end|>` and `<|endoftext|>` tokens (ChatML models end a turn with <|im_end|>). Sorted,
-// unique.
-std::vector<int32_t> default_stop_ids(const engine::ModelConfig& config, const engine::Tokenizer* tokenizer);
+// The tokens that end an answer: the one list `rlrun run` (its requests, run_stop_token_ids),
+// `rlrun generate` and `rlrun serve` stop at. The chat template's `end_of_turn` first when there
+// is one (the warm start ends answers with the first), then config.json's eos_token_id list, then
+// the end-of-text tokens of the chat families rlrun knows (<|endoftext|>, <|im_end|>, </s>,
+// <|eot_id|>) that `tokenizer` has (none without one). Unique, in that order.
+std::vector<int32_t> stop_token_ids(const engine::ModelConfig& config, const engine::Tokenizer* tokenizer,
+                                    std::optional<int32_t> end_of_turn);
 
 }  // namespace rlrun::rollout

@@ -144,7 +144,7 @@ void end_status() {
 }
 
 void RateLimited::write(Level level, std::string_view message) {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = now_();
   if (written_ && now - last_written_ < interval_) {
     ++held_back_;
     return;

@@ -7,6 +7,9 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
+
+#include "common/clock.h"
 
 namespace rlrun::log {
 
@@ -37,16 +40,19 @@ inline void warn(std::string_view m) { write(Level::kWarn, m); }
 inline void error(std::string_view m) { write(Level::kError, m); }
 
 // A message that recurs (per group, per step): written the first time, then at most once per
-// `interval`, saying how often it came in between. Not thread-safe: one owner calls it.
+// `interval`, saying how often it came in between, by the clock `now`. Not thread-safe: one owner
+// calls it.
 class RateLimited {
  public:
-  explicit RateLimited(std::chrono::steady_clock::duration interval) : interval_(interval) {}
+  explicit RateLimited(std::chrono::steady_clock::duration interval, SteadyNow now = std::chrono::steady_clock::now)
+      : interval_(interval), now_(std::move(now)) {}
   // Writes `message` (plus " [N more like this in the last S s]") or counts it as held back.
   void write(Level level, std::string_view message);
   int64_t held_back() const { return held_back_; }  // since the last line written
 
  private:
   std::chrono::steady_clock::duration interval_;
+  SteadyNow now_;
   std::chrono::steady_clock::time_point last_written_{};
   bool written_ = false;
   int64_t held_back_ = 0;

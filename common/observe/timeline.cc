@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "common/observe/log.h"
 
@@ -118,10 +119,63 @@ std::string timeline_path(const std::string& dir, const std::string& process) {
   return dir.empty() ? name : (dir.back() == '/' ? dir + name : dir + "/" + name);
 }
 
-std::string rotated_timeline_path(const std::string& path) {
+namespace {
+
+// "<stem>.json" -> "<stem>.<tag>.json"; any other name gets ".<tag>" at its end.
+std::string tagged_timeline_path(const std::string& path, const std::string& tag) {
   const std::string ext = ".json";
   const bool json = path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
-  return json ? path.substr(0, path.size() - ext.size()) + ".1.json" : path + ".1";
+  return json ? path.substr(0, path.size() - ext.size()) + "." + tag + ext : path + "." + tag;
+}
+
+constexpr int kMaxEarlierTimelines = 10000;  // far past max_worker_restarts: a bound, never reached
+
+bool timeline_part_exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec) || std::filesystem::exists(rotated_timeline_path(path), ec);
+}
+
+// A non-empty regular file at `path` (the one a replaced process wrote) and its rotated part move to
+// the first free earlier_timeline_path, so that open() does not truncate them. A failed rename is
+// said, and the file is then started again as before.
+void keep_earlier_timeline(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec) || std::filesystem::file_size(path, ec) == 0 || ec) return;
+  for (int n = 1; n <= kMaxEarlierTimelines; ++n) {
+    const std::string earlier = earlier_timeline_path(path, n);
+    if (timeline_part_exists(earlier)) continue;
+    for (const auto& [from, to] : {std::pair{rotated_timeline_path(path), rotated_timeline_path(earlier)},
+                                   std::pair{path, earlier}}) {
+      if (std::filesystem::exists(from, ec) && std::rename(from.c_str(), to.c_str()) != 0)
+        log::warn(str("timeline: cannot keep `", from, "` as `", to, "`: ", std::strerror(errno),
+                      "; its events are overwritten"));
+    }
+    return;
+  }
+}
+
+}  // namespace
+
+std::string rotated_timeline_path(const std::string& path) { return tagged_timeline_path(path, "1"); }
+
+std::string earlier_timeline_path(const std::string& path, int n) {
+  return tagged_timeline_path(path, str("prev-", n));
+}
+
+std::vector<std::string> timeline_files(const std::string& dir, const std::string& process) {
+  const std::string path = timeline_path(dir, process);
+  std::vector<std::string> files;
+  const auto add = [&](const std::string& p) {
+    std::error_code ec;
+    if (std::filesystem::exists(p, ec)) files.push_back(p);
+  };
+  for (int n = 1; n <= kMaxEarlierTimelines && timeline_part_exists(earlier_timeline_path(path, n)); ++n) {
+    add(rotated_timeline_path(earlier_timeline_path(path, n)));
+    add(earlier_timeline_path(path, n));
+  }
+  add(rotated_timeline_path(path));
+  add(path);
+  return files;
 }
 
 Timeline::~Timeline() { close(); }
@@ -129,6 +183,7 @@ Timeline::~Timeline() { close(); }
 Status Timeline::open(const std::string& path, const std::string& process_name, int pid,
                       std::chrono::milliseconds flush_interval) {
   close();
+  keep_earlier_timeline(path);
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) {
     return io_error(str("timeline: cannot create `", path, "`: ", std::strerror(errno),

@@ -17,6 +17,9 @@
 // A long run's file is bounded by set_rotate_bytes (timeline_max_mb): past it the file is closed,
 // renamed `timeline-<process>.1.json` (replacing the older one) and a new one begun with the
 // process and thread names, so a process never keeps more than about twice the limit on disk.
+// A file already at the path belongs to a process this one replaces (a restarted worker, a resumed
+// run): open() keeps it, with its rotated part, as `timeline-<process>.prev-N.json` (the first
+// free N); timeline_files() lists them all for the merge.
 //
 // Cost (bench/observability_bench): with no timeline open a ScopedSpan is one atomic load, ~5 ns.
 // With one open, ~1 us: the event is formatted on the calling thread and appended to a buffer
@@ -49,8 +52,9 @@ class Timeline {
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
-  // Starts writing `path` (truncated) for process `process_name` ("trainer-0") under trace pid
-  // `pid` (default: getpid()). Fails with io_error naming the file when it cannot be created.
+  // Starts writing `path` (an earlier file there is kept, see the top) for process `process_name`
+  // ("trainer-0") under trace pid `pid` (default: getpid()). Fails with io_error naming the file
+  // when it cannot be created.
   Status open(const std::string& path, const std::string& process_name, int pid = 0,
               std::chrono::milliseconds flush_interval = std::chrono::milliseconds(500));
   // Writes what is buffered and the closing `]`. Safe to call twice.
@@ -113,6 +117,13 @@ std::string timeline_path(const std::string& dir, const std::string& process);
 
 // "<dir>/timeline-<process>.1.json" for "<dir>/timeline-<process>.json": where a rotated file goes.
 std::string rotated_timeline_path(const std::string& path);
+
+// "<dir>/timeline-<process>.prev-<n>.json": where open() keeps the n-th earlier file at `path`.
+std::string earlier_timeline_path(const std::string& path, int n);
+
+// Every file `process` left in `dir` that exists, oldest first: the earlier processes' (each one's
+// rotated part first), then the rotated part and the file of the latest one.
+std::vector<std::string> timeline_files(const std::string& dir, const std::string& process);
 
 // Builds an args object from `"key":value` pairs: JsonArgs().add("step", 3).add("rank", 0).str()
 class JsonArgs {

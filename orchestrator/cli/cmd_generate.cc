@@ -173,9 +173,7 @@ int cmd_generate(const Args& args) {
                                                                  config->vocab_size, ") of ", r.checkpoint)));
     }
   }
-  r.options.stop_ids = rollout::default_stop_ids(*config, tokenizer->has_value() ? &**tokenizer : nullptr);
-  if (end_of_turn && std::find(r.options.stop_ids.begin(), r.options.stop_ids.end(), *end_of_turn) == r.options.stop_ids.end())
-    r.options.stop_ids.push_back(*end_of_turn);  // the template's end of turn ends the answer
+  r.options.stop_ids = rollout::stop_token_ids(*config, tokenizer->has_value() ? &**tokenizer : nullptr, end_of_turn);
 
   Result<std::unique_ptr<engine::Backend>> backend = engine::create_backend("cpu", r.threads);
   if (!backend.ok()) return report_usage_error("generate", backend.status());

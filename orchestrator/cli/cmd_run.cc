@@ -122,17 +122,15 @@ int prepare_run_folder(Config& config, const ConfigArgs& args, std::optional<Res
   return kExitOk;
 }
 
-// Every process's timeline (the older part of one rotated by timeline_max_mb first) merged into
-// timeline.json; a process that never started has none.
+// Every process's timeline (those of the processes it replaced, and the older part of one rotated by
+// timeline_max_mb, first) merged into timeline.json; a process that never started has none.
 void merge_run_timelines(const Config& config) {
   std::vector<std::string> timelines;
   for (int r = -1; r < config.trainer_num_workers + config.inference_num_workers; ++r) {
     const std::string name = r < 0                             ? std::string("orchestrator")
                              : r < config.trainer_num_workers ? worker_name(Role::kTrainer, r)
                                                                : worker_name(Role::kRollout, r - config.trainer_num_workers);
-    const std::string path = timeline_path(config.run_dir, name);
-    if (fs::exists(rotated_timeline_path(path))) timelines.push_back(rotated_timeline_path(path));
-    if (fs::exists(path)) timelines.push_back(path);
+    for (std::string& file : timeline_files(config.run_dir, name)) timelines.push_back(std::move(file));
   }
   if (Status s = merge_timelines(timelines, (fs::path(config.run_dir) / "timeline.json").string()); !s.ok())
     log::warn(s.message());

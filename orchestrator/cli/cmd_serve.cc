@@ -87,10 +87,7 @@ Result<orchestrator::openai::ServedModel> served_model(const ServeFlags& f, cons
   std::string id = f.model_name.empty() ? fs::path(f.checkpoint).filename().replace_extension().string() : f.model_name;
   if (id.empty()) id = fs::path(f.checkpoint).parent_path().filename().string();  // "DIR/"
   orchestrator::openai::ServedModel m(id, tokenizer);
-  m.stop_ids = rollout::default_stop_ids(config, &tokenizer);
-  if (const std::optional<int32_t> eot = format.end_of_turn();
-      eot && std::find(m.stop_ids.begin(), m.stop_ids.end(), *eot) == m.stop_ids.end())
-    m.stop_ids.push_back(*eot);
+  m.stop_ids = rollout::stop_token_ids(config, &tokenizer, format.end_of_turn());
   if (format.is_chat()) m.render_chat = [format](const nlohmann::ordered_json& messages) { return format.chat_text(messages); };
   m.max_model_len = f.scheduler.max_model_len;
   m.vocab_size = static_cast<int32_t>(config.vocab_size);

@@ -1,5 +1,6 @@
 #include "orchestrator/roles/model_from_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include "engine/io/gguf_model.h"
 #include "engine/io/model_io.h"
 #include "orchestrator/data/prompt_format.h"
+#include "rollout/generate.h"
 
 namespace rlrun::orchestrator {
 
@@ -69,6 +71,12 @@ namespace rlrun::orchestrator {
 Result<engine::Tokenizer> tokenizer_from(const ModelSection& model) {
   if (!model.tokenizer.empty()) return engine::load_tokenizer_file(model.tokenizer);
   return engine::Tokenizer::from_json(kBuiltinTokenizerJson, "the built-in small tokenizer");
+}
+
+std::vector<int32_t> run_stop_token_ids(const Config& config, const engine::Tokenizer& tokenizer,
+                                        std::optional<int32_t> end_of_turn) {
+  const Result<engine::ModelConfig> model = model_config_from(config.model);
+  return rollout::stop_token_ids(model.ok() ? *model : engine::ModelConfig{}, &tokenizer, end_of_turn);
 }
 
 rollout::SchedulerOptions scheduler_options_from(const Config& c, const engine::Model& model) {

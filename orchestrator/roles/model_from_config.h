@@ -5,6 +5,10 @@
 // model.checkpoint set, load_config() has already filled the shape keys through the same reader.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <vector>
+
 #include "common/config/config.h"
 #include "engine/model/config.h"
 #include "engine/model/lora.h"
@@ -39,6 +43,13 @@ Result<engine::Tokenizer> tokenizer_from(const ModelSection& model);
 // that names a file) and generation_config.json (the bos/eos ids, and the end of turn of the
 // template the run used). Written atomically into `dir`.
 Status write_tokenizer_files(const Config& config, const engine::ModelConfig& model, const std::string& dir);
+
+// The tokens that end the policy's answers in a run (the requests' stop_token_ids): the one list
+// rollout::stop_token_ids makes for `rlrun generate` and `rlrun serve` too, of the run's model
+// (model_config_from; a model that cannot be read adds no eos ids), `tokenizer` and the prompt
+// format's `end_of_turn`.
+std::vector<int32_t> run_stop_token_ids(const Config& config, const engine::Tokenizer& tokenizer,
+                                        std::optional<int32_t> end_of_turn);
 
 // A rollout worker's scheduler: max_num_seqs, max_model_len, kv_block_size, and a KV pool of
 // kv_cache_memory_mb (0: max_num_seqs sequences of max_model_len), as plan/memory_plan.h plans it.

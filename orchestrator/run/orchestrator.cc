@@ -20,18 +20,6 @@ using std::chrono::milliseconds;
 // Workers build models and join groups before registering: generous on a loaded machine.
 constexpr std::chrono::seconds kRegistrationTimeout{300};
 
-// The chat template's end-of-turn token first (the warm-start ends answers with the first), then
-// the end-of-text tokens of the chat families rlrun knows that the tokenizer has.
-std::vector<int32_t> stop_token_ids(const engine::Tokenizer& tokenizer, const PromptFormat& format) {
-  std::vector<int32_t> ids;
-  if (format.end_of_turn()) ids.push_back(*format.end_of_turn());
-  for (const char* name : {"<|endoftext|>", "<|im_end|>", "</s>", "<|eot_id|>"}) {
-    auto id = tokenizer.token_to_id(name);
-    if (id && std::find(ids.begin(), ids.end(), *id) == ids.end()) ids.push_back(*id);
-  }
-  return ids;
-}
-
 DispatchOptions dispatch_options(const Config& config, std::vector<int32_t> stop_ids) {
   DispatchOptions o;
   o.group_size = static_cast<uint32_t>(config.group_size);
@@ -67,7 +55,7 @@ Orchestrator::Orchestrator(const Config& config, ControlServer& server, Launcher
                            RewardFunction& reward, HttpRewardClient* http_reward, std::vector<WorkerSlot> workers,
                            const std::atomic<int>& interrupted)
     : config_(config), server_(server), task_(task), metrics_(metrics), tokenizer_(tokenizer), format_(format),
-      interrupted_(interrupted), stop_ids_(stop_token_ids(tokenizer, format)),
+      interrupted_(interrupted), stop_ids_(run_stop_token_ids(config, tokenizer, format.end_of_turn())),
       gate_(GateOptions{config.max_async_rollout, config.max_off_policy_steps, config.prompts_batch_size_for_trainer}),
       replay_(config.trainer_replay_max_steps),
       fleet_(std::move(workers), supervision_policy(config), launcher, metrics, port(),

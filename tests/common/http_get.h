@@ -1,12 +1,12 @@
-// http_get.h - a tiny blocking HTTP/1.0 GET (and POST) over a POSIX socket, and a free-port finder,
-// for tests that talk to real servers on loopback (our /metrics endpoint, a real Prometheus, a
-// reward server).
+// http_get.h - blocking HTTP requests through libcurl (the client the product uses,
+// orchestrator/reward/http_reward.cc), and a free-port finder, for tests that talk to real
+// servers on loopback (our /metrics endpoint, a real Prometheus, a reward server).
 #pragma once
 
 #include <arpa/inet.h>
+#include <curl/curl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -15,57 +15,55 @@
 namespace rlrun::testing {
 
 struct HttpResponse {
-  int status = 0;  // 0: no connection or no parsable reply
+  int status = 0;  // 0: no connection or no reply
   std::string body;
 };
 
-// Sends `request` (a whole HTTP/1.0 request) to 127.0.0.1:<port> and reads the reply to its end;
-// `timeout_s` per socket operation.
-inline HttpResponse http_exchange(int port, const std::string& request, int timeout_s = 5) {
+// `method` http://127.0.0.1:<port><path>, with `body` as application/json unless it is empty; the
+// whole exchange within `timeout_s`. Never through a proxy of the environment (http_proxy).
+inline HttpResponse http_request(int port, const std::string& method, const std::string& path,
+                                 const std::string& body = "", int timeout_s = 5) {
+  static const bool started = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
   HttpResponse r;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return r;
-  timeval tv{timeout_s, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return r;
+  CURL* curl = started ? curl_easy_init() : nullptr;
+  if (curl == nullptr) return r;
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + path;
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_PROXY, "");
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT, static_cast<long>(timeout_s));
+  curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
+  curl_slist* headers = nullptr;
+  if (!body.empty()) {
+    headers = curl_slist_append(headers, "Content-Type: application/json");
+    headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
   }
-  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
-      static_cast<ssize_t>(request.size())) {
-    ::close(fd);
-    return r;
-  }
-  std::string reply;
-  char buf[8192];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) reply.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  // "HTTP/1.1 200 OK\r\n...\r\n\r\nbody"
-  const size_t sp = reply.find(' ');
-  const size_t head_end = reply.find("\r\n\r\n");
-  if (reply.rfind("HTTP/", 0) != 0 || sp == std::string::npos || head_end == std::string::npos)
-    return r;
-  r.status = std::atoi(reply.c_str() + sp + 1);
-  r.body = reply.substr(head_end + 4);
+  using Append = size_t (*)(char*, size_t, size_t, void*);
+  const Append append = [](char* data, size_t size, size_t n, void* out) {
+    static_cast<std::string*>(out)->append(data, size * n);
+    return size * n;
+  };
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, append);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r.body);
+  const CURLcode done = curl_easy_perform(curl);
+  long status = 0;
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);  // also when the server hung up early
+  r.status = static_cast<int>(status);
+  if (done != CURLE_OK && status == 0) r.body.clear();
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(curl);
   return r;
 }
 
 // GET http://127.0.0.1:<port><path>.
-inline HttpResponse http_get(int port, const std::string& path) {
-  return http_exchange(port, "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-}
+inline HttpResponse http_get(int port, const std::string& path) { return http_request(port, "GET", path); }
 
 // POST `body` (as application/json) to http://127.0.0.1:<port><path>.
 inline HttpResponse http_post(int port, const std::string& path, const std::string& body, int timeout_s = 5) {
-  return http_exchange(port, "POST " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
-                                 "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                                 "\r\n\r\n" + body, timeout_s);
+  return http_request(port, "POST", path, body, timeout_s);
 }
 
 // `text` for a URL's query string: every byte but [A-Za-z0-9-._~] as %XX.

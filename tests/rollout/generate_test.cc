@@ -123,17 +123,19 @@ TEST(Generate, RejectsBadPromptsAndOptions) {
   EXPECT_FALSE(generate(*model, kPrompt, o).ok());
 }
 
-TEST(Generate, DefaultStopIdsAreEosAndTheChatEndTokens) {
+TEST(Generate, StopTokenIdsAreTheEndOfTurnTheEosIdsAndTheChatEndTokens) {
   engine::ModelConfig c = engine::testing::tiny_config(false);
   c.eos_token_id = 5;
-  EXPECT_EQ(default_stop_ids(c, nullptr), std::vector<int32_t>{5});
+  EXPECT_EQ(stop_token_ids(c, nullptr, std::nullopt), std::vector<int32_t>{5});
+  c.extra_eos_token_ids = {7, 5};
+  EXPECT_EQ(stop_token_ids(c, nullptr, 9), (std::vector<int32_t>{9, 5, 7})) << "the end of turn first, unique";
   auto tok = engine::Tokenizer::load(std::string(RLRUN_SOURCE_DIR) + "/configs/tokenizers/tiny.json");
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
-  EXPECT_EQ(default_stop_ids(c, &*tok), (std::vector<int32_t>{0, 2, 5}));  // <|endoftext|>, <|im_end|>
-  c.eos_token_id = 2;
-  EXPECT_EQ(default_stop_ids(c, &*tok), (std::vector<int32_t>{0, 2}));
+  c.extra_eos_token_ids.clear();
+  EXPECT_EQ(stop_token_ids(c, &*tok, std::nullopt), (std::vector<int32_t>{5, 0, 2}));  // <|endoftext|>, <|im_end|>
+  EXPECT_EQ(stop_token_ids(c, &*tok, 2), (std::vector<int32_t>{2, 5, 0}));
   c.eos_token_id = -1;
-  EXPECT_EQ(default_stop_ids(c, nullptr), std::vector<int32_t>{});
+  EXPECT_EQ(stop_token_ids(c, nullptr, std::nullopt), std::vector<int32_t>{});
 }
 
 }  // namespace

@@ -189,7 +189,9 @@ Status set_aside_skipped(const ResumePoint& point) {
   return Status();
 }
 
-Status truncate_metrics_jsonl(const std::string& path, int64_t steps) {
+namespace {
+
+Status truncate_one_metrics_file(const std::string& path, int64_t steps) {
   std::ifstream in(path);
   if (!in) return Status();
   std::string kept, line;
@@ -202,6 +204,13 @@ Status truncate_metrics_jsonl(const std::string& path, int64_t steps) {
     kept += line + "\n";
   }
   return write_file_atomic(path, kept);
+}
+
+}  // namespace
+
+Status truncate_metrics_jsonl(const std::string& path, int64_t steps) {
+  RLRUN_RETURN_IF_ERROR(truncate_one_metrics_file(path + ".1", steps));  // rotated by log_files_max_mb
+  return truncate_one_metrics_file(path, steps);
 }
 
 }  // namespace rlrun::orchestrator

@@ -83,8 +83,9 @@ Result<ResumePoint> find_resume_point(const std::string& run_dir);
 // checkpoint_keep_last again, and is kept to be looked at. Errors name the folder.
 Status set_aside_skipped(const ResumePoint& point);
 
-// Keeps only the metrics.jsonl lines of steps <= `steps` (a resumed run redoes the later ones),
-// rewriting the file atomically. A missing file is fine.
+// Keeps only the metrics.jsonl lines of steps <= `steps` (a resumed run redoes the later ones), in
+// `path` and in the older part a rotation left in <path>.1 (log_files_max_mb), rewriting each file
+// atomically. A missing file is fine.
 Status truncate_metrics_jsonl(const std::string& path, int64_t steps);
 
 }  // namespace rlrun::orchestrator

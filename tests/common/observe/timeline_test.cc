@@ -12,6 +12,8 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/common/eventually.h"
+
 namespace rlrun {
 namespace {
 
@@ -154,8 +156,13 @@ TEST_F(TimelineTest, CrashedProcessLeavesReadableEvents) {
     Timeline t;
     if (!t.open(file, "rollout-0", 0, std::chrono::milliseconds(10)).ok()) ::_exit(3);
     for (int i = 0; i < 5; ++i) ScopedSpan s("decode", "rollout", t);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // several flush intervals
-    ::_exit(0);  // no close(), no destructors: as if killed
+    const bool flushed = testing::eventually([&] {  // the periodic flush wrote the five spans
+      const std::string text = read(file);
+      size_t spans = 0;
+      for (size_t at = text.find("\"decode\""); at != std::string::npos; at = text.find("\"decode\"", at + 1)) ++spans;
+      return spans == 5;
+    }, std::chrono::seconds(5));
+    ::_exit(flushed ? 0 : 4);  // no close(), no destructors: as if killed
   }
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
@@ -234,6 +241,34 @@ TEST_F(TimelineTest, MergesProcessesIntoOneFile) {
   EXPECT_EQ(spans["external"], std::make_pair(300, t0));
   EXPECT_EQ(of_phase(merged, "C").size(), 1u);
   EXPECT_EQ(merged.size(), 2u + 4u + 1u);  // process names, spans, counter
+}
+
+// A restarted worker opens the path its predecessor wrote (the same --timeline): the predecessor's
+// file, and the part of it that rotated, are kept (not truncated), and timeline_files() gives the
+// merge every process's file, oldest first.
+TEST_F(TimelineTest, AReplacementKeepsTheFilesOfTheProcessesItReplaces) {
+  const std::string file = path("timeline-rollout-0.json");
+  for (int incarnation = 0; incarnation < 3; ++incarnation) {
+    Timeline t;
+    ASSERT_TRUE(t.open(file, "rollout-0", 1000 + incarnation, std::chrono::milliseconds(100000)).ok());
+    if (incarnation == 0) t.set_rotate_bytes(1024);  // the first one rotates: its .1 part is kept too
+    for (int i = 0; i < (incarnation == 0 ? 40 : 2); ++i) {
+      t.complete("generate", "rollout", t.now_us(), 1, JsonArgs().add("incarnation", incarnation).add("i", i).str());
+      t.flush();
+    }
+    t.close();
+  }
+  const std::vector<std::string> files = timeline_files(dir_.string(), "rollout-0");
+  EXPECT_EQ(files, (std::vector<std::string>{rotated_timeline_path(earlier_timeline_path(file, 1)),
+                                             earlier_timeline_path(file, 1), earlier_timeline_path(file, 2), file}));
+  ASSERT_TRUE(merge_timelines(files, path("timeline.json")).ok());
+  std::map<int, int> spans;  // incarnation -> spans in the merged file
+  for (const json& e : of_phase(parse(path("timeline.json")), "X")) ++spans[e.at("args").at("incarnation")];
+  EXPECT_EQ(spans[1], 2) << "the first replacement's spans survive the second";
+  EXPECT_EQ(spans[2], 2);
+  EXPECT_GT(spans[0], 2) << "the first process's spans survive, its rotated part too";
+  EXPECT_EQ(timeline_files(dir_.string(), "rollout-1"), std::vector<std::string>{})
+      << "none for a process that never ran";
 }
 
 TEST_F(TimelineTest, MergeSkipsATornEventAndKeepsTheRest) {

@@ -21,6 +21,8 @@
 #include <zmq_addon.hpp>
 
 #include "common/check.h"
+#include "tests/common/eventually.h"
+#include "tests/common/socket_events.h"
 
 namespace rlrun {
 namespace {
@@ -186,9 +188,8 @@ TEST(ControlPlane, VanishedClientBecomesUnreachableOthersStayServed) {
 
   a.reset();  // the process of "a" is gone: its TCP connection closes
   Status to_a;
-  const auto give_up = std::chrono::steady_clock::now() + 3s;
-  while ((to_a = server->send("a", Shutdown{"x"})).ok() && std::chrono::steady_clock::now() < give_up)
-    std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(testing::eventually([&] { return !(to_a = server->send("a", Shutdown{"x"})).ok(); }, 3s))
+      << "the server still sends to a client whose connection closed";
   EXPECT_EQ(to_a.code(), StatusCode::kUnavailable);
   EXPECT_THAT(to_a.message(), HasSubstr("not connected"));
 
@@ -209,11 +210,8 @@ TEST(ControlPlane, ClientReconnectsToARestartedServer) {
   }  // the server "restarts": same port, fresh state
   // libzmq closes the old listener asynchronously: the port may be busy for a moment.
   auto rebound = bind_at(endpoint);
-  for (int i = 0; i < 100 && !rebound.ok(); ++i) {
-    std::this_thread::sleep_for(20ms);
-    rebound = bind_at(endpoint);
-  }
-  ASSERT_TRUE(rebound.ok()) << rebound.status().to_string();
+  ASSERT_TRUE(rebound.ok() || testing::eventually([&] { return (rebound = bind_at(endpoint)).ok(); }, 2s))
+      << rebound.status().to_string();
   ServerThread second(std::move(rebound).value(), acking_handler());
   // As documented, a request caught by the broken connection may be lost: retry on timeout.
   Result<Message> reply = timeout_error("not sent");
@@ -333,7 +331,7 @@ TEST(ControlPlane, AFloodOfGarbageDoesNotHoldPollPastItsTimeout) {
     const auto give_up = std::chrono::steady_clock::now() + 3s;
     while (!stop && std::chrono::steady_clock::now() < give_up) sent += attacker.send(zmq::str_buffer("junk")) ? 1 : 0;
   });
-  while (sent < 2000) std::this_thread::sleep_for(1ms);  // garbage is queued and keeps coming
+  ASSERT_TRUE(testing::eventually([&] { return sent >= 2000; }, 3s, 1ms)) << "garbage is queued and keeps coming";
   const auto start = std::chrono::steady_clock::now();
   auto in = server->poll(100ms);
   const auto elapsed = std::chrono::steady_clock::now() - start;
@@ -390,16 +388,10 @@ class ServerProcess {
   bool alive() { return waitpid(pid_, nullptr, WNOHANG) == 0; }
   // Exit status, or -1 if it did not exit within `timeout`.
   int wait_exit(std::chrono::milliseconds timeout) {
-    const auto give_up = std::chrono::steady_clock::now() + timeout;
     int status = 0;
-    while (std::chrono::steady_clock::now() < give_up) {
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        exited_ = true;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    return -1;
+    exited_ = testing::eventually([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, timeout);
+    if (!exited_) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 
  private:
@@ -461,9 +453,13 @@ TEST(ControlPlaneProcess, ServerSurvivesGarbageAndStillAnswers) {
     ASSERT_TRUE(reply.ok() && reply->get<ErrorReply>()) << "reply to garbage message " << i;
   }
   // ... and an oversized frame, which libzmq refuses (ZMQ_MAXMSGSIZE) by dropping that connection.
-  zmq::socket_t big = raw_dealer(child.endpoint(), "big");
+  zmq::socket_t big(control_context(), zmq::socket_type::dealer);
+  big.set(zmq::sockopt::linger, 0);
+  big.set(zmq::sockopt::routing_id, "big");
+  testing::SocketEvents big_events(control_context(), big, ZMQ_EVENT_DISCONNECTED);
+  big.connect(child.endpoint());
   send_raw(big, {std::string(2 * kMaxFrame, 'x')});
-  std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(big_events.wait(5000ms), ZMQ_EVENT_DISCONNECTED) << "the oversized frame did not cost its connection";
   ASSERT_TRUE(child.alive());
 
   // (c) a valid Register is still answered, and the double counted the malformed messages: at
@@ -486,10 +482,11 @@ TEST(ControlPlaneProcess, ServerSurvivesGarbageAndStillAnswers) {
   ASSERT_NE(echoed->get<GenerateResult>(), nullptr);
   EXPECT_TRUE(*echoed->get<GenerateResult>() == result);
 
-  // Clean shutdown.
+  // Clean shutdown: the double exits once its reply is acknowledged.
   auto bye = client->request(Shutdown{"test done"}, 3000ms);
   ASSERT_TRUE(bye.ok()) << bye.status().to_string();
   EXPECT_EQ(bye->get<Shutdown>()->reason, "bye");
+  ASSERT_TRUE(client->send(Shutdown{"bye received"}).ok());
   EXPECT_EQ(child.wait_exit(5000ms), 0);
 }
 

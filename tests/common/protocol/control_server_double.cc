@@ -4,7 +4,8 @@
 // Usage: control_server_double [MAX_FRAME_BYTES]
 // Prints "ENDPOINT tcp://127.0.0.1:PORT" on stdout once bound, then serves until Shutdown:
 //   Register -> RegisterAck{assigned id, "double", {"malformed": <malformed messages so far>}}
-//   Shutdown -> Shutdown{"bye"}, then exit 0
+//   Shutdown -> Shutdown{"bye"}; exit 0 once the peer acknowledges it (its next message), 3 if it
+//               does not within 5 s (queued messages die with the process: linger 0)
 //   anything else -> echoed back unchanged.
 // Exits by itself after 60 s, or when its parent is gone, so a crashed test leaves nothing behind.
 #include <unistd.h>
@@ -13,7 +14,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
 
 #include "common/observe/log.h"
 #include "common/protocol/control_plane.h"
@@ -49,9 +49,14 @@ int main(int argc, char** argv) {
       sent = (*server)->send(in->peer, ack, cid);
     } else if (in->message.get<Shutdown>()) {
       sent = (*server)->send(in->peer, Shutdown{"bye"}, cid);
-      // Queued messages die with the process (linger 0): give libzmq a moment to send the reply.
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      return sent.ok() ? 0 : 1;
+      if (!sent.ok()) return 1;
+      // control_plane.h: a process that must deliver a last message waits for its acknowledgement.
+      const auto ack_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (std::chrono::steady_clock::now() < ack_by) {
+        auto ack = (*server)->poll(std::chrono::milliseconds(100));
+        if (ack.ok() && ack->peer == in->peer) return 0;
+      }
+      return 3;
     } else {
       sent = (*server)->send(in->peer, in->message);
     }

@@ -4,8 +4,11 @@
 // within the bounds, never a hang.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <numeric>
@@ -14,6 +17,7 @@
 #include "common/protocol/curve_keys.h"
 #include "engine/comm/communicator.h"
 #include "engine/comm/curve_wire.h"
+#include "tests/common/eventually.h"
 #include "tests/engine/comm/curve_probe.h"
 
 namespace rlrun::engine {
@@ -54,6 +58,14 @@ void run_group(int size, const std::function<void(int, Communicator&)>& body, co
     });
   }
   for (auto& t : threads) t.join();
+}
+
+// Whether thread `tid` of this process is asleep (state S in /proc: blocked in a wait, as in poll).
+bool thread_sleeps(pid_t tid) {
+  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/stat");
+  const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t name_end = stat.rfind(')');  // "tid (name) S ...": the name may hold spaces
+  return name_end != std::string::npos && name_end + 2 < stat.size() && stat[name_end + 2] == 'S';
 }
 
 std::vector<uint8_t> pattern(size_t n, int seed) {
@@ -101,11 +113,14 @@ TEST(CurveCommunicator, StrangersOnThePortNeitherReadNorInject) {
   auto endpoint = store->get("w/curve/endpoint", 10s);
   ASSERT_TRUE(endpoint.ok()) << endpoint.status().message();
   std::vector<std::future<int>> probes;
-  for (const SecurityOptions& s : strangers) {
+  std::vector<std::promise<void>> settled(strangers.size());  // rank 0 admitted or refused the stranger
+  for (size_t i = 0; i < strangers.size(); ++i) {
     probes.push_back(std::async(std::launch::async, testing::probe_curve_transport,
-                                std::string(endpoint->begin(), endpoint->end()), s, 1, 2000ms));
+                                std::string(endpoint->begin(), endpoint->end()), strangers[i], 1, 2000ms, &settled[i]));
   }
-  std::this_thread::sleep_for(300ms);  // the strangers' head start: a port that admitted them would have by now
+  for (size_t i = 0; i < settled.size(); ++i)  // the strangers go first: each tried before the member joins
+    ASSERT_EQ(settled[i].get_future().wait_for(2000ms), std::future_status::ready)
+        << "stranger " << i << " never heard from rank 0";
   auto member = make_communicator(store, group("w", 1, 2));
   ASSERT_TRUE(member.ok()) << member.status().message();
   std::vector<uint8_t> got(secret.size(), 0);
@@ -190,17 +205,21 @@ TEST(CurveCommunicator, DeadMemberFailsTheBroadcastAtOnceAndTheOthersHearWhy) {
 // Rank 0 that leaves (its process died) fails a waiting member at once.
 TEST(CurveCommunicator, RankZeroThatLeavesFailsTheMembersAtOnce) {
   auto store = make_in_process_store();
+  std::atomic<pid_t> member_thread{0};  // set as the member enters its broadcast
   std::jthread root([&] {
     auto comm = make_communicator(store, group("r", 0, 2));
     ASSERT_TRUE(comm.ok()) << comm.status().message();
     ASSERT_TRUE(store->get("member-waits", 10s).ok());
-    std::this_thread::sleep_for(100ms);  // the member is inside its broadcast
+    // Leaves once the member is inside its broadcast, asleep in its wait for rank 0's bytes.
+    ASSERT_TRUE(testing::eventually([&] { return member_thread != 0 && thread_sleeps(member_thread); }, 5000ms))
+        << "the member never waited in its broadcast";
   });
   auto member = make_communicator(store, group("r", 1, 2));
   ASSERT_TRUE(member.ok()) << member.status().message();
   ASSERT_TRUE(store->set("member-waits", {1}).ok());
   const auto start = Clock::now();
   std::vector<uint8_t> bytes(10);
+  member_thread = static_cast<pid_t>(::gettid());
   const Status s = (*member)->broadcast(bytes.data(), bytes.size(), CommDType::kU8, 0);
   EXPECT_FALSE(s.ok());
   EXPECT_LT(Clock::now() - start, 3s) << s.message();
@@ -263,7 +282,7 @@ TEST(CurveCommunicator, MembersOnRankZerosHostMeetInThePrivateFolder) {
   ASSERT_TRUE(endpoint.ok()) << endpoint.status().message();
   EXPECT_EQ(sockets_in(dir), 1);
   auto stranger = std::async(std::launch::async, testing::probe_curve_transport,
-                             std::string(endpoint->begin(), endpoint->end()), SecurityOptions{}, 2, 1000ms);
+                             std::string(endpoint->begin(), endpoint->end()), SecurityOptions{}, 2, 1000ms, nullptr);
   std::vector<uint8_t> got_local(sent.size()), got_tcp(sent.size());
   std::jthread over_tcp([&] {
     auto comm = make_communicator(store, group("p", 2, 3));

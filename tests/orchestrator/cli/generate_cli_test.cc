@@ -218,7 +218,7 @@ TEST(GenerateSmolLM2, GreedyMatchesTransformersAndKnowsTheCapitalOfFrance) {
   auto config = engine::read_hf_config((smollm2_dir() / "config.json").string());
   auto tok = engine::Tokenizer::load((smollm2_dir() / "tokenizer.json").string());
   ASSERT_TRUE(config.ok() && tok.ok());
-  const std::string stop = ids_arg(rollout::default_stop_ids(*config, &*tok));
+  const std::string stop = ids_arg(rollout::stop_token_ids(*config, &*tok, tok->token_to_id("<|im_end|>")));
   const std::string python = RLRUN_PYREF_PYTHON;
   ASSERT_TRUE(fs::exists(python)) << python << " is missing: run scripts/setup-python-ref.sh";
   const CliRun hf = run_shell(

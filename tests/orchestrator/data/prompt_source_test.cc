@@ -4,12 +4,16 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/config/config.h"
 #include "orchestrator/roles/model_from_config.h"
+#include "tests/common/eventually.h"
 
 namespace rlrun::orchestrator {
 namespace {
@@ -60,15 +64,38 @@ TEST(PromptSource, AResumedSourceSkipsWhatWasHandedOut) {
   EXPECT_EQ(take(resumed, 10), after);
 }
 
+// A task that counts the problems drawn from it (by the source's thread).
+class CountingTask : public Task {
+ public:
+  explicit CountingTask(std::unique_ptr<Task> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  Problem next_train() override {
+    ++drawn_;
+    return inner_->next_train();
+  }
+  const std::vector<Problem>& eval_set() const override { return inner_->eval_set(); }
+  double reward(const Problem& problem, std::string_view completion) const override {
+    return inner_->reward(problem, completion);
+  }
+  int drawn() const { return drawn_; }
+
+ private:
+  std::unique_ptr<Task> inner_;
+  std::atomic<int> drawn_{0};
+};
+
 TEST(PromptSource, DestroyedWhileItsThreadWaitsForRoom) {
   const engine::Tokenizer tok = tokenizer();
-  std::unique_ptr<Task> task = reverse_task();
-  {
-    const PromptFormat raw = PromptFormat::raw(tok);
-    PromptSource source(*task, raw, 2);
-    (void)source.next();  // the thread fills its buffer and waits
-  }  // must not hang
-  SUCCEED();
+  CountingTask task(reverse_task());
+  const PromptFormat raw = PromptFormat::raw(tok);
+  auto source = std::make_unique<PromptSource>(task, raw, 2);
+  (void)source->next();  // starts the thread, which fills its buffer of 2 and waits for room
+  ASSERT_TRUE(testing::eventually([&] { return task.drawn() == 3; }, std::chrono::seconds(10)))
+      << "drawn: " << task.drawn();
+  EXPECT_EQ(source->consumed(), 1u);
+  std::future<void> destroyed = std::async(std::launch::async, [&] { source.reset(); });
+  ASSERT_EQ(destroyed.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "the destructor hangs";
+  EXPECT_EQ(task.drawn(), 3) << "nothing drawn past the buffer";
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include "engine/io/model_io.h"
 #include "orchestrator/data/prompt_format.h"
+#include "tests/common/eventually.h"
 #include "tests/orchestrator/cli_test_util.h"
 
 namespace rlrun::orchestrator {
@@ -204,7 +205,8 @@ TEST_F(GatewayTest, CallsPastTheLimitAndAfterShutdownAreRefusedNotLeftWaiting) {
   // A call no worker will answer ends when the run does: cancelled, never a hang.
   const EpisodeGateway::Opened next = gateway_->open(0, SessionSampling{1.0f, 1.0f, 4});
   auto waiting = std::async(std::launch::async, [&] { return post(next.base_url + "/completions", call); });
-  while (gateway_->take_calls().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(testing::eventually([&] { return !gateway_->take_calls().empty(); }, std::chrono::seconds(20)))
+      << "the call never reached the gateway";
   gateway_->shut_down();
   EXPECT_EQ(waiting.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   EXPECT_NE(waiting.get().status, 200);

@@ -29,7 +29,7 @@ using rollout::generate;
 
 using ::testing::HasSubstr;
 using nlohmann::json;
-using rlrun::testing::http_exchange;
+using rlrun::testing::http_request;
 using rlrun::testing::http_get;
 using rlrun::testing::http_post;
 
@@ -328,8 +328,7 @@ TEST_F(Endpoint, BadRequestsGetErrorObjects) {
       {"POST", "/v1/completions", R"({"model": "tiny", "prompt": ")" + std::string(100 << 10, 'a') + "\"}", 413, "request_too_large"},
   };
   for (const Case& c : cases) {
-    const auto r = http_exchange(server_->port(), str(c.method, " ", c.path, " HTTP/1.0\r\nContent-Length: ", c.body.size(),
-                                                      "\r\nContent-Type: application/json\r\n\r\n", c.body));
+    const auto r = http_request(server_->port(), c.method, c.path, c.body);
     EXPECT_EQ(r.status, c.status) << c.method << " " << c.path << " " << c.body.substr(0, 200) << " -> " << r.body;
     const json j = json::parse(r.body, nullptr, false);
     ASSERT_TRUE(j.is_object() && j.contains("error")) << r.body;

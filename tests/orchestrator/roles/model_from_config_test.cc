@@ -3,6 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "common/atomic_file.h"
+#include "engine/io/hf_config.h"
+#include "engine/io/model_io.h"
+#include "rollout/generate.h"
+#include "tests/common/config_test_util.h"
+
 namespace rlrun::orchestrator {
 namespace {
 
@@ -51,6 +59,31 @@ TEST(ModelFromConfig, QuickstartModelIsOneToThreeMillionParameters) {
   const int64_t n = model_config_from(c->model)->num_parameters();
   EXPECT_GE(n, 1'000'000);
   EXPECT_LE(n, 3'000'000);
+}
+
+// The run's requests stop where `rlrun generate` and `rlrun serve` stop (rollout::stop_token_ids):
+// at the template's end of turn first (the warm start ends answers with it), at every eos id of
+// the checkpoint's config.json, and at the end-of-text tokens the tokenizer has.
+TEST(RunStopTokenIds, AreTheListGenerateAndServeUse) {
+  testing::TempDir dir;
+  engine::ModelConfig model = model_config_from(ModelSection{}).value();
+  model.eos_token_id = 5;
+  model.extra_eos_token_ids = {7};
+  ASSERT_TRUE(write_file_atomic(dir.path() + "/config.json", hf_config_json(model, "float32").value()).ok());
+  Config config;
+  config.model.checkpoint = dir.path();
+  const engine::Tokenizer tokenizer =
+      engine::Tokenizer::load(std::string(RLRUN_SOURCE_DIR) + "/configs/tokenizers/tiny.json").value();
+  const std::optional<int32_t> end_of_turn = tokenizer.token_to_id("<|im_end|>");
+  ASSERT_TRUE(end_of_turn.has_value());
+
+  const std::vector<int32_t> run = run_stop_token_ids(config, tokenizer, end_of_turn);
+  const engine::ModelConfig checkpoint = engine::read_checkpoint_config(dir.path()).value();
+  EXPECT_EQ(run, rollout::stop_token_ids(checkpoint, &tokenizer, end_of_turn));
+  ASSERT_FALSE(run.empty());
+  EXPECT_EQ(run.front(), *end_of_turn) << "the end of turn first";
+  for (const int32_t id : {5, 7, *tokenizer.token_to_id("<|endoftext|>")})
+    EXPECT_NE(std::find(run.begin(), run.end(), id), run.end()) << "stop token " << id << " missing";
 }
 
 }  // namespace

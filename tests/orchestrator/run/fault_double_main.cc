@@ -4,6 +4,7 @@
 //
 // RLRUN_FAULT_DOUBLE picks the fault (one worker, its first incarnation unless said otherwise):
 //   rollout-I:weight_sync:VERSION      SIGKILL inside the weight sync of VERSION
+//   rollout-I:stop_in_weight_sync:VERSION  SIGSTOP inside the weight sync of VERSION (hung, alive)
 //   rollout-I:stop_after_results:N     SIGSTOP after its Nth result (hung, alive)
 //   rollout-I:after_register           SIGKILL right after registering, every incarnation
 //   rollout-I:slow_step:MS             its 3rd engine step takes MS milliseconds longer (a slow
@@ -25,7 +26,7 @@ namespace {
 using rlrun::rollout::WorkerHooks;
 
 struct Fault {
-  enum class Point { kWeightSync, kStopAfterResults, kAfterRegister, kSlowStep } point;
+  enum class Point { kWeightSync, kStopInWeightSync, kStopAfterResults, kAfterRegister, kSlowStep } point;
   std::string worker;
   uint64_t value = 0;
 };
@@ -39,6 +40,8 @@ class FaultHooks : public WorkerHooks {
   void before_weight_receive(uint64_t version) override {
     if (fault_.point == Fault::Point::kWeightSync && version == fault_.value)
       die(SIGKILL, "inside the weight sync of version " + std::to_string(version));
+    if (fault_.point == Fault::Point::kStopInWeightSync && version == fault_.value)
+      die(SIGSTOP, "inside the weight sync of version " + std::to_string(version));
   }
   void after_result(uint64_t results_sent) override {
     if (fault_.point == Fault::Point::kStopAfterResults && results_sent == fault_.value)
@@ -66,6 +69,7 @@ class FaultHooks : public WorkerHooks {
 Fault parse(const std::string& text) {
   auto fail = [&] {
     std::fprintf(stderr, "RLRUN_FAULT_DOUBLE `%s`: expected rollout-I:weight_sync:VERSION, "
+                 "rollout-I:stop_in_weight_sync:VERSION, "
                  "rollout-I:stop_after_results:N, rollout-I:slow_step:MS or rollout-I:after_register\n", text.c_str());
     std::exit(2);
   };
@@ -82,6 +86,8 @@ Fault parse(const std::string& text) {
   if (value.empty() || *end != '\0') fail();
   if (name == "weight_sync") {
     f.point = Fault::Point::kWeightSync;
+  } else if (name == "stop_in_weight_sync") {
+    f.point = Fault::Point::kStopInWeightSync;
   } else if (name == "stop_after_results") {
     f.point = Fault::Point::kStopAfterResults;
   } else if (name == "slow_step") {

@@ -171,6 +171,22 @@ TEST_F(WorkerFaults, HungWorkerIsKilledAndReplaced) {
   expect_one_recovery(summary, "");
 }
 
+// A member stopped (SIGSTOP) inside a weight sync: alive, silent, holding the sync. Its beacon
+// thread is stopped with it, so heartbeat_timeout_seconds (4 s) finds it long before the sync's
+// own bound (rollout_request_timeout_seconds, 60 s here): a member of a sync is judged by its
+// silence like any other worker (before commit 20d3fc4 it was exempt).
+TEST_F(WorkerFaults, StoppedInsideAWeightSyncIsFoundByItsSilence) {
+  BackgroundRun run(dir_, " --set rollout_request_timeout_seconds=60",
+                    "RLRUN_FAULT_DOUBLE=rollout-1:stop_in_weight_sync:2");
+  const int code = run.wait_exit();
+  const int pid = run.pid_of("rollout-1");
+  if (pid > 0) ::kill(pid, SIGKILL);  // in case the run did not (the assertions below then fail)
+  ASSERT_EQ(code, 0) << run.output();
+  expect_one_recovery(run.summary(), "silent for");
+  const std::string worker = read_file(run.run() / "logs" / "rollout-1.log");
+  EXPECT_NE(worker.find("SIGSTOP inside the weight sync of version 2"), std::string::npos) << worker;
+}
+
 // A slow host: one engine step of rollout-1 takes 3x heartbeat_timeout_seconds (12 s). Its
 // beacon thread keeps beating, so it is never taken for dead, and nothing is lost.
 TEST_F(WorkerFaults, EngineStepLongerThanTheHeartbeatTimeoutIsNotDeath) {

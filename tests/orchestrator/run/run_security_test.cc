@@ -143,7 +143,7 @@ TEST(RunSecurity, StrangersGetNothingThroughWhileTheRunTrains) {
   std::vector<std::future<int>> weight_probes;
   for (const SecurityOptions& security : {SecurityOptions{}, knows_the_public_key, worker_client_security(client_security(stranger))})
     weight_probes.push_back(std::async(std::launch::async, testing::probe_curve_transport, weights, security, 1,
-                                       std::chrono::milliseconds(kProbeWait)));
+                                       std::chrono::milliseconds(kProbeWait), nullptr));
   for (size_t i = 0; i < weight_probes.size(); ++i)
     EXPECT_EQ(weight_probes[i].get(), 0) << "weight probe " << i << " was sent messages";
   // The real workers were never displaced: the run keeps training (weight syncs included).

@@ -246,5 +246,24 @@ TEST(RunState, MetricsKeepOnlyTheCheckpointedSteps) {
   EXPECT_EQ(text, "{\"step\":1}\n{\"step\":2}\n");
 }
 
+// A run that passed log_files_max_mb has its older lines in metrics.jsonl.1 (run_recorder.cc):
+// a checkpoint older than the rotation trims that file too, and empties the newer one.
+TEST(RunState, MetricsTrimTheRotatedFileToo) {
+  testing::TempDir tmp;
+  const std::string path = tmp.path() + "/metrics.jsonl";
+  const auto read = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  ASSERT_TRUE(write_file_atomic(path + ".1", "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n").ok());
+  ASSERT_TRUE(write_file_atomic(path, "{\"step\":4}\n{\"step\":5}\n").ok());
+  ASSERT_TRUE(truncate_metrics_jsonl(path, 4).ok());
+  EXPECT_EQ(read(path + ".1"), "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n") << "all before the checkpoint";
+  EXPECT_EQ(read(path), "{\"step\":4}\n");
+  ASSERT_TRUE(truncate_metrics_jsonl(path, 2).ok());
+  EXPECT_EQ(read(path + ".1"), "{\"step\":1}\n{\"step\":2}\n") << "the steps the resumed run redoes go";
+  EXPECT_EQ(read(path), "");
+}
+
 }  // namespace
 }  // namespace rlrun::orchestrator

@@ -58,6 +58,21 @@ TEST(WorkerSupervisor, ASilentTrainerFailsAndIsNeverRestartedAlone) {
   EXPECT_EQ(s.judge(w, false, t0 + seconds(60)).act, Act::kNothing) << "the group restart starts it, not judge()";
 }
 
+// A member of a weight sync beats from its beacon thread while it waits in the collective, so a
+// silent one is stopped or dead there too: it fails like any other (judge() knows nothing of syncs,
+// on purpose: the exemption members in a sync had before commit 20d3fc4 let a stopped member hold
+// the sync until its own timeouts). Its failure fails the round at once (release_work).
+TEST(WorkerSupervisor, ASilentMemberOfAWeightSyncFailsLikeAnyOther) {
+  const WorkerSupervisor s = supervisor();
+  const Clock::time_point t0 = Clock::now();
+  WorkerSlot w = rollout(t0);
+  w.state = WorkerState::kNeedsWeights;  // registered, in the sync that gives it its first weights
+  EXPECT_EQ(s.judge(w, false, t0 + seconds(9)).act, Act::kNothing);
+  EXPECT_EQ(s.judge(w, false, t0 + seconds(11)).act, Act::kFail) << "silent in its first sync";
+  w.state = WorkerState::kReady;  // a member of a later sync looks the same to the supervisor
+  EXPECT_EQ(s.judge(w, false, t0 + seconds(11)).act, Act::kFail) << "silent in a later sync";
+}
+
 TEST(WorkerSupervisor, RestartsBackOffDoublingAndRunOut) {
   const WorkerSupervisor s = supervisor();
   const Clock::time_point t0 = Clock::now();
