@@ -94,6 +94,25 @@ double train_flops_per_token(const ModelConfig& c, int64_t seq_len) {
   return 6.0 * matmul_params + attn;
 }
 
+// `seqs` packed sequences of `len` random token ids, each predicting its next token: the training
+// batch (bench_train) and the one bf16_drift scores.
+struct RandomBatch {
+  std::vector<int32_t> tokens, positions, cu = {0}, targets;
+  RandomBatch(const ModelConfig& c, int64_t seqs, int64_t len) {
+    std::mt19937 rng(3);
+    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
+    for (int64_t s = 0; s < seqs; ++s) {
+      for (int64_t i = 0; i < len; ++i) {
+        tokens.push_back(tok(rng));
+        positions.push_back(static_cast<int32_t>(i));
+      }
+      for (int64_t i = 0; i < len; ++i) targets.push_back(i + 1 < len ? tokens[tokens.size() - len + i + 1] : -1);
+      cu.push_back(static_cast<int32_t>(tokens.size()));
+    }
+  }
+  PackedBatch packed() const { return PackedBatch{tokens, positions, cu, targets}; }
+};
+
 struct TrainFigures {
   double tokens_per_s = 0, step_s = 0, gflops = 0;
 };
@@ -101,18 +120,9 @@ struct TrainFigures {
 TrainFigures bench_train(Model& model, int64_t seqs, int64_t len, int reps) {
   Backend& b = model.backend();
   const ModelConfig& c = model.config();
-  std::mt19937 rng(3);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
-  std::vector<int32_t> tokens, positions, cu = {0}, targets;
-  for (int64_t s = 0; s < seqs; ++s) {
-    for (int64_t i = 0; i < len; ++i) {
-      tokens.push_back(tok(rng));
-      positions.push_back(static_cast<int32_t>(i));
-    }
-    for (int64_t i = 0; i < len; ++i) targets.push_back(i + 1 < len ? tokens[tokens.size() - len + i + 1] : -1);
-    cu.push_back(static_cast<int32_t>(tokens.size()));
-  }
-  const PackedBatch batch{tokens, positions, cu, targets};
+  const RandomBatch random(c, seqs, len);
+  const std::vector<int32_t>& tokens = random.tokens;
+  const PackedBatch batch = random.packed();
   trainer::OptimizerOptions oo;
   oo.weight_decay = 0.0;
   auto opt = or_die(trainer::Optimizer::create(b, model.weights().flat_size(), {}, oo, nullptr), "optimizer");
@@ -187,18 +197,9 @@ GenFigures bench_generate(Model& model, int64_t batch, int64_t prompt_len, int64
 std::pair<double, double> bf16_drift(Model& model, int64_t seqs, int64_t len) {
   Backend& b = model.backend();
   const ModelConfig& c = model.config();
-  std::mt19937 rng(3);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
-  std::vector<int32_t> tokens, positions, cu = {0}, targets;
-  for (int64_t s = 0; s < seqs; ++s) {
-    for (int64_t i = 0; i < len; ++i) {
-      tokens.push_back(tok(rng));
-      positions.push_back(static_cast<int32_t>(i));
-    }
-    for (int64_t i = 0; i < len; ++i) targets.push_back(i + 1 < len ? tokens[tokens.size() - len + i + 1] : -1);
-    cu.push_back(static_cast<int32_t>(tokens.size()));
-  }
-  const PackedBatch batch{tokens, positions, cu, targets};
+  const RandomBatch random(c, seqs, len);
+  const std::vector<int32_t>& targets = random.targets;
+  const PackedBatch batch = random.packed();
   auto logprobs = [&](bool bf16) {
     b.set_matmul_bf16(bf16);
     return to_host_f32(or_die(model.forward(batch, false), "forward").logprobs);
