@@ -43,6 +43,7 @@ enum class KlEstimator { kK2, kK3 };
 enum class KlReferenceOn { kTrainer, kRollout };  // which process scores the KL reference
 enum class Architecture { kLlama, kQwen2, kQwen3, kGemma3 };
 enum class TaskName { kArithmetic, kCountdown, kReverse, kSort, kJsonl };
+enum class Subtraction { kNonNegative, kAny, kNegative };  // the sign of an arithmetic difference
 enum class ControlPlaneSecurity { kCurve, kNone };
 enum class CheckpointWriteFailure { kStop, kContinue };
 
@@ -58,6 +59,7 @@ RLRUN_CONFIG_ENUM(KlEstimator, "k2|k3");
 RLRUN_CONFIG_ENUM(KlReferenceOn, "trainer|rollout");
 RLRUN_CONFIG_ENUM(Architecture, "llama|qwen2|qwen3|gemma3");
 RLRUN_CONFIG_ENUM(TaskName, "arithmetic|countdown|reverse|sort|jsonl");
+RLRUN_CONFIG_ENUM(Subtraction, "non_negative|any|negative");
 RLRUN_CONFIG_ENUM(ControlPlaneSecurity, "curve|none");
 RLRUN_CONFIG_ENUM(CheckpointWriteFailure, "stop|continue");
 RLRUN_CONFIG_ENUM(log::Level, "debug|info|warn|error");

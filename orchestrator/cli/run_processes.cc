@@ -35,6 +35,7 @@ TaskSpec task_spec(const Config& c) {
   t.min_digits = static_cast<int>(c.task.min_digits);
   t.max_digits = static_cast<int>(c.task.max_digits);
   t.operations = c.task.operations;
+  t.subtraction = std::string(enum_name(c.task.subtraction));
   t.question_format = c.task.question_format;
   t.num_numbers = static_cast<int>(c.task.num_numbers);
   t.min_length = static_cast<int>(c.task.min_length);

@@ -100,8 +100,9 @@ class ArithmeticTask : public GeneratedTask {
     return extract_answer(completion) == p.answer ? 1.0 : 0.0;
   }
   std::optional<std::string> format_example(const Problem& p, std::mt19937_64& rng) const override {
-    const int digits = static_cast<int>(p.answer.size());
-    return std::to_string(random_number(rng, digits, digits));
+    const bool negative = p.answer.front() == '-';
+    const int digits = static_cast<int>(p.answer.size()) - (negative ? 1 : 0);
+    return (negative ? "-" : "") + std::to_string(random_number(rng, digits, digits));
   }
 
  protected:
@@ -109,7 +110,7 @@ class ArithmeticTask : public GeneratedTask {
     int64_t a = random_number(rng, spec_.min_digits, spec_.max_digits);
     int64_t b = random_number(rng, spec_.min_digits, spec_.max_digits);
     const char op = spec_.operations[rng() % spec_.operations.size()];
-    if (op == '-' && b > a) std::swap(a, b);  // non-negative results keep the vocabulary small
+    if (op == '-' && spec_.subtraction != "any" && (spec_.subtraction == "negative") != (a < b)) std::swap(a, b);
     const int64_t answer = op == '+' ? a + b : op == '-' ? a - b : a * b;
     return {question(a, op, b), std::to_string(answer), {}, 0};
   }

@@ -41,6 +41,7 @@ struct TaskSpec {
   int eval_size = 64;
   int min_digits = 1, max_digits = 2;  // arithmetic operands
   std::string operations = "+-";       // arithmetic: any of + - *
+  std::string subtraction = "non_negative";  // arithmetic: non_negative | any | negative differences
   std::string question_format = "{a}{op}{b}=";  // arithmetic: {a} {b} {op} {op_word}
   int num_numbers = 3, max_number = 20;  // countdown
   int min_length = 3, max_length = 6;    // reverse / sort strings

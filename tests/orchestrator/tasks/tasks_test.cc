@@ -71,6 +71,32 @@ TEST(Tasks, ArithmeticOperationsAndQuestionFormat) {
   EXPECT_NE(make_task(spec).status().message().find("task.operations"), std::string::npos);
 }
 
+// task.subtraction: the sign of a difference (non_negative by default, any, negative).
+TEST(Tasks, ArithmeticSubtractionSign) {
+  for (const char* sign : {"non_negative", "any", "negative"}) {
+    TaskSpec spec;
+    spec.operations = "-";
+    spec.min_digits = spec.max_digits = 2;
+    spec.subtraction = sign;
+    spec.question_format = "What is {a} minus {b}?";
+    auto t = make_task(spec);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    int negative = 0, positive = 0;
+    for (int i = 0; i < 200; ++i) {
+      const Problem p = (*t)->next_train();
+      int a = -1, b = -1;
+      ASSERT_EQ(std::sscanf(p.prompt.c_str(), "What is %d minus %d?", &a, &b), 2) << p.prompt;
+      EXPECT_EQ(p.answer, std::to_string(a - b)) << p.prompt;
+      negative += a < b;
+      positive += a > b;
+    }
+    const std::string s = sign;
+    if (s == "non_negative") EXPECT_EQ(negative, 0);
+    if (s == "negative") EXPECT_EQ(positive, 0);
+    if (s == "any") EXPECT_TRUE(negative > 50 && positive > 50) << negative << " negative, " << positive << " positive";
+  }
+}
+
 TEST(Tasks, ReverseAndSort) {
   auto r = task("reverse");
   Problem p = r->next_train();
