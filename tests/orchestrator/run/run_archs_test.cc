@@ -1,8 +1,10 @@
 // A short RL run from a Qwen3, a Llama 3.x (llama3 RoPE) and a Gemma 3 checkpoint (sliding-window
 // layers beside a global one): tiny random models that transformers 5 wrote (the fixture
 // hf_arch_reference_setup, tests/reference/hf_arch_reference.py's run_* variants, vocab 512 for
-// the built-in tokenizer). The run trains two steps and exports its final weights as an HF folder;
-// transformers 5 loads that folder and its greedy ids equal `rlrun generate`'s on the same folder.
+// the built-in tokenizer). The run trains two steps and exports its final weights as an HF folder.
+// transformers 5 reads that folder as the checkpoint's model (hf_arch_reference.py check-export
+// --config-only: class, config, RoPE of every layer type, parameter names and shapes), and its
+// greedy ids on it equal `rlrun generate`'s on the same folder.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -52,6 +54,11 @@ TEST_P(RunArchs, ExportLoadsInTransformers5AndGeneratesRlrunsGreedyIds) {
 
   const fs::path model = fs::path(run) / "model";
   ASSERT_EQ(summary["model"], model.string());
+  const testing::CliRun same = testing::run_shell(
+      dir, str("'", RLRUN_PYREF5_PYTHON, "' '", RLRUN_SOURCE_DIR, "/tests/reference/hf_arch_reference.py' check-export ",
+               "--config-only --variant '", checkpoint.parent_path().string(), "' --export '", model.string(), "'"));
+  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+
   const std::vector<std::vector<int32_t>> prompts = {{5, 17, 42}, {300, 12, 99, 7, 260, 41, 8, 120, 77}};
   const int kNew = 12;
   std::string hf_args;
