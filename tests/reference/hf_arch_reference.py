@@ -84,7 +84,8 @@ def variant_config(name):
         types = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"]
         return T.Gemma3TextConfig(
             num_hidden_layers=4, head_dim=32, sliding_window=5, query_pre_attn_scalar=24,
-            layer_types={"gemma3_global": ["full_attention"] * 4, "gemma3_local": ["sliding_attention"] * 4}.get(name, types),
+            layer_types={"gemma3_global": ["full_attention"] * 4,
+                         "gemma3_local": ["sliding_attention"] * 4}.get(name, types),
             rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4},
                              "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}},
             pad_token_id=0, tie_word_embeddings=True, rms_norm_eps=1e-6, **common)

@@ -45,7 +45,8 @@ class HfArchRollout : public ::testing::TestWithParam<std::string> {
   // Every prompt as a group of kGroup greedy samples, all added at once; returns the scheduler's
   // statistics after checking every sample's ids against transformers'.
   SchedulerStats run_groups(int64_t num_blocks, const char* what) {
-    auto s = testing::make_scheduler(*model_, testing::small_options(num_blocks, /*block_size=*/4, /*max_model_len=*/32));
+    auto s = testing::make_scheduler(*model_, testing::small_options(num_blocks, /*block_size=*/4,
+                                                                     /*max_model_len=*/32));
     for (size_t p = 0; p < prompts_.size(); ++p) {
       GenerationRequest r = testing::greedy_request(p, prompts_[p], static_cast<int64_t>(want_[p].size()));
       r.num_samples = kGroup;

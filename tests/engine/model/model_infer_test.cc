@@ -187,7 +187,8 @@ GreedyRun greedy_pair(Model& model, const KvCacheConfig& kc, const std::vector<i
   KvCache& cache = **created;
   const int64_t v = model.config().vocab_size;
   auto argmax = [&](const std::vector<float>& rows, int64_t r) {
-    return static_cast<int32_t>(std::max_element(rows.begin() + r * v, rows.begin() + (r + 1) * v) - rows.begin() - r * v);
+    const auto row = rows.begin() + r * v;
+    return static_cast<int32_t>(std::max_element(row, row + v) - row);
   };
   EXPECT_TRUE(cache.add_sequence(1).ok() && cache.add_sequence(2).ok());
   const std::vector<int32_t> cu = {0, static_cast<int32_t>(prompt.size())};
@@ -200,7 +201,8 @@ GreedyRun greedy_pair(Model& model, const KvCacheConfig& kc, const std::vector<i
   EXPECT_TRUE(second.ok());
   run.ids = {{argmax(to_host_f32(*first), 0)}, {argmax(to_host_f32(*second), 0)}};
   for (int t = 0; t < steps; ++t) {
-    auto logits = model.decode(cache, std::vector<SeqId>{1, 2}, std::vector<int32_t>{run.ids[0].back(), run.ids[1].back()});
+    const std::vector<int32_t> next = {run.ids[0].back(), run.ids[1].back()};
+    auto logits = model.decode(cache, std::vector<SeqId>{1, 2}, next);
     EXPECT_TRUE(logits.ok()) << logits.status().to_string();
     if (!logits.ok()) break;
     run.last_logits = to_host_f32(*logits);

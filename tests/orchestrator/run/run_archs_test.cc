@@ -25,7 +25,8 @@ class RunArchs : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RunArchs, ExportLoadsInTransformers5AndGeneratesRlrunsGreedyIds) {
   const fs::path checkpoint = fs::path(RLRUN_HF_ARCH_REFERENCE_DIR) / ("run_" + GetParam()) / "model";
-  ASSERT_TRUE(fs::exists(checkpoint / "config.json")) << checkpoint << " (written by the ctest fixture hf_arch_reference_setup)";
+  ASSERT_TRUE(fs::exists(checkpoint / "config.json"))
+      << checkpoint << " (written by the ctest fixture hf_arch_reference_setup)";
   testing::TempDir dir;
   const std::string config = dir.write("run.yaml", str("launcher: local\n"
                                                        "number_of_steps: 2\n"
@@ -55,8 +56,9 @@ TEST_P(RunArchs, ExportLoadsInTransformers5AndGeneratesRlrunsGreedyIds) {
   const fs::path model = fs::path(run) / "model";
   ASSERT_EQ(summary["model"], model.string());
   const testing::CliRun same = testing::run_shell(
-      dir, str("'", RLRUN_PYREF5_PYTHON, "' '", RLRUN_SOURCE_DIR, "/tests/reference/hf_arch_reference.py' check-export ",
-               "--config-only --variant '", checkpoint.parent_path().string(), "' --export '", model.string(), "'"));
+      dir, str("'", RLRUN_PYREF5_PYTHON, "' '", RLRUN_SOURCE_DIR,
+               "/tests/reference/hf_arch_reference.py' check-export --config-only --variant '",
+               checkpoint.parent_path().string(), "' --export '", model.string(), "'"));
   EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
 
   const std::vector<std::vector<int32_t>> prompts = {{5, 17, 42}, {300, 12, 99, 7, 260, 41, 8, 120, 77}};
