@@ -144,6 +144,7 @@ SchedulerStats Scheduler::stats() const {
   s.running = static_cast<int64_t>(running_.size());
   s.waiting = static_cast<int64_t>(waiting_.size());
   s.kv_blocks_used = cache_->tables().num_blocks() - cache_->num_free_blocks();
+  s.kv_blocks_trimmed = cache_->blocks_trimmed();
   return s;
 }
 

@@ -109,6 +109,7 @@ struct SchedulerStats {
   int64_t steps = 0;              // lifetime forward passes
   int64_t max_running = 0;        // most sequences in one batch so far
   int64_t prefix_tokens_shared = 0;  // lifetime prompt tokens forked from a sibling, not computed
+  int64_t kv_blocks_trimmed = 0;  // lifetime block-table entries freed outside an all-sliding model's window
 };
 
 class Scheduler {
@@ -157,7 +158,8 @@ class Scheduler {
   void reserve_decode_slots();
   void preempt(size_t running_index);
   std::vector<Sequence*> admit();
-  // An admitted sibling whose cache holds the first n tokens of `seq`'s prompt, or nullptr.
+  // An admitted sibling whose cache holds the first n tokens of `seq`'s prompt (those its window
+  // needs, for a model whose blocks are trimmed: KvCache::can_fork), or nullptr.
   Sequence* prefix_donor(const Sequence& seq, int64_t n) const;
   Status run_batch(const std::vector<Sequence*>& decoding, const std::vector<Sequence*>& prefilling);
   bool append_token(Sequence& seq, SampledToken token);

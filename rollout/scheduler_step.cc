@@ -37,7 +37,8 @@ void Scheduler::reserve_decode_slots() {
 
 Scheduler::Sequence* Scheduler::prefix_donor(const Sequence& seq, int64_t n) const {
   for (const auto& s : running_)
-    if (s->request == seq.request && s->in_cache && cache_->length(s->id) >= n) return s.get();
+    if (s->request == seq.request && s->in_cache && cache_->length(s->id) >= n && cache_->can_fork(s->id, n))
+      return s.get();
   return nullptr;
 }
 

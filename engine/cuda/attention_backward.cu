@@ -8,6 +8,8 @@
 // tile of 32 keys of one kv head (accumulators in shared memory, summed over every later query
 // row of every query head of the group); dQ with the forward's tiling (attention_tiles.cuh),
 // recomputing the scores a second time instead of adding dq with atomics.
+// Sliding window (window > 0): query i sees keys i - window + 1 .. i; p_ij = 0 outside, so a key
+// tile's dK/dV visit only the rows whose window reaches it, and dQ only the key tiles in its window.
 #include <cmath>
 
 #include "engine/cuda/attention_tiles.cuh"
@@ -29,6 +31,7 @@ struct BackwardArgs {
   int64_t n, max_rows;
   int num_seqs;
   int* err;
+  int64_t window;  // > 0: sliding window (AttentionDims::window)
 };
 
 // delta (n, hq) = rowwise dot(dout, out): one warp per (row, head).
@@ -52,7 +55,8 @@ size_t dq_smem_bytes(int d) {
 }
 
 // Block: keys [key0, key0 + 32) of sequence blockIdx.z, kv head blockIdx.y. Query slots run over
-// rows key0 .. len - 1 (earlier rows cannot see these keys) and the group's query heads.
+// rows key0 .. row_end - 1 (earlier rows cannot see these keys, nor can rows whose window starts
+// after them) and the group's query heads.
 __global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(BackwardArgs a) {
   extern __shared__ float smem[];
   __shared__ int64_t pos_s[kSlots];  // query position of each slot in the sequence; -1: empty
@@ -82,7 +86,8 @@ __global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(BackwardArgs a
     dks[idx] = 0.0f;
     dvs[idx] = 0.0f;
   }
-  const int64_t num_slots = (len - key0) * a.group;
+  const int64_t row_end = a.window > 0 && key0 + kKeys - 1 + a.window < len ? key0 + kKeys - 1 + a.window : len;
+  const int64_t num_slots = (row_end - key0) * a.group;
   for (int64_t t0 = 0; t0 < num_slots; t0 += kSlots) {
     __syncthreads();  // the previous slot tile is consumed (and ks, vs are loaded)
     for (int idx = tid; idx < kSlots * d; idx += kThreads) {
@@ -110,7 +115,7 @@ __global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(BackwardArgs a
       const int slot = warp * kSlotsPerWarp + i;
       const int64_t qpos = pos_s[slot], key = key0 + lane;
       float p = 0.0f, ds = 0.0f;
-      if (qpos >= 0 && key < len && key <= qpos) {
+      if (qpos >= 0 && key < len && key <= qpos && (a.window <= 0 || qpos - key < a.window)) {
         const float score = a.scale * dot_shared(qs + slot * d, ks + lane * ld, d);
         p = expf(score - lse_s[slot]);
         ds = p * (dot_shared(dos + slot * d, vs + lane * ld, d) - delta_s[slot]);
@@ -183,7 +188,9 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(BackwardArgs a) 
     for (int cc = 0; cc < kPerLane; ++cc) acc[i][cc] = 0.0f;
   }
 
-  for (int64_t j0 = 0; j0 < key_end; j0 += kKeys) {
+  // The first key any row of the tile sees: with a window, earlier key tiles are skipped whole.
+  const int64_t key_begin = a.window > 0 && slot0 / a.group - a.window + 1 > 0 ? slot0 / a.group - a.window + 1 : 0;
+  for (int64_t j0 = key_begin / kKeys * kKeys; j0 < key_end; j0 += kKeys) {
     __syncthreads();
     for (int idx = tid; idx < kKeys * d; idx += kThreads) {
       const int j = idx / d, c = idx % d;
@@ -196,10 +203,12 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(BackwardArgs a) 
 #pragma unroll
     for (int i = 0; i < kSlotsPerWarp; ++i) {
       if (pos[i] < j0) continue;  // warp-uniform
+      const int64_t first = a.window > 0 ? pos[i] - a.window + 1 : 0;  // the window's first key
+      if (j0 + kKeys <= first) continue;  // every key of the tile is before the window (warp-uniform)
       const int slot = warp * kSlotsPerWarp + i;
       const int64_t key = j0 + lane;
       float ds = 0.0f;
-      if (key <= pos[i]) {
+      if (key <= pos[i] && key >= first) {
         const float p = expf(a.scale * dot_shared(qs + slot * d, ks + lane * ld, d) - lse_r[i]);
         ds = p * (dot_shared(dos + slot * d, vs + lane * ld, d) - delta_r[i]);
       }
@@ -238,7 +247,7 @@ void attention_backward(bf16* dq, bf16* dk, bf16* dv, float* delta, const bf16* 
   BackwardArgs a{dq,      dk,       dv,      delta,         dout,          q,
                  k,       v,        lse,     cu_seqlens,    dims.hq,       dims.hkv,
                  dims.d,  dims.hq / dims.hkv, 1.0f / sqrtf(static_cast<float>(dims.d)),
-                 dims.n,  dims.max_rows,      dims.num_seqs, err};
+                 dims.n,  dims.max_rows,      dims.num_seqs, err, dims.window};
   const int64_t key_tiles = (dims.max_rows + kKeys - 1) / kKeys;
   const dim3 kv_grid(static_cast<unsigned>(key_tiles < 1 ? 1 : key_tiles), dims.hkv, dims.num_seqs);
   attention_dkdv_kernel<<<kv_grid, kThreads, dkdv_smem_bytes(dims.d), stream>>>(a);

@@ -101,9 +101,8 @@ void CudaBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, co
                                           const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                           const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
                                           int64_t window) {
-  // Not yet: the backward kernel's key loop has no window (Gemma 3's local layers train on the CPU).
-  RLRUN_CHECK(window == 0, "attention_backward: a sliding window is not implemented on CUDA yet");
-  const AttentionDims d = attention_dims("attention_backward", q, k, cu_seqlens, max_seqlen);
+  AttentionDims d = attention_dims("attention_backward", q, k, cu_seqlens, max_seqlen);
+  d.window = window;
   make_current();
   const size_t delta_elems = static_cast<size_t>(d.n) * d.hq;
   if (delta_elems > attention_delta_elems_) {  // scratch kept across calls: one per training step size

@@ -94,7 +94,7 @@ struct AttentionDims {
   int d = 0;            // head dim
   int num_seqs = 0;
   int64_t max_rows = 0;  // most query rows of any sequence (launch size)
-  int64_t window = 0;    // > 0: a query sees only the last `window` positions (forward kernels only)
+  int64_t window = 0;    // > 0: a query sees only the last `window` positions
 };
 // out, q (n, hq, d); k, v (n, hkv, d); cu_seqlens (num_seqs + 1); lse (n, hq, f32) or null.
 void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const int32_t* cu_seqlens,

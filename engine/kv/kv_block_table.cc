@@ -1,5 +1,7 @@
 #include "engine/kv/kv_block_table.h"
 
+#include <algorithm>
+
 #include "common/check.h"
 #include "common/observe/log.h"
 
@@ -25,7 +27,7 @@ Status KvBlockTables::release(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return not_found(str("kv cache: no sequence ", id, " to release"));
   for (auto b = it->second.blocks.rbegin(); b != it->second.blocks.rend(); ++b)
-    if (--holders_[*b] == 0) free_.push_back(*b);
+    if (*b != kNoBlock && --holders_[*b] == 0) free_.push_back(*b);
   seqs_.erase(it);
   return {};
 }
@@ -47,13 +49,17 @@ Result<KvBlockTables::PartialCopy> KvBlockTables::fork(SeqId src, SeqId dst, int
   const Sequence& s = seqs_.at(src);
   if (n < 1 || n > s.length)
     return invalid_argument(str("kv cache: cannot fork ", n, " tokens of sequence ", src, ", which holds ", s.length));
+  if (n % block_size_ != 0 && s.blocks[n / block_size_] == kNoBlock)
+    return invalid_argument(str("kv cache: cannot fork ", n, " tokens of sequence ", src,
+                                ": the block of position ", n - 1, " was released"));
   if (blocks_to_fork(n) > num_free_blocks())
     return resource_exhausted(str("kv cache: forking sequence ", src, " needs a free block; none is"));
   const int64_t full = n / block_size_;
   for (int64_t i = 0; i < full; ++i) {
     d.blocks.push_back(s.blocks[i]);
-    ++holders_[s.blocks[i]];
+    if (s.blocks[i] != kNoBlock) ++holders_[s.blocks[i]];
   }
+  d.dropped = std::min(s.dropped, full);
   PartialCopy copy;
   if (n % block_size_ != 0) {
     copy = {s.blocks[full], take_free_block(), n % block_size_};
@@ -68,6 +74,23 @@ const KvBlockTables::Sequence& KvBlockTables::seq(SeqId id) const {
   RLRUN_CHECK(it != seqs_.end(), str("kv cache: unknown sequence ", id));
   return it->second;
 }
+
+int64_t KvBlockTables::release_before(SeqId id, int64_t pos) {
+  auto it = seqs_.find(id);
+  RLRUN_CHECK(it != seqs_.end(), str("kv cache: unknown sequence ", id));
+  Sequence& s = it->second;
+  RLRUN_CHECK(pos <= s.length, "kv cache: release_before past the sequence's length");
+  const int64_t keep_from = std::max<int64_t>(pos, 0) / block_size_;  // the block of `pos` stays
+  int64_t dropped = 0;
+  for (; s.dropped < keep_from; ++s.dropped, ++dropped) {
+    int32_t& b = s.blocks[s.dropped];
+    if (b != kNoBlock && --holders_[b] == 0) free_.push_back(b);
+    b = kNoBlock;
+  }
+  return dropped;
+}
+
+int64_t KvBlockTables::first_held(SeqId id) const { return seq(id).dropped * block_size_; }
 
 int64_t KvBlockTables::blocks_needed(SeqId id, int64_t n) const {
   const Sequence& s = seq(id);
@@ -107,8 +130,8 @@ std::span<const int32_t> KvBlockTables::table(SeqId id) const { return seq(id).b
 
 int64_t KvBlockTables::slot(SeqId id, int64_t pos) const {
   const Sequence& s = seq(id);
-  RLRUN_CHECK(pos >= 0 && pos < static_cast<int64_t>(s.blocks.size()) * block_size_,
-              str("kv cache: position ", pos, " of sequence ", id, " is not reserved"));
+  RLRUN_CHECK(pos >= s.dropped * block_size_ && pos < static_cast<int64_t>(s.blocks.size()) * block_size_,
+              str("kv cache: position ", pos, " of sequence ", id, " is not reserved (or was released)"));
   return int64_t{s.blocks[pos / block_size_]} * block_size_ + pos % block_size_;
 }
 

@@ -13,6 +13,11 @@
 // whose slots the caller copies (KvCache::fork). Invariant: a shared block is full and lies
 // before every holder's length, so appending never writes into it.
 //
+// Dropping a sequence's start: release_before(id, pos) gives up the blocks wholly before `pos`
+// (a model whose every layer attends within a sliding window never reads them again:
+// KvCache::trim). Their table entries become kNoBlock, so table index = position / block_size
+// still holds; fork shares such holes as holes.
+//
 // Not thread-safe: one scheduler thread owns a table set.
 #pragma once
 
@@ -26,6 +31,7 @@
 namespace rlrun::engine {
 
 using SeqId = int64_t;
+constexpr int32_t kNoBlock = -1;  // a table entry whose block was given up (release_before)
 
 class KvBlockTables {
  public:
@@ -54,6 +60,12 @@ class KvBlockTables {
   // Blocks fork(src, dst, n) takes from the pool: 1 when n is not a multiple of block_size.
   int64_t blocks_to_fork(int64_t n) const { return n % block_size_ != 0 ? 1 : 0; }
 
+  // Gives up the blocks of `id` that lie wholly before position `pos` (pos <= length): each loses
+  // this holder and returns to the pool when it was the last. Returns how many table entries were
+  // dropped. Positions before first_held(id) have no slot any more.
+  int64_t release_before(SeqId id, int64_t pos);
+  int64_t first_held(SeqId id) const;  // first position whose block is still held (a multiple of block_size)
+
   // Blocks that reserve(id, n) would have to take from the pool (0 when the last block has room).
   int64_t blocks_needed(SeqId id, int64_t n) const;
   // Makes room for `n` more tokens after the current length, all or nothing:
@@ -70,7 +82,8 @@ class KvBlockTables {
 
  private:
   struct Sequence {
-    std::vector<int32_t> blocks;
+    std::vector<int32_t> blocks;  // kNoBlock for the first `dropped` entries
+    int64_t dropped = 0;
     int64_t length = 0;
   };
   const Sequence& seq(SeqId id) const;

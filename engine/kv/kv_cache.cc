@@ -8,7 +8,8 @@
 namespace rlrun::engine {
 
 KvCacheConfig KvCacheConfig::for_model(const ModelConfig& model, int64_t block_size, int64_t num_blocks) {
-  return {model.num_layers, model.num_kv_heads, model.head_dim(), block_size, num_blocks};
+  const int64_t window = model.has_sliding_layers() && !model.has_full_layers() ? model.sliding_window : 0;
+  return {model.num_layers, model.num_kv_heads, model.head_dim(), block_size, num_blocks, window};
 }
 
 int64_t KvCacheConfig::bytes_per_block(DType dtype) const {
@@ -42,14 +43,32 @@ KvCache::KvCache(Backend& backend, const KvCacheConfig& c)
   }
 }
 
+bool KvCache::can_fork(SeqId src, int64_t n) const {
+  return config_.window <= 0 || tables_.first_held(src) <= std::max<int64_t>(0, n - config_.window + 1);
+}
+
+int64_t KvCache::trim(SeqId id) {
+  if (config_.window <= 0) return 0;
+  const int64_t dropped = tables_.release_before(id, tables_.length(id) - config_.window + 1);
+  blocks_trimmed_ += dropped;
+  return dropped;
+}
+
 Status KvCache::fork(SeqId src, SeqId dst, int64_t n) {
+  if (has_sequence(src) && !can_fork(src, n))
+    return invalid_argument(str("kv cache: sequence ", src, " no longer holds the positions a fork of its first ", n,
+                                " tokens needs (trimmed outside the window)"));
   RLRUN_ASSIGN_OR_RETURN(KvBlockTables::PartialCopy copy, tables_.fork(src, dst, n));
-  if (copy.tokens == 0) return {};
+  if (copy.tokens == 0) {
+    trim(dst);  // the shared blocks dst's window does not reach
+    return {};
+  }
   const int64_t bs = config_.block_size, from = int64_t{copy.from} * bs, to = int64_t{copy.to} * bs;
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     backend_->copy(keys_[l].rows(to, to + copy.tokens), keys_[l].rows(from, from + copy.tokens));
     backend_->copy(values_[l].rows(to, to + copy.tokens), values_[l].rows(from, from + copy.tokens));
   }
+  trim(dst);
   return {};
 }
 

@@ -72,8 +72,12 @@ Result<Tensor> Model::forward_cached(KvCache& cache, std::span<const SeqId> seqs
   }
   std::vector<int32_t> tables(num_seqs * max_blocks, 0);  // rows padded with block 0, never read
   for (int64_t s = 0; s < num_seqs; ++s) {
+    // Blocks trimmed outside an all-sliding model's window lie before every query's window: the
+    // kernels may load them (a prefill gathers whole tiles) but mask them out. They point at
+    // block 0, like the padding, so every slot a kernel computes is inside the cache.
     const auto t = cache.tables().table(seqs[s]);
-    std::copy(t.begin(), t.end(), tables.begin() + s * max_blocks);
+    std::transform(t.begin(), t.end(), tables.begin() + s * max_blocks,
+                   [](int32_t block) { return block == kNoBlock ? 0 : block; });
   }
   const Tensor ids = from_host_i32(b, {n}, tokens);
   const Tensor pos = from_host_i32(b, {n}, positions);
@@ -96,7 +100,10 @@ Result<Tensor> Model::forward_cached(KvCache& cache, std::span<const SeqId> seqs
     layer_post_attention_forward(b, c, weights_.layer(l), x, a, x_next, lora);
     std::swap(x, x_next);
   }
-  for (int64_t s = 0; s < num_seqs; ++s) cache.tables().commit(seqs[s], cu_new[s + 1] - cu_new[s]);
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    cache.tables().commit(seqs[s], cu_new[s + 1] - cu_new[s]);
+    cache.trim(seqs[s]);  // an all-sliding model: what every later query's window has left behind
+  }
 
   // Only each sequence's last new token needs the head.
   Tensor last = b.uninitialized({num_seqs, c.hidden_size}, b.compute_dtype());

@@ -12,7 +12,8 @@ Commands
       loads EXPORT_DIR (an HF folder rlrun wrote) with this transformers and checks that it is the
       variant's model: same config fields that matter, same RoPE frequencies, same parameters, same
       log-probs (1e-5). With --logprobs-only (run under build/pyref's transformers 4.46 for Llama and
-      Qwen2), only the log-probs against the 5.x reference.
+      Qwen2), only the log-probs against the 5.x reference. With --config-only (the export of a run,
+      whose weights were trained), the config and RoPE, and parameters of the same names and shapes.
 
 Variants (fp32, eager attention, hidden 64, 4 heads, 2 KV heads, vocab 96, max_position 128,
 weights redrawn from torch.Generator(seed): norms 0.1 N (Gemma's (1 + w)) or 1 + 0.1 N, embeddings
@@ -27,6 +28,11 @@ weights redrawn from torch.Generator(seed): norms 0.1 N (Gemma's (1 + w)) or 1 +
                   window 5, query_pre_attn_scalar 24, rope_local_base_freq 100, global linear x2,
                   tied embeddings, pad_token_id 0, eos [1, 7]
   gemma3_global   the same with every layer full attention (Gemma's layers without the window)
+  gemma3_local    the same with every layer sliding: rlrun frees the KV blocks that fall out of
+                  the window (docs/models.md); prompts of 14 tokens + 12 new cross it 2 blocks over
+  run_qwen3, run_llama3, run_gemma3
+                  model/ only: qwen3, llama3, gemma3 with vocab 512 (rlrun's built-in tokenizer), the
+                  checkpoints of a short RL run whose export is checked (tests/orchestrator/run/run_archs_test.cc)
 
 Output of a variant directory:
   model/               save_pretrained: config.json (5.x format), model.safetensors
@@ -59,6 +65,10 @@ LLAMA3 = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_fr
 
 def variant_config(name):
     T = transformers
+    if name.startswith("run_"):
+        config = variant_config(name[len("run_"):])
+        config.vocab_size = 512
+        return config
     if name == "qwen3":
         return T.Qwen3Config(num_hidden_layers=3, head_dim=32, rope_theta=1e4, rms_norm_eps=1e-6, **COMMON)
     if name.startswith("llama"):
@@ -74,14 +84,17 @@ def variant_config(name):
         types = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"]
         return T.Gemma3TextConfig(
             num_hidden_layers=4, head_dim=32, sliding_window=5, query_pre_attn_scalar=24,
-            layer_types=["full_attention"] * 4 if name == "gemma3_global" else types,
+            layer_types={"gemma3_global": ["full_attention"] * 4,
+                         "gemma3_local": ["sliding_attention"] * 4}.get(name, types),
             rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4},
                              "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}},
             pad_token_id=0, tie_word_embeddings=True, rms_norm_eps=1e-6, **common)
     raise ValueError(name)
 
 
-VARIANTS = ("qwen3", "llama3", "llama_linear", "llama_dynamic", "llama_yarn", "qwen2_v5", "gemma3", "gemma3_global")
+VARIANTS = ("qwen3", "llama3", "llama_linear", "llama_dynamic", "llama_yarn", "qwen2_v5", "gemma3", "gemma3_global",
+            "gemma3_local")
+RUN_VARIANTS = ("run_qwen3", "run_llama3", "run_gemma3")
 
 
 def make_model(name, gen):
@@ -167,7 +180,7 @@ def check_export_logprobs(variant, export):
     return 0 if ok else 1
 
 
-def check_export(variant, export):
+def check_export(variant, export, config_only=False):
     expected = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(variant, "model"),
                                                                  attn_implementation="eager").eval()
     got, info = transformers.AutoModelForCausalLM.from_pretrained(export, attn_implementation="eager",
@@ -191,10 +204,14 @@ def check_export(variant, export):
             problems.append(f"RoPE {name}: {getattr(rot_g, name, None)}, expected {value}")
     params = dict(expected.named_parameters())
     for n, p in got.named_parameters():
-        if n not in params or not torch.equal(p.float(), params[n]):
+        if n not in params or p.shape != params[n].shape:
+            problems.append(f"parameter {n} {tuple(p.shape)} is not one of the variant's")
+        elif not config_only and not torch.equal(p.float(), params[n]):
             problems.append(f"parameter {n} differs")
-    with open(os.path.join(variant, "inputs.json")) as f:
-        seqs = json.load(f)["sequences"]
+    seqs = []
+    if not config_only:
+        with open(os.path.join(variant, "inputs.json")) as f:
+            seqs = json.load(f)["sequences"]
     with torch.no_grad():
         for s, ids in enumerate(seqs):
             d = (logprobs_of(expected, ids) - logprobs_of(got, ids)).abs().max().item()
@@ -217,15 +234,20 @@ def main():
     c.add_argument("--export", required=True)
     c.add_argument("--logprobs-only", action="store_true",
                    help="compare only log-probs with the 5.x reference (for transformers 4.x)")
+    c.add_argument("--config-only", action="store_true",
+                   help="compare the config, RoPE and parameter shapes, not the weights (a trained export)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # CI shares 2 cores; these models are tiny
     if args.command == "generate-set":
         for seed, name in enumerate(VARIANTS, start=11):
             generate(os.path.join(args.out, name), name, seed)
+        for seed, name in enumerate(RUN_VARIANTS, start=41):
+            model = make_model(name, torch.Generator().manual_seed(seed))
+            model.save_pretrained(os.path.join(args.out, name, "model"), safe_serialization=True)
         return 0
     if args.logprobs_only:
         return check_export_logprobs(args.variant, args.export)
-    return check_export(args.variant, args.export)
+    return check_export(args.variant, args.export, args.config_only)
 
 
 if __name__ == "__main__":

@@ -92,14 +92,16 @@ TEST_F(CudaConformance, RopeAtLongPositionsMatchesTheCpu) {
 }
 
 // Packed attention at real sizes: several sequences (one longer than a 32-key tile and than the
-// 16-slot query tile), GQA, head dims 64 and 128; the backward from the CPU's own out and lse.
+// 16-slot query tile), GQA, head dims 64 and 128, and sliding windows (Gemma 3's local layers)
+// shorter than a key tile and longer than one; the backward from the CPU's own out and lse.
 struct AttnCase {
   std::vector<int32_t> cu;
-  int64_t hq, hkv, d;
+  int64_t hq, hkv, d, window = 0;
 };
 
 TEST_F(CudaConformance, AttentionForwardAndBackwardAtRealSizes) {
-  for (const AttnCase& tc : {AttnCase{{0, 1, 70, 75, 200}, 14, 2, 64}, AttnCase{{0, 33, 40}, 4, 4, 128}}) {
+  for (const AttnCase& tc : {AttnCase{{0, 1, 70, 75, 200}, 14, 2, 64}, AttnCase{{0, 33, 40}, 4, 4, 128},
+                             AttnCase{{0, 1, 70, 75, 200}, 8, 2, 64, 5}, AttnCase{{0, 100, 140}, 4, 2, 128, 40}}) {
     const int64_t n = tc.cu.back(), s = static_cast<int64_t>(tc.cu.size()) - 1;
     int64_t max_len = 0;
     for (int64_t i = 0; i < s; ++i) max_len = std::max<int64_t>(max_len, tc.cu[i + 1] - tc.cu[i]);
@@ -110,20 +112,20 @@ TEST_F(CudaConformance, AttentionForwardAndBackwardAtRealSizes) {
     Tensor cout = cpu(qs, Vec(qs.numel(), 0)), clse = cpu(Shape{n, tc.hq}, Vec(n * tc.hq, 0));
     Tensor gq = gpu(qs, q), gk = gpu(ks, k), gv = gpu(ks, v), gcu = gpu_i32(Shape{s + 1}, tc.cu);
     Tensor cq = cpu(qs, q), ck = cpu(ks, k), cv = cpu(ks, v), ccu = cpu_i32(Shape{s + 1}, tc.cu);
-    gpu_->attention_forward(gout, glse, gq, gk, gv, gcu, max_len);
-    cpu_->attention_forward(cout, clse, cq, ck, cv, ccu, max_len);
-    EXPECT_CLOSE(host(gout), host(cout), kBf16Out) << "d=" << tc.d;
-    EXPECT_CLOSE(host(glse), host(clse), kBf16AttentionLse) << "d=" << tc.d;
+    gpu_->attention_forward(gout, glse, gq, gk, gv, gcu, max_len, tc.window);
+    cpu_->attention_forward(cout, clse, cq, ck, cv, ccu, max_len, tc.window);
+    EXPECT_CLOSE(host(gout), host(cout), kBf16Out) << "d=" << tc.d << " window " << tc.window;
+    EXPECT_CLOSE(host(glse), host(clse), kBf16AttentionLse) << "d=" << tc.d << " window " << tc.window;
     // Backward from the CPU's own out and lse on both sides (out rounded to bf16 for CUDA).
     const Vec out = bf16_round(host(cout));
     Tensor gdq = gpu_->zeros(qs, DType::kBF16), gdk = gpu_->zeros(ks, DType::kBF16), gdv = gpu_->zeros(ks, DType::kBF16);
     Tensor cdq = cpu(qs, Vec(qs.numel(), 0)), cdk = cpu(ks, Vec(ks.numel(), 0)), cdv = cpu(ks, Vec(ks.numel(), 0));
     gpu_->attention_backward(gdq, gdk, gdv, gpu(qs, dout), gq, gk, gv, gpu(qs, out), gpu_f32(Shape{n, tc.hq}, host(clse)),
-                             gcu, max_len);
-    cpu_->attention_backward(cdq, cdk, cdv, cpu(qs, dout), cq, ck, cv, cpu(qs, out), clse, ccu, max_len);
-    EXPECT_CLOSE(host(gdq), host(cdq), kBf16Chain) << "dq d=" << tc.d;
-    EXPECT_CLOSE(host(gdk), host(cdk), kBf16Chain) << "dk d=" << tc.d;
-    EXPECT_CLOSE(host(gdv), host(cdv), kBf16Chain) << "dv d=" << tc.d;
+                             gcu, max_len, tc.window);
+    cpu_->attention_backward(cdq, cdk, cdv, cpu(qs, dout), cq, ck, cv, cpu(qs, out), clse, ccu, max_len, tc.window);
+    EXPECT_CLOSE(host(gdq), host(cdq), kBf16Chain) << "dq d=" << tc.d << " window " << tc.window;
+    EXPECT_CLOSE(host(gdk), host(cdk), kBf16Chain) << "dk d=" << tc.d << " window " << tc.window;
+    EXPECT_CLOSE(host(gdv), host(cdv), kBf16Chain) << "dv d=" << tc.d << " window " << tc.window;
   }
 }
 

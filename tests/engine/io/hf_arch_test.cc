@@ -261,7 +261,9 @@ TEST_P(HfArch, ExportIsTheSameModelToTransformers5) {
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, HfArch, ::testing::Values("qwen2_v5", "qwen3", "llama3", "llama_linear", "llama_dynamic", "llama_yarn", "gemma3_global", "gemma3"),
+INSTANTIATE_TEST_SUITE_P(Architectures, HfArch,
+                         ::testing::Values("qwen2_v5", "qwen3", "llama3", "llama_linear", "llama_dynamic", "llama_yarn",
+                                           "gemma3_global", "gemma3", "gemma3_local"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

@@ -117,5 +117,33 @@ TEST(KvBlockTables, ForkRefusesBadRequestsAndAnEmptyPoolChangingNothing) {
   EXPECT_EQ(t.fork(1, 2, 4).status().code(), StatusCode::kInvalidArgument);  // no longer empty
 }
 
+// An all-sliding model gives up a sequence's start (release_before): table indices stay position /
+// block_size, a block shared by a fork returns to the pool only when its last holder drops it, a
+// fork shares holes as holes and refuses a partial block that is gone.
+TEST(KvBlockTables, ReleaseBeforeDropsWholeBlocksAndForksKeepHoles) {
+  KvBlockTables t(8, 4);
+  ASSERT_TRUE(t.add_sequence(1).ok());
+  ASSERT_TRUE(t.reserve(1, 14).ok());
+  t.commit(1, 14);  // blocks 0..3
+  EXPECT_EQ(t.release_before(1, 7), 1);  // block of positions 0..3; position 7's block stays
+  EXPECT_EQ(t.first_held(1), 4);
+  EXPECT_EQ(t.num_free_blocks(), 5);
+  EXPECT_EQ(t.table(1)[0], kNoBlock);
+  EXPECT_EQ(t.slot(1, 4), 1 * 4 + 0);
+  ASSERT_TRUE(t.add_sequence(2).ok());
+  ASSERT_TRUE(t.fork(1, 2, 12).ok());  // shares blocks 1, 2 and the hole
+  EXPECT_EQ(t.first_held(2), 4);
+  EXPECT_EQ(t.release_before(1, 12), 2);
+  EXPECT_EQ(t.num_free_blocks(), 5) << "sequence 2 still holds blocks 1 and 2";
+  EXPECT_EQ(t.release_before(2, 12), 2);
+  EXPECT_EQ(t.num_free_blocks(), 7);
+  EXPECT_EQ(t.release_before(2, 12), 0);
+  ASSERT_TRUE(t.add_sequence(3).ok());
+  EXPECT_EQ(t.fork(1, 3, 6).status().code(), StatusCode::kInvalidArgument);  // position 5's block is gone
+  ASSERT_TRUE(t.release(1).ok());
+  ASSERT_TRUE(t.release(2).ok());
+  EXPECT_EQ(t.num_free_blocks(), 8);
+}
+
 }  // namespace
 }  // namespace rlrun::engine

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "engine/kv/kv_cache.h"
 #include "engine/model/model.h"
@@ -159,6 +160,100 @@ TEST_P(ModelInfer, RejectsBadRequests) {
   EXPECT_EQ(KvCache::create(*backend, KvCacheConfig::for_model(other, 0, 8)).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(cache->length(1), 0);  // nothing was appended by the failed calls
+}
+
+// A model whose every layer attends within a sliding window of 5 trims each sequence's blocks that
+// all later queries' windows have left behind (KvCacheConfig::window); one with a full-attention
+// layer (Gemma 3's global ones) keeps them all.
+ModelConfig sliding_config(bool every_layer) {
+  ModelConfig c = testing::tiny_config(false);
+  c.sliding_window = 5;
+  c.layer_types = {"sliding_attention", every_layer ? "sliding_attention" : "full_attention"};
+  return c;
+}
+
+struct GreedyRun {
+  std::vector<std::vector<int32_t>> ids;  // per sequence
+  std::vector<float> last_logits;
+  int64_t max_blocks_used = 0, blocks_trimmed = 0;
+};
+
+// Sequence 1 prefills `prompt`; sequence 2 forks all of it but its last token and computes that
+// token; then both decode greedily `steps` tokens, batched.
+GreedyRun greedy_pair(Model& model, const KvCacheConfig& kc, const std::vector<int32_t>& prompt, int steps) {
+  GreedyRun run;
+  auto created = KvCache::create(model.backend(), kc);
+  EXPECT_TRUE(created.ok());
+  KvCache& cache = **created;
+  const int64_t v = model.config().vocab_size;
+  auto argmax = [&](const std::vector<float>& rows, int64_t r) {
+    const auto row = rows.begin() + r * v;
+    return static_cast<int32_t>(std::max_element(row, row + v) - row);
+  };
+  EXPECT_TRUE(cache.add_sequence(1).ok() && cache.add_sequence(2).ok());
+  const std::vector<int32_t> cu = {0, static_cast<int32_t>(prompt.size())};
+  auto first = model.forward_cached(cache, std::vector<SeqId>{1}, prompt, cu);
+  EXPECT_TRUE(first.ok());
+  const int64_t shared = static_cast<int64_t>(prompt.size()) - 1;
+  EXPECT_TRUE(cache.fork(1, 2, shared).ok());
+  auto second = model.forward_cached(cache, std::vector<SeqId>{2}, std::vector<int32_t>{prompt.back()},
+                                     std::vector<int32_t>{0, 1});
+  EXPECT_TRUE(second.ok());
+  run.ids = {{argmax(to_host_f32(*first), 0)}, {argmax(to_host_f32(*second), 0)}};
+  for (int t = 0; t < steps; ++t) {
+    const std::vector<int32_t> next = {run.ids[0].back(), run.ids[1].back()};
+    auto logits = model.decode(cache, std::vector<SeqId>{1, 2}, next);
+    EXPECT_TRUE(logits.ok()) << logits.status().to_string();
+    if (!logits.ok()) break;
+    run.last_logits = to_host_f32(*logits);
+    for (int64_t s = 0; s < 2; ++s) run.ids[s].push_back(argmax(run.last_logits, s));
+    run.max_blocks_used = std::max(run.max_blocks_used, kc.num_blocks - cache.num_free_blocks());
+  }
+  run.blocks_trimmed = cache.blocks_trimmed();
+  EXPECT_TRUE(cache.release(1).ok() && cache.release(2).ok());
+  EXPECT_EQ(cache.num_free_blocks(), kc.num_blocks) << "a trimmed block was lost or returned twice";
+  return run;
+}
+
+TEST(ModelInferWindow, AllSlidingModelFreesBlocksOutsideTheWindowAndDecodesTheSame) {
+  auto backend = testing::cpu_backend();
+  auto created = Model::create(*backend, sliding_config(/*every_layer=*/true));
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  Model& model = **created;
+  model.weights().init_random(3, 0.5f);
+  std::mt19937 rng(8);
+  const auto prompt = testing::random_ids(rng, 10, 64);
+  KvCacheConfig trims = KvCacheConfig::for_model(model.config(), 4, 64);
+  ASSERT_EQ(trims.window, 5);
+  KvCacheConfig keeps = trims;
+  keeps.window = 0;
+  const int kSteps = 100;  // 110 cached positions: 28 blocks of 4 per sequence if nothing were freed
+  const GreedyRun kept = greedy_pair(model, keeps, prompt, kSteps), trimmed = greedy_pair(model, trims, prompt, kSteps);
+  EXPECT_EQ(trimmed.ids, kept.ids);
+  EXPECT_EQ(trimmed.last_logits, kept.last_logits);
+  EXPECT_EQ(kept.blocks_trimmed, 0);
+  EXPECT_EQ(kept.max_blocks_used, 2 * 28 - 2) << "the fork shares the prompt's 2 full blocks";
+  // Between steps a sequence of length L keeps positions L - 4 .. L - 1 (the next query, at L,
+  // sees L - 4 .. L): at most 2 blocks of 4.
+  EXPECT_LE(trimmed.max_blocks_used, 2 * 2);
+  EXPECT_GE(trimmed.blocks_trimmed, 2 * (28 - 3));
+  std::printf("all-sliding model, window 5, blocks of 4, 2 sequences x 110 positions: at most %lld blocks held "
+              "(%lld when kept), %lld table entries freed\n",
+              static_cast<long long>(trimmed.max_blocks_used), static_cast<long long>(kept.max_blocks_used),
+              static_cast<long long>(trimmed.blocks_trimmed));
+}
+
+TEST(ModelInferWindow, AModelWithAFullAttentionLayerFreesNothing) {
+  auto backend = testing::cpu_backend();
+  auto created = Model::create(*backend, sliding_config(/*every_layer=*/false));
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  (*created)->weights().init_random(3, 0.5f);
+  const KvCacheConfig kc = KvCacheConfig::for_model((*created)->config(), 4, 64);
+  EXPECT_EQ(kc.window, 0);
+  std::mt19937 rng(8);
+  const GreedyRun run = greedy_pair(**created, kc, testing::random_ids(rng, 10, 64), 40);
+  EXPECT_EQ(run.blocks_trimmed, 0);
+  EXPECT_EQ(run.max_blocks_used, 2 * 13 - 2);  // 50 positions: 13 blocks each, the prompt's 2 shared
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, ModelInfer, ::testing::Bool(),

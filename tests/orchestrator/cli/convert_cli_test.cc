@@ -13,10 +13,12 @@
 #include <bit>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "engine/io/gguf_model.h"
 #include "engine/io/hf_checkpoint.h"
+#include "tests/engine/io/gguf_writer.h"
 #include "tests/orchestrator/cli_test_util.h"
 
 namespace rlrun {
@@ -48,6 +50,43 @@ TEST(ConvertCli, RefusesBadArgumentsAndFiles) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr(bad + ": not a GGUF file"));
   EXPECT_FALSE(fs::exists(out));
+}
+
+// One reader, one verdict (issue 37) for `convert` too: a llama .gguf whose metadata asks for what
+// rlrun does not compute (soft-capping, a RoPE scaling type it lacks, a key it has never seen) is
+// refused at once, naming the file, the key and its value, and no folder is written.
+TEST(ConvertCli, RefusesAGgufItCannotComputeNamingTheKey) {
+  using engine::testing::GgufMetadata;
+  struct Refused {
+    std::function<void(GgufMetadata&)> add;
+    std::string message;
+  };
+  const std::vector<Refused> cases = {
+      {[](GgufMetadata& m) { m.f32("llama.attn_logit_softcapping", 50.0f); },
+       "llama.attn_logit_softcapping = 50: logit soft-capping is not supported"},
+      {[](GgufMetadata& m) { m.str("llama.rope.scaling.type", "longrope"); },
+       "llama.rope.scaling.type = longrope: only linear and yarn scaling"},
+      {[](GgufMetadata& m) { m.f32("llama.attention.temperature_scale", 0.1f); },
+       "metadata `llama.attention.temperature_scale` is not one rlrun reads"},
+  };
+  TempDir dir;
+  for (const Refused& c : cases) {
+    GgufMetadata m;
+    m.str("general.architecture", "llama").u32("llama.block_count", 1).u32("llama.context_length", 64);
+    m.u32("llama.embedding_length", 8).u32("llama.feed_forward_length", 16).u32("llama.attention.head_count", 2);
+    m.f32("llama.attention.layer_norm_rms_epsilon", 1e-5f).strings("tokenizer.ggml.tokens", {"a", "b", "c", "d"});
+    c.add(m);
+    const std::string gguf = dir.path() + "/refused.gguf", out = dir.path() + "/out";
+    const std::vector<uint8_t> bytes = engine::testing::gguf_file(
+        m, {{"token_embd.weight", {8, 4}, engine::GgmlType::kF32, engine::testing::f32_bytes(32)}});
+    std::ofstream(gguf, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                static_cast<std::streamsize>(bytes.size()));
+    const CliRun r = run_rlrun(dir, str("convert '", gguf, "' '", out, "'"));
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(gguf + ": "));
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+    EXPECT_FALSE(fs::exists(out)) << c.message;
+  }
 }
 
 TEST(ConvertSmolLM2, TransformersLoadsTheFolderAndGeneratesRlrunsIds) {
