@@ -206,7 +206,10 @@ TEST_P(PeftReference, TheExportIsMergedAndItsAdapterFolderLoadsInPeft) {
   const std::string out = dir + "/generate.json";
   for (size_t p = 0; p < prompts.size(); ++p) {
     std::string list;
-    for (int32_t id : prompts[p]) list += (list.empty() ? "" : ",") + std::to_string(id);
+    for (int32_t id : prompts[p]) {
+      if (!list.empty()) list += ',';
+      list += std::to_string(id);
+    }
     const std::string command = str("'", RLRUN_BINARY, "' generate --checkpoint '", dir, "' --prompt-ids ", list,
                                     " --max-tokens ", want[p].size(), " --temperature 0 --json > '", out, "'");
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
@@ -215,7 +218,9 @@ TEST_P(PeftReference, TheExportIsMergedAndItsAdapterFolderLoadsInPeft) {
     ASSERT_LE(got.size(), want[p].size());
     EXPECT_EQ(got, std::vector<int32_t>(want[p].begin(), want[p].begin() + static_cast<int64_t>(got.size())))
         << "rlrun generate, prompt " << p;
-    if (got.size() < want[p].size()) EXPECT_EQ(got.back(), merged->get()->config().eos_token_id);
+    if (got.size() < want[p].size()) {
+      EXPECT_EQ(got.back(), merged->get()->config().eos_token_id);
+    }
   }
   const std::string ids_path = dir + "/rlrun_greedy.json";
   std::ofstream(ids_path) << nlohmann::json{{"ids", ids}}.dump();

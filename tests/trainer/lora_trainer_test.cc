@@ -122,7 +122,9 @@ TEST(LoraTrainer, ACheckpointHoldsTheAdaptersAndTheirMomentsAndResumesBitForBit)
     if (!load.empty()) EXPECT_TRUE((*t)->load_checkpoint(load).ok());
     for (int step = first; step < last; ++step) {
       EXPECT_TRUE((*t)->train(batch(20 + step)).ok());
-      if (save) EXPECT_TRUE((*t)->save_checkpoint(root, step + 1, CheckpointExtras{"{}", ""}).ok());
+      if (save) {
+        EXPECT_TRUE((*t)->save_checkpoint(root, step + 1, CheckpointExtras{"{}", ""}).ok());
+      }
     }
     return engine::to_host_f32(s.lora->master_flat());
   };
