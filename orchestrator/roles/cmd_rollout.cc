@@ -73,6 +73,7 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
     // Same seed and init as the trainer's random start; every run's first weight sync replaces it.
     (*model)->weights().init_random(static_cast<uint64_t>(config.seed), static_cast<float>(config.model.init_std));
   }
+  (*model)->weights().release_grads();  // generation only: an fp32 model's gradient buffer is its size again
   // lora_rank > 0: generation adds the adapters beside the frozen base weights (the low-rank
   // products, no merge), and each weight sync carries the adapters only (rollout/weight_update.h).
   Result<std::unique_ptr<engine::LoraWeights>> lora = lora_from_config(config, **backend, (*model)->config());
