@@ -11,12 +11,19 @@
 // With --compute-dtype bf16 the products run bf16 x bf16 -> fp32 (compute_dtype: bf16, where the
 // CPU has AVX512_BF16 or AMX), and a line gives the log-prob drift of the training batch against
 // fp32: max and mean |logprob_bf16 - logprob_fp32| over its tokens.
+// --lora-rank R trains (and generates with) LoRA adapters of rank R on every linear layer (alpha
+// 2R, PEFT's init: B = 0) over the frozen base instead of the whole model. --base-weights-dtype
+// bf16 keeps that base's matrices in bf16 only (base_weights_dtype: bf16; with no adapters the
+// training figure is skipped: the base cannot train); the drift line then compares the log-probs
+// with the fp32 base's, and a line gives the model's bytes (ModelWeights::bytes, plus the
+// adapters with their gradients and AdamW moments) for the trainer and a rollout worker.
 // Medians of --reps runs. Prints a table and one JSON line ("json: {...}") for real_model.py.
 // Never fails on time.
 //
 // Usage: bench_real_model [--model PATH.gguf|DIR] [--threads N] [--reps R] [--train-seqs S]
 //                         [--train-len L] [--batches 1,8,32,64] [--prompt-len P] [--new-tokens T]
-//                         [--compute-dtype fp32|bf16] [--skip-train] [--skip-generate]
+//                         [--compute-dtype fp32|bf16] [--base-weights-dtype fp32|bf16]
+//                         [--lora-rank R] [--skip-train] [--skip-generate]
 #include <time.h>
 
 #include <algorithm>
@@ -34,6 +41,8 @@
 #include "engine/backend.h"
 #include "engine/backend_info.h"
 #include "engine/io/model_io.h"
+#include "engine/cpu/cpu_gemm.h"
+#include "engine/model/lora.h"
 #include "engine/model/model.h"
 #include "rollout/scheduler.h"
 #include "trainer/optimizer.h"
@@ -117,7 +126,8 @@ struct TrainFigures {
   double tokens_per_s = 0, step_s = 0, gflops = 0;
 };
 
-TrainFigures bench_train(Model& model, int64_t seqs, int64_t len, int reps) {
+// Full fine-tuning, or the adapters alone when `lora` is attached to `model`.
+TrainFigures bench_train(Model& model, LoraWeights* lora, int64_t seqs, int64_t len, int reps) {
   Backend& b = model.backend();
   const ModelConfig& c = model.config();
   const RandomBatch random(c, seqs, len);
@@ -125,17 +135,26 @@ TrainFigures bench_train(Model& model, int64_t seqs, int64_t len, int reps) {
   const PackedBatch batch = random.packed();
   trainer::OptimizerOptions oo;
   oo.weight_decay = 0.0;
-  auto opt = or_die(trainer::Optimizer::create(b, model.weights().flat_size(), {}, oo, nullptr), "optimizer");
+  const int64_t params = lora != nullptr ? lora->flat_size() : model.weights().flat_size();
+  auto opt = or_die(trainer::Optimizer::create(b, params, {}, oo, nullptr), "optimizer");
   std::vector<float> d(tokens.size(), -1.0f / float(tokens.size()));
   const Tensor dlogprob = from_host(b, {static_cast<int64_t>(d.size())}, d);
   std::vector<double> steps;
   for (int r = -1; r < reps; ++r) {  // r = -1 warms up
     const auto t0 = Clock::now();
-    model.weights().zero_grads();
+    if (lora != nullptr) {
+      lora->zero_grads();
+    } else {
+      model.weights().zero_grads();
+    }
     auto out = or_die(model.forward(batch), "forward");
     model.backward(dlogprob);
-    or_die(opt->step(model.weights().master_flat(), model.weights().grad_flat(), 1e-6).status(), "optimizer step");
-    model.weights().sync_compute();
+    if (lora != nullptr) {
+      or_die(opt->step(lora->master_flat(), lora->grad_flat(), 1e-6).status(), "optimizer step");
+    } else {
+      or_die(opt->step(model.weights().master_flat(), model.weights().grad_flat(), 1e-6).status(), "optimizer step");
+      model.weights().sync_compute();
+    }
     b.synchronize();
     if (r >= 0) steps.push_back(since(t0));
   }
@@ -193,28 +212,38 @@ GenFigures bench_generate(Model& model, int64_t batch, int64_t prompt_len, int64
   return f;
 }
 
-// The training batch's log-probs with bf16 products against fp32 ones: {max, mean} |difference|.
-std::pair<double, double> bf16_drift(Model& model, int64_t seqs, int64_t len) {
-  Backend& b = model.backend();
-  const ModelConfig& c = model.config();
+// The training batch's log-probs (f32, on the host).
+std::vector<float> batch_logprobs(Model& model, int64_t seqs, int64_t len) {
+  const RandomBatch random(model.config(), seqs, len);
+  return to_host_f32(or_die(model.forward(random.packed(), false), "forward").logprobs);
+}
+
+// {max, mean} |got - ref| over the training batch's scored tokens.
+std::pair<double, double> drift(const std::vector<float>& ref, const std::vector<float>& got, const ModelConfig& c,
+                                int64_t seqs, int64_t len) {
   const RandomBatch random(c, seqs, len);
-  const std::vector<int32_t>& targets = random.targets;
-  const PackedBatch batch = random.packed();
-  auto logprobs = [&](bool bf16) {
-    b.set_matmul_bf16(bf16);
-    return to_host_f32(or_die(model.forward(batch, false), "forward").logprobs);
-  };
-  const std::vector<float> f32 = logprobs(false), bf16 = logprobs(true);
   double max = 0, sum = 0;
   int64_t n = 0;
-  for (size_t i = 0; i < f32.size(); ++i) {
-    if (targets[i] < 0) continue;
-    const double d = std::abs(double(bf16[i]) - double(f32[i]));
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (random.targets[i] < 0) continue;
+    const double d = std::abs(double(got[i]) - double(ref[i]));
     max = std::max(max, d);
     sum += d;
     ++n;
   }
   return {max, n > 0 ? sum / double(n) : 0.0};
+}
+
+// Adapters of `rank` on every linear layer of `model`, PEFT's init (seed 1), attached.
+std::unique_ptr<LoraWeights> attach_lora(Model& model, int64_t rank) {
+  LoraConfig lc;
+  lc.rank = rank;
+  lc.alpha = 2.0 * static_cast<double>(rank);
+  auto lora = or_die(LoraWeights::create(model.backend(), model.config(), lc), "LoRA adapters");
+  lora->init(1);
+  or_die(model.attach_lora(lora.get()), "attaching the adapters");
+  model.weights().release_grads();  // the base is frozen, as LoraModelAdapter makes it
+  return lora;
 }
 
 std::vector<int64_t> parse_list(const char* s) {
@@ -232,7 +261,8 @@ int main(int argc, char** argv) {
   int threads = 2, reps = 3;
   int64_t train_seqs = 8, train_len = 64, prompt_len = 48, new_tokens = 16;
   std::vector<int64_t> batches = {1, 8, 32, 64};
-  bool train = true, generate = true, bf16 = false;
+  bool train = true, generate = true, bf16 = false, base_bf16 = false;
+  int64_t lora_rank = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : "";
@@ -259,37 +289,71 @@ int main(int argc, char** argv) {
     else if (k == "--new-tokens") new_tokens = std::atoll(v);
     else if (k == "--compute-dtype" && (std::strcmp(v, "fp32") == 0 || std::strcmp(v, "bf16") == 0))
       bf16 = std::strcmp(v, "bf16") == 0;
+    else if (k == "--base-weights-dtype" && (std::strcmp(v, "fp32") == 0 || std::strcmp(v, "bf16") == 0))
+      base_bf16 = std::strcmp(v, "bf16") == 0;
+    else if (k == "--lora-rank") lora_rank = std::atoll(v);
     else {
       std::fprintf(stderr, "bench_real_model: unknown option %s\n", k.c_str());
       return 2;
     }
   }
   auto backend = or_die(create_backend("cpu", threads), "backend");
+  if ((bf16 || base_bf16) && !rlrun::engine::cpu::bf16_gemm_native()) {
+    std::fprintf(stderr, "bench_real_model: bf16: this CPU has no native bf16 products\n");
+    return 2;
+  }
+  if (base_bf16 && lora_rank == 0) train = false;  // a frozen base alone cannot train
+  std::vector<float> fp32_logprobs;  // --base-weights-dtype bf16: the fp32 base's, for the drift
+  if (base_bf16) {
+    auto ref = or_die(load_model(*backend, model_path), "loading the model (fp32)");
+    ref->weights().release_grads();
+    std::unique_ptr<LoraWeights> ref_lora = lora_rank > 0 ? attach_lora(*ref, lora_rank) : nullptr;
+    fp32_logprobs = batch_logprobs(*ref, train_seqs, train_len);
+  }
+  ModelOptions options;
+  if (base_bf16) options.weight_storage = WeightStorage::kBf16Frozen;
   const auto load_start = Clock::now();
-  auto model = or_die(load_model(*backend, model_path), "loading the model");
+  auto model = or_die(load_model(*backend, model_path, options), "loading the model");
   const ModelConfig& c = model->config();
   std::printf("model %s: %.1fM parameters, %lld layers, hidden %lld, vocab %lld; loaded in %.1f s; %d threads\n",
               model_path.c_str(), double(c.num_parameters()) / 1e6, static_cast<long long>(c.num_layers),
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.vocab_size), since(load_start), threads);
   std::printf("host: %s\n", measure_host_compute().summary.c_str());
+  std::unique_ptr<LoraWeights> lora = lora_rank > 0 ? attach_lora(*model, lora_rank) : nullptr;
+  // A rollout worker holds the weights (no gradients) and the adapters; a trainer also the
+  // adapters' gradient and two AdamW moments, or without adapters the model's (f32).
+  const ModelWeights& w = model->weights();
+  const double weights = double(w.bytes() - (w.has_grads() ? int64_t(w.grad_flat().nbytes()) : 0)) / 1e9;
+  const double trained = double(lora != nullptr ? lora->master_flat().nbytes() : w.flat_size() * 4) / 1e9;
+  const double rollout_gb = weights + (lora != nullptr ? trained : 0.0), trainer_gb = weights + (lora != nullptr ? 4.0 : 3.0) * trained;
+  std::printf("model bytes (base %s%s): weights %.3f GB; rollout worker %.3f GB, trainer %.3f GB\n",
+              base_bf16 ? "bf16" : "fp32", lora != nullptr ? " + LoRA adapters" : "", weights, rollout_gb, trainer_gb);
   double drift_max = 0, drift_mean = 0;
   if (bf16) {
-    if (!backend->set_matmul_bf16(true)) {
-      std::fprintf(stderr, "bench_real_model: --compute-dtype bf16: this CPU has no native bf16 products\n");
-      return 2;
-    }
-    std::tie(drift_max, drift_mean) = bf16_drift(*model, train_seqs, train_len);
+    backend->set_matmul_bf16(false);
+    const std::vector<float> ref = batch_logprobs(*model, train_seqs, train_len);
+    backend->set_matmul_bf16(true);
+    std::tie(drift_max, drift_mean) = drift(ref, batch_logprobs(*model, train_seqs, train_len), c, train_seqs, train_len);
     std::printf("compute dtype bf16: log-prob drift against fp32 over %lld x %lld tokens: max %.4f, mean %.5f\n",
                 static_cast<long long>(train_seqs), static_cast<long long>(train_len), drift_max, drift_mean);
+  }
+  if (base_bf16) {
+    const auto [max, mean] = drift(fp32_logprobs, batch_logprobs(*model, train_seqs, train_len), c, train_seqs, train_len);
+    std::printf("base weights bf16: log-prob drift against the fp32 base over %lld x %lld tokens: max %.4f, mean %.5f\n",
+                static_cast<long long>(train_seqs), static_cast<long long>(train_len), max, mean);
+    drift_max = max;
+    drift_mean = mean;
   }
   const double bound = sgemm_gflops(*backend, reps);
   std::printf("%s 1024^3: %.1f GFLOP/s (the bound)\n", bf16 ? "GEMM bf16 x bf16 -> f32" : "sgemm f32", bound);
   std::ostringstream json;
   json << "{\"threads\":" << threads << ",\"compute_dtype\":\"" << (bf16 ? "bf16" : "fp32")
-       << "\",\"sgemm_gflops\":" << bound;
-  if (bf16) json << ",\"logprob_drift\":{\"max\":" << drift_max << ",\"mean\":" << drift_mean << "}";
+       << "\",\"base_weights_dtype\":\"" << (base_bf16 ? "bf16" : "fp32") << "\",\"lora_rank\":" << lora_rank
+       << ",\"rollout_model_gb\":" << rollout_gb << ",\"trainer_model_gb\":" << trainer_gb
+       << ",\"sgemm_gflops\":" << bound;
+  if (bf16 || base_bf16) json << ",\"logprob_drift\":{\"max\":" << drift_max << ",\"mean\":" << drift_mean << "}";
   if (train) {
-    const TrainFigures t = bench_train(*model, train_seqs, train_len, reps);
+    const TrainFigures t = bench_train(*model, lora.get(), train_seqs, train_len, reps);
     std::printf("training %lld x %lld tokens (forward + backward + AdamW): %.3f s/step, %.1f tokens/s, "
                 "%.1f GFLOP/s = %.0f%% of sgemm\n",
                 static_cast<long long>(train_seqs), static_cast<long long>(train_len), t.step_s, t.tokens_per_s,

@@ -142,7 +142,9 @@ void Backend::matmul(const Tensor& out, const Tensor& a, const Tensor& b, bool t
                      float beta) {
   const OpCheck c(*this, "matmul");
   c.float_dtype("a", a);
-  c.dtype("b", b, a.dtype());
+  // bf16 weights times f32 activations: a backend computing in f32 over ModelWeights' bf16 matrices.
+  const bool bf16_weights = b.dtype() == DType::kBF16 && a.dtype() == DType::kF32 && compute_dtype() == DType::kF32;
+  if (!bf16_weights) c.dtype("b", b, a.dtype());
   c.float_dtype("out", out);
   if (out.dtype() != a.dtype() && out.dtype() != DType::kF32)
     c.fail("out " + out.str() + " must be f32 or a's dtype " + dtype_name(a.dtype()));
@@ -205,7 +207,7 @@ void Backend::scale(const Tensor& x, float alpha) {
 
 void Backend::embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) {
   const OpCheck c(*this, "embedding_forward");
-  c.dtype("table", table, compute_dtype());
+  if (table.dtype() != DType::kBF16 || compute_dtype() != DType::kF32) c.dtype("table", table, compute_dtype());
   const int64_t h = table.shape().cols(), n = ids.numel();
   c.tensor("ids", ids, Shape{n}, DType::kI32);
   c.tensor("out", out, Shape{n, h}, compute_dtype());

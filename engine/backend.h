@@ -121,7 +121,9 @@ class Backend {
   //   dW        matmul(dW, dy, x, true, false, 1, 1)            dW += dy^T x
   // beta == 0 ignores out's previous contents (NaNs included). M, N or K may be 0 (K == 0:
   // out = beta * out). Dtypes: a and b alike, compute_dtype() or f32; out a's dtype or f32 (f32
-  // weight gradients from compute-dtype activations).
+  // weight gradients from compute-dtype activations). On a backend whose compute dtype is f32, b
+  // may also be bf16 with a and out f32: bf16-frozen weights (model/weights.h), multiplied as bf16
+  // x bf16 with fp32 sums (a rounded to bf16), in every layout.
   void matmul(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
               float alpha = 1.0f, float beta = 0.0f);
 
@@ -136,7 +138,8 @@ class Backend {
   void scale(const Tensor& x, float alpha);                       // x *= alpha, in place
 
   // ---- embedding ----------------------------------------------------------------------------------
-  // out (N, H) = table (V, H) rows at ids (N, i32). Every id must be in [0, V) (aborts otherwise:
+  // out (N, H) = table (V, H) rows at ids (N, i32); table may be bf16 (widened) with an f32 out
+  // on a backend whose compute dtype is f32. Every id must be in [0, V) (aborts otherwise:
   // ids are validated where they enter the process).
   void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids);
   // dtable (V, H, f32) += scatter of dout (N, H) rows to ids (repeated ids sum).

@@ -16,7 +16,7 @@ Status KlReference::capture(const engine::Model& policy) {
   }
   engine::Backend& backend = policy.backend();
   backend.synchronize();
-  backend.copy(model_->weights().compute_flat(), policy.weights().compute_flat());
+  model_->weights().copy_compute_from(policy.weights());
   backend.synchronize();
   return Status();
 }

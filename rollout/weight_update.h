@@ -5,6 +5,8 @@
 // (engine/comm/weight_sync.h, received by engine/comm/weight_receiver.h straight into the model's flat
 // master buffer), then the compute copy is refreshed. Memory: one bucket beyond the weights (two
 // on a bf16 backend, where sync_compute() converts in place into the existing compute buffer).
+// bf16-frozen weights (base_weights_dtype: bf16: no f32 master) take each f32 bucket rounded into
+// their bf16 matrices, the norms and biases as they are (ModelWeights::write_flat): two buckets.
 // With low-rank adapters attached to the model (Model::attach_lora: a LoRA run) only the adapters
 // arrive, into their own flat buffer, and the model computes them beside its frozen base weights:
 // nothing is merged, so no copy of the base is kept.

@@ -1,5 +1,8 @@
 #include "trainer/hf_export.h"
 
+#include <unordered_map>
+
+#include "engine/io/hf_checkpoint.h"
 #include "engine/io/model_io.h"
 #include "engine/io/peft_adapter.h"
 
@@ -7,16 +10,27 @@ namespace rlrun::trainer {
 
 namespace {
 
-// The merged model, then the adapters as a PEFT folder in dir/adapter.
+// The merged model (each adapted W + scale B A, summed on the host: the base may be an f32 master
+// or bf16-frozen matrices, and stays as it was), then the adapters as a PEFT folder in dir/adapter.
 Status export_with_lora(engine::Model& model, const std::string& dir, engine::DType dtype, const std::string& base) {
-  engine::ModelWeights& w = model.weights();
+  engine::Backend& b = model.backend();
   const engine::LoraWeights& lora = *model.lora();
-  const std::vector<float> saved = engine::to_host_f32(w.master_flat());
-  engine::merge_lora(lora, w);
-  const Status written = engine::save_weights(model, dir, dtype);
-  w.backend().copy_from_host(w.master_flat(), saved.data(), saved.size() * sizeof(float));  // the base, exactly
-  w.sync_compute();
-  RLRUN_RETURN_IF_ERROR(written);
+  std::vector<engine::HostTensor> merged = engine::weights_to_host(model);
+  std::unordered_map<std::string, size_t> by_name;
+  for (size_t i = 0; i < merged.size(); ++i) by_name.emplace(merged[i].name, i);
+  const float scale = static_cast<float>(lora.config().scale());
+  for (int64_t l = 0; l < model.config().num_layers; ++l) {
+    for (int t = 0; t < engine::kLoraTargets; ++t) {
+      if (!lora.config().targets[t]) continue;
+      const engine::LoraPair& p = lora.layer(l)[t];
+      const engine::Tensor delta = b.uninitialized({p.b.shape().rows(), p.a.shape().cols()}, engine::DType::kF32);
+      b.matmul(delta, p.b, p.a, false, false, scale);  // (out, in) = scale B A
+      const std::vector<float> d = engine::to_host_f32(delta);
+      std::vector<float>& w = merged.at(by_name.at(engine::lora_base_name(l, static_cast<engine::LoraTarget>(t)))).data;
+      for (size_t i = 0; i < w.size(); ++i) w[i] += d[i];
+    }
+  }
+  RLRUN_RETURN_IF_ERROR(engine::save_hf_checkpoint(dir, model.config(), merged, dtype));
   const std::vector<float> flat = engine::to_host_f32(lora.master_flat());
   std::vector<engine::HostTensor> tensors;
   for (const engine::ParamInfo& p : lora.params())

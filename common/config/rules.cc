@@ -130,6 +130,16 @@ void check_lora(Rules& r) {
   }
 }
 
+// base_weights_dtype: bf16 is the CPU backend's storage (the CPU feature check is the workers':
+// orchestrator/roles/compute_backend.h).
+void check_base_weights_dtype(Rules& r) {
+  const Config& c = r.config();
+  if (c.base_weights_dtype == ComputeDtype::kBf16 && c.backend != BackendKind::kCpu) {
+    r.fail({"base_weights_dtype", "backend"}, "`base_weights_dtype: bf16` is for backend cpu (backend cuda already "
+                                              "keeps its compute weights in bf16); set base_weights_dtype: fp32");
+  }
+}
+
 void check_model(Rules& r) {
   const ModelSection& m = r.config().model;
   r.file_exists("model.tokenizer", m.tokenizer);
@@ -274,6 +284,7 @@ void check_config_rules(ConfigLoad& load) {
   check_lengths(rules);
   check_optimization(rules);
   check_lora(rules);
+  check_base_weights_dtype(rules);
   check_model(rules);
   check_task(rules);
   check_runtime(rules);

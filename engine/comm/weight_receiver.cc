@@ -45,7 +45,8 @@ Status WeightReceiver::check_layout(const WeightSyncHeader& header, WeightReceiv
   return Status();
 }
 
-Status WeightReceiver::receive_buckets(const WeightSyncHeader& header, const Tensor* dst, WeightReceiveReport& report) {
+Status WeightReceiver::receive_buckets(const WeightSyncHeader& header, const Tensor* dst, const BucketWriter* write,
+                                       WeightReceiveReport& report) {
   const uint64_t total = header.total_elements;
   const uint64_t bucket = std::min<uint64_t>(header.bucket_elements, std::max<uint64_t>(total, 1));
   if (bucket > static_cast<uint64_t>(max_bucket_bytes_) / sizeof(float)) {
@@ -57,7 +58,7 @@ Status WeightReceiver::receive_buckets(const WeightSyncHeader& header, const Ten
   std::vector<float> host(host_staging_ && !direct ? bucket : 0);
   report.staging_bytes = static_cast<int64_t>(host.size() * sizeof(float));
   Tensor staging;  // f32 device buffer when the destination is not plain host f32, or no host staging
-  if ((dst != nullptr && !direct) || !host_staging_) {
+  if ((dst != nullptr && !direct) || write != nullptr || !host_staging_) {
     staging = backend_.zeros(Shape{static_cast<int64_t>(bucket)}, DType::kF32);
     report.staging_bytes += static_cast<int64_t>(staging.nbytes());
   }
@@ -69,9 +70,12 @@ Status WeightReceiver::receive_buckets(const WeightSyncHeader& header, const Ten
     RLRUN_RETURN_IF_ERROR(comm_.broadcast(into, n, CommDType::kF32, 0));
     report.bytes += static_cast<int64_t>(n * sizeof(float));
     ++report.buckets;
-    if (dst == nullptr || direct) continue;  // draining, or already in place
+    if ((dst == nullptr && write == nullptr) || direct) continue;  // draining, or already in place
     if (host_staging_) backend_.copy_from_host(stage, host.data(), n * sizeof(float));
-    backend_.convert(out, stage);
+    if (write != nullptr)
+      (*write)(static_cast<int64_t>(begin), stage);
+    else
+      backend_.convert(out, stage);
   }
   backend_.synchronize();
   return Status();
@@ -81,6 +85,12 @@ Result<WeightReceiveReport> WeightReceiver::receive(const Tensor& dst) {
   RLRUN_CHECK(dst.defined() && dst.numel() == own_.flat_elements &&
                   (dst.dtype() == DType::kF32 || dst.dtype() == DType::kBF16),
               str("weight receiver: destination ", dst.str(), " must be f32/bf16 (", own_.flat_elements, ")"));
+  return receive_into(&dst, nullptr);
+}
+
+Result<WeightReceiveReport> WeightReceiver::receive(const BucketWriter& write) { return receive_into(nullptr, &write); }
+
+Result<WeightReceiveReport> WeightReceiver::receive_into(const Tensor* dst, const BucketWriter* write) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<uint8_t> header_bytes(kHeaderBytes);
   RLRUN_RETURN_IF_ERROR(comm_.broadcast(header_bytes.data(), header_bytes.size(), CommDType::kU8, 0));
@@ -94,12 +104,12 @@ Result<WeightReceiveReport> WeightReceiver::receive(const Tensor& dst) {
   }
   if (!layout.ok()) {
     if (layout.code() != StatusCode::kProtocol || report.received_metadata) {
-      Status drained = receive_buckets(header, nullptr, report);  // keep the group in step
+      Status drained = receive_buckets(header, nullptr, nullptr, report);  // keep the group in step
       if (!drained.ok()) log::warn("weight sync: could not drain the rejected sync: " + drained.message());
     }
     return layout.with_context(str("weight version ", header.version));
   }
-  RLRUN_RETURN_IF_ERROR(receive_buckets(header, &dst, report));
+  RLRUN_RETURN_IF_ERROR(receive_buckets(header, dst, write, report));
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

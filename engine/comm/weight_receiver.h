@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/status.h"
@@ -46,12 +47,20 @@ class WeightReceiver {
   // for a layout mismatch or a digest-only sync before any metadata (this worker joined late:
   // the sender must resend metadata).
   Result<WeightReceiveReport> receive(const Tensor& dst);
+  // The same into a destination that is not one flat buffer: each bucket, f32 on the backend,
+  // goes to write(begin, bucket) with its first element's index in the flat layout, in order.
+  // For bf16-frozen weights (ModelWeights::write_flat: bf16 matrices, f32 norms).
+  using BucketWriter = std::function<void(int64_t begin, const Tensor& bucket)>;
+  Result<WeightReceiveReport> receive(const BucketWriter& write);
 
   bool has_cached_layout() const { return cached_digest_ != 0; }
 
  private:
   Status check_layout(const WeightSyncHeader& header, WeightReceiveReport& report);
-  Status receive_buckets(const WeightSyncHeader& header, const Tensor* dst, WeightReceiveReport& report);
+  // dst and write null: drain the buckets without writing them.
+  Status receive_buckets(const WeightSyncHeader& header, const Tensor* dst, const BucketWriter* write,
+                         WeightReceiveReport& report);
+  Result<WeightReceiveReport> receive_into(const Tensor* dst, const BucketWriter* write);
 
   Backend& backend_;
   FlatLayout own_;

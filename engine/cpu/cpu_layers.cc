@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "engine/bf16.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/cpu_math.h"
 
@@ -20,15 +21,21 @@ namespace rlrun::engine::cpu {
 void CpuBackend::embedding_forward_impl(const Tensor& out, const Tensor& table, const Tensor& ids) {
   const int64_t vocab = table.shape().rows(), h = table.shape().cols(), n = ids.numel();
   const int32_t* id = ids.i32();
-  const float* t = table.f32();
+  const bool widen = table.dtype() == DType::kBF16;  // bf16-frozen weights' table (backend.h)
+  const float* t = widen ? nullptr : table.f32();
+  const uint16_t* t16 = widen ? table.bf16() : nullptr;
   float* o = out.f32();
 #pragma omp parallel for num_threads(threads_for(n * h)) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     RLRUN_CHECK(id[i] >= 0 && id[i] < vocab, "embedding_forward: id " + std::to_string(id[i]) + " outside [0, " +
                                                  std::to_string(vocab) + ")");
-    const float* src = t + static_cast<int64_t>(id[i]) * h;
+    const int64_t row = static_cast<int64_t>(id[i]) * h;
     float* dst = o + i * h;
-    for (int64_t c = 0; c < h; ++c) dst[c] = src[c];
+    if (widen) {
+      for (int64_t c = 0; c < h; ++c) dst[c] = bf16_to_f32(t16[row + c]);
+    } else {
+      for (int64_t c = 0; c < h; ++c) dst[c] = t[row + c];
+    }
   }
 }
 

@@ -1,6 +1,8 @@
 // cpu_matmul.cc - the backend's matmul: blocks of the product over the backend's threads, each an
-// fp32 sgemm (oneDNN, cpu_gemm.h), a few-rows kernel of ours (cpu_gemm_nt.h), or, with
-// set_matmul_bf16, a bf16 product of the operands rounded once to bf16 (fp32 sums and output).
+// fp32 sgemm (oneDNN, cpu_gemm.h), a few-rows kernel of ours (cpu_gemm_nt.h), or a bf16 product
+// with fp32 sums and output (cpu_gemm_bf16.cc): of the operands rounded once to bf16 with
+// set_matmul_bf16, or of bf16 weights as they are stored (bf16-frozen, model/weights.h) and the
+// activations rounded.
 #include <omp.h>
 
 #include <algorithm>
@@ -76,31 +78,37 @@ void CpuBackend::matmul_impl(const Tensor& out, const Tensor& a, const Tensor& b
     }
   } count{matmul_stats_, 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k), start};
   const float* pa = a.f32();
-  const float* pb = b.f32();
+  // bf16-frozen weights (backend.h): B is bf16 already and every product runs in bf16, few rows too.
+  const bool b_bf16 = b.dtype() == DType::kBF16;
+  const float* pb = b_bf16 ? nullptr : b.f32();
   float* pc = out.f32();
   // A few rows against a weight matrix (x W^T, a decode step): no packing (cpu_gemm_nt.h).
-  const bool nt = !trans_a && trans_b && m <= gemm_nt_max_rows(gemm_nt_);
-  // bf16: both operands rounded once, op(A) laid out as m x k rows; B keeps its layout. Products
-  // of few rows stay fp32: rounding the weights would cost as much as multiplying them.
-  const bool bf16 = matmul_bf16_ && !nt && m >= kBf16MinRows;
+  const bool nt = !b_bf16 && !trans_a && trans_b && m <= gemm_nt_max_rows(gemm_nt_);
+  // bf16: the f32 operands rounded once, op(A) laid out as m x k rows; B keeps its layout.
+  // compute_dtype: bf16 keeps products of few rows in fp32: rounding the weights would cost as
+  // much as multiplying them (bf16 weights need no rounding).
+  const bool bf16 = b_bf16 || (matmul_bf16_ && !nt && m >= kBf16MinRows);
   std::vector<uint16_t> a16, b16;
   if (bf16) {
     a16.resize(static_cast<size_t>(m * k));
-    b16.resize(static_cast<size_t>(k * n));
     auto convert = avx2_ ? to_bf16_avx2 : to_bf16_base;
     // Row i of op(A): row i of A, or column i of the stored A^T.
 #pragma omp parallel for num_threads(threads_for(m * k)) schedule(static)
     for (int64_t i = 0; i < m; ++i) convert(a16.data() + i * k, trans_a ? pa + i : pa + i * lda, trans_a ? lda : 1, k);
-    const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+    if (!b_bf16) {
+      b16.resize(static_cast<size_t>(k * n));
+      const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
 #pragma omp parallel for num_threads(threads_for(k * n)) schedule(static)
-    for (int64_t i = 0; i < b_rows; ++i) convert(b16.data() + i * b_cols, pb + i * ldb, 1, b_cols);
+      for (int64_t i = 0; i < b_rows; ++i) convert(b16.data() + i * b_cols, pb + i * ldb, 1, b_cols);
+    }
   }
+  const uint16_t* pb16 = b_bf16 ? b.bf16() : b16.data();
   // out[rows, cols] of one block: rows [r0, r0 + rm) and columns [c0, c0 + cn).
   auto gemm = [&](int64_t r0, int64_t rm, int64_t c0, int64_t cn) {
     if (nt)
       return gemm_nt(gemm_nt_, rm, cn, k, alpha, pa + r0 * lda, lda, pb + c0 * ldb, ldb, beta, pc + r0 * n + c0, n);
     if (bf16)
-      return gemm_bf16(trans_b, rm, cn, k, alpha, a16.data() + r0 * k, k, b16.data() + (trans_b ? c0 * k : c0),
+      return gemm_bf16(trans_b, rm, cn, k, alpha, a16.data() + r0 * k, k, pb16 + (trans_b ? c0 * k : c0),
                        trans_b ? k : n, beta, pc + r0 * n + c0, n);
     sgemm(trans_a, trans_b, rm, cn, k, alpha, pa + (trans_a ? r0 : r0 * lda), lda, pb + (trans_b ? c0 * ldb : c0),
           ldb, beta, pc + r0 * n + c0, n);

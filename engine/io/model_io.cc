@@ -13,8 +13,8 @@ namespace rlrun::engine {
 
 namespace {
 
-// Copies named tensors into a model's master weights, each parameter exactly once, then
-// refreshes the compute copy (finish).
+// Copies named tensors into a model's weights (the master, or bf16-frozen storage), each
+// parameter exactly once, then refreshes the compute copy (finish).
 class WeightLoader {
  public:
   explicit WeightLoader(Model& model) : w_(model.weights()) {}
@@ -28,7 +28,7 @@ class WeightLoader {
                                   " values); the model expects ", shape_string(want)));
     }
     if (!seen_.insert(i).second) return invalid_argument(str("tensor ", t.name, " is given twice"));
-    w_.backend().copy_from_host(w_.master(i), t.data.data(), t.data.size() * sizeof(float));
+    w_.write(i, t.data);
     return {};
   }
 
@@ -105,7 +105,8 @@ std::vector<HostTensor> weights_to_host(const Model& model) {
   for (const TensorSpec& spec : hf_tensor_specs(model.config())) {
     const Result<size_t> i = w.index_of(spec.name);
     RLRUN_CHECK(i.ok(), str("hf_tensor_specs and parameter_layout disagree on ", spec.name));
-    // Without a master (released to a sharded optimizer) the compute weights, widened, are the copy.
+    // Without a master (released to a sharded optimizer, or bf16-frozen) the compute weights,
+    // widened, are the copy.
     HostTensor t{spec.name, spec.shape, to_host_f32(w.has_master() ? w.master(*i) : w.compute(*i))};
     out.push_back(std::move(t));
   }

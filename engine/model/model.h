@@ -38,6 +38,10 @@ struct LayerLora;  // model/layer.h
 
 struct ModelOptions {
   bool gradient_checkpointing = false;
+  // kBf16Frozen (base_weights_dtype: bf16): the weight matrices in bf16 only, for a model that
+  // never trains its base (a LoRA base, a rollout worker): model/weights.h. Needs an f32 compute
+  // dtype (the CPU backend).
+  WeightStorage weight_storage = WeightStorage::kF32;
   int64_t logits_chunk_elements = int64_t{1} << 24;  // 64 MiB of f32 logits
 };
 

@@ -35,7 +35,7 @@ struct Model::TrainState {
 };
 
 Model::Model(Backend& backend, const ModelConfig& config, ModelOptions options)
-    : weights_(backend, config), ropes_(make_layer_ropes(backend, config)), options_(options) {}
+    : weights_(backend, config, options.weight_storage), ropes_(make_layer_ropes(backend, config)), options_(options) {}
 
 Model::~Model() = default;
 
@@ -69,6 +69,9 @@ Result<std::unique_ptr<Model>> Model::create(Backend& backend, const ModelConfig
   RLRUN_RETURN_IF_ERROR(validate_model_config(config));
   RLRUN_RETURN_IF_ERROR(check_implemented(config));
   if (options.logits_chunk_elements <= 0) return invalid_argument("logits_chunk_elements must be > 0");
+  if (options.weight_storage == WeightStorage::kBf16Frozen && backend.compute_dtype() != DType::kF32)
+    return invalid_argument(str("bf16-frozen weights (base_weights_dtype: bf16) need a backend that computes in f32; ",
+                                backend.name(), " computes in ", dtype_name(backend.compute_dtype())));
   return std::unique_ptr<Model>(new Model(backend, config, options));
 }
 

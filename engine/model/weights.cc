@@ -1,5 +1,6 @@
 #include "engine/model/weights.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/check.h"
@@ -72,14 +73,35 @@ int64_t flat_parameter_count(const std::vector<ParamInfo>& layout) {
   return layout.empty() ? 0 : align_up(layout.back().offset + layout.back().numel);
 }
 
-ModelWeights::ModelWeights(Backend& backend, const ModelConfig& config)
-    : backend_(&backend), config_(config), layout_(parameter_layout(config)) {
+ModelWeights::ModelWeights(Backend& backend, const ModelConfig& config, WeightStorage storage)
+    : backend_(&backend), storage_(storage), config_(config), layout_(parameter_layout(config)) {
   for (size_t i = 0; i < layout_.size(); ++i) by_name_.emplace(layout_[i].name, i);
   flat_size_ = flat_parameter_count(layout_);
-  master_ = backend.zeros({flat_size_}, DType::kF32);
-  compute_ = backend.compute_dtype() == DType::kF32 ? master_ : backend.zeros({flat_size_}, backend.compute_dtype());
-  bind(compute_, embed_, final_norm_, lm_head_, layers_);
-  restore_grads();
+  if (storage_ == WeightStorage::kBf16Frozen) {
+    compute_ = backend.zeros({flat_size_}, DType::kBF16);
+    small_offset_.assign(layout_.size(), -1);
+    int64_t small = 0;
+    for (size_t i = 0; i < layout_.size(); ++i) {
+      if (is_matrix(i)) continue;
+      small_offset_[i] = small;
+      small = align_up(small + layout_[i].numel);
+    }
+    small_ = backend.zeros({std::max<int64_t>(small, 1)}, DType::kF32);
+  } else {
+    master_ = backend.zeros({flat_size_}, DType::kF32);
+    compute_ = backend.compute_dtype() == DType::kF32 ? master_ : backend.zeros({flat_size_}, backend.compute_dtype());
+  }
+  bind([this](size_t i) { return compute(i); }, embed_, final_norm_, lm_head_, layers_);
+  if (storage_ == WeightStorage::kF32) restore_grads();
+}
+
+int64_t ModelWeights::bytes() const {
+  int64_t total = 0;
+  for (const Tensor* t : {&master_, &small_, &grad_})
+    if (t->defined()) total += static_cast<int64_t>(t->nbytes());
+  if (compute_.defined() && (!master_.defined() || compute_.data() != master_.data()))
+    total += static_cast<int64_t>(compute_.nbytes());
+  return total;
 }
 
 Result<size_t> ModelWeights::index_of(std::string_view name) const {
@@ -95,45 +117,87 @@ Tensor ModelWeights::view_of(const Tensor& flat, size_t i) const {
   return flat.rows(p.offset, p.offset + p.numel).view(p.shape);
 }
 
-Tensor ModelWeights::view_by_name(const Tensor& flat, const std::string& name) const {
-  auto it = by_name_.find(name);
-  return it == by_name_.end() ? Tensor() : view_of(flat, it->second);
-}
-
-void ModelWeights::bind(const Tensor& flat, Tensor& embed, Tensor& norm, Tensor& head,
+void ModelWeights::bind(const std::function<Tensor(size_t)>& view, Tensor& embed, Tensor& norm, Tensor& head,
                         std::vector<LayerWeights>& layers) const {
-  embed = view_by_name(flat, "model.embed_tokens.weight");
-  norm = view_by_name(flat, "model.norm.weight");
-  head = config_.tie_embeddings ? embed : view_by_name(flat, "lm_head.weight");
+  auto named = [&](const std::string& name) {
+    auto it = by_name_.find(name);
+    return it == by_name_.end() ? Tensor() : view(it->second);
+  };
+  embed = named("model.embed_tokens.weight");
+  norm = named("model.norm.weight");
+  head = config_.tie_embeddings ? embed : named("lm_head.weight");
   layers.assign(config_.num_layers, LayerWeights{});
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const std::string p = str("model.layers.", i, ".");
     LayerWeights& w = layers[i];
-    w.input_norm = view_by_name(flat, p + "input_layernorm.weight");
-    w.q = view_by_name(flat, p + "self_attn.q_proj.weight");
-    w.q_bias = view_by_name(flat, p + "self_attn.q_proj.bias");
-    w.k = view_by_name(flat, p + "self_attn.k_proj.weight");
-    w.k_bias = view_by_name(flat, p + "self_attn.k_proj.bias");
-    w.v = view_by_name(flat, p + "self_attn.v_proj.weight");
-    w.v_bias = view_by_name(flat, p + "self_attn.v_proj.bias");
-    w.q_norm = view_by_name(flat, p + "self_attn.q_norm.weight");
-    w.k_norm = view_by_name(flat, p + "self_attn.k_norm.weight");
-    w.o = view_by_name(flat, p + "self_attn.o_proj.weight");
+    w.input_norm = named(p + "input_layernorm.weight");
+    w.q = named(p + "self_attn.q_proj.weight");
+    w.q_bias = named(p + "self_attn.q_proj.bias");
+    w.k = named(p + "self_attn.k_proj.weight");
+    w.k_bias = named(p + "self_attn.k_proj.bias");
+    w.v = named(p + "self_attn.v_proj.weight");
+    w.v_bias = named(p + "self_attn.v_proj.bias");
+    w.q_norm = named(p + "self_attn.q_norm.weight");
+    w.k_norm = named(p + "self_attn.k_norm.weight");
+    w.o = named(p + "self_attn.o_proj.weight");
     if (config_.sandwich_norms) {  // Gemma: post_attention_layernorm normalizes the attention's output
-      w.attn_out_norm = view_by_name(flat, p + "post_attention_layernorm.weight");
-      w.post_norm = view_by_name(flat, p + "pre_feedforward_layernorm.weight");
-      w.mlp_out_norm = view_by_name(flat, p + "post_feedforward_layernorm.weight");
+      w.attn_out_norm = named(p + "post_attention_layernorm.weight");
+      w.post_norm = named(p + "pre_feedforward_layernorm.weight");
+      w.mlp_out_norm = named(p + "post_feedforward_layernorm.weight");
     } else {
-      w.post_norm = view_by_name(flat, p + "post_attention_layernorm.weight");
+      w.post_norm = named(p + "post_attention_layernorm.weight");
     }
-    w.gate = view_by_name(flat, p + "mlp.gate_proj.weight");
-    w.up = view_by_name(flat, p + "mlp.up_proj.weight");
-    w.down = view_by_name(flat, p + "mlp.down_proj.weight");
+    w.gate = named(p + "mlp.gate_proj.weight");
+    w.up = named(p + "mlp.up_proj.weight");
+    w.down = named(p + "mlp.down_proj.weight");
   }
 }
 
 Tensor ModelWeights::master(size_t i) const { return view_of(master_flat(), i); }
-Tensor ModelWeights::compute(size_t i) const { return view_of(compute_, i); }
+
+Tensor ModelWeights::compute_slot(size_t i) const {
+  const ParamInfo& p = layout_.at(i);
+  if (!small_offset_.empty() && small_offset_[i] >= 0) return small_.rows(small_offset_[i], small_offset_[i] + p.numel);
+  return compute_.rows(p.offset, p.offset + p.numel);
+}
+
+Tensor ModelWeights::compute(size_t i) const { return compute_slot(i).view(layout_.at(i).shape); }
+
+const Tensor& ModelWeights::compute_flat() const {
+  RLRUN_CHECK(storage_ == WeightStorage::kF32, "compute_flat() of bf16-frozen weights (their norms live apart)");
+  return compute_;
+}
+
+void ModelWeights::write(size_t i, std::span<const float> values) {
+  const ParamInfo& p = layout_.at(i);
+  RLRUN_CHECK(static_cast<int64_t>(values.size()) == p.numel, "ModelWeights::write: wrong element count for " + p.name);
+  const Tensor dst = master_.defined() ? master(i) : compute(i);
+  if (dst.dtype() == DType::kF32) return backend_->copy_from_host(dst, values.data(), values.size() * sizeof(float));
+  const Tensor staged = backend_->uninitialized(p.shape, DType::kF32);
+  backend_->copy_from_host(staged, values.data(), values.size() * sizeof(float));
+  backend_->convert(dst, staged);
+}
+
+void ModelWeights::write_flat(int64_t begin, const Tensor& values) {
+  const int64_t end = begin + values.numel();
+  RLRUN_CHECK(begin >= 0 && end <= flat_size_ && values.dtype() == DType::kF32, "ModelWeights::write_flat: bad range");
+  if (master_.defined()) return backend_->copy(master_.rows(begin, end), values);
+  // The first parameter ending after `begin` (offsets increase), then each one the range overlaps.
+  auto it = std::upper_bound(layout_.begin(), layout_.end(), begin,
+                             [](int64_t at, const ParamInfo& p) { return at < p.offset + p.numel; });
+  for (; it != layout_.end() && it->offset < end; ++it) {
+    const int64_t lo = std::max(begin, it->offset), hi = std::min(end, it->offset + it->numel);
+    const Tensor slot = compute_slot(static_cast<size_t>(it - layout_.begin()));
+    backend_->convert(slot.rows(lo - it->offset, hi - it->offset), values.rows(lo - begin, hi - begin));
+  }
+}
+
+void ModelWeights::copy_compute_from(const ModelWeights& other) {
+  RLRUN_CHECK(storage_ == other.storage_ && flat_size_ == other.flat_size_ && backend_ == other.backend_,
+              "copy_compute_from: weights of another shape, storage or backend");
+  backend_->copy(compute_, other.compute_);
+  if (small_.defined()) backend_->copy(small_, other.small_);
+}
 
 void ModelWeights::init_random(uint64_t seed, float init_std) {
   for (size_t i = 0; i < layout_.size(); ++i) {
@@ -144,18 +208,20 @@ void ModelWeights::init_random(uint64_t seed, float init_std) {
     } else if (!p.is_bias) {
       fill_normal(values, stream_key(seed, p.name), init_std);
     }
-    const Tensor view = master(i);
-    backend_->copy_from_host(view, values.data(), view.nbytes());
+    write(i, values);
   }
   sync_compute();
 }
 
 const Tensor& ModelWeights::master_flat() const {
-  RLRUN_CHECK(master_.defined(), "master weights used after release_master() (the optimizer holds them)");
+  RLRUN_CHECK(master_.defined(), storage_ == WeightStorage::kBf16Frozen
+                                     ? "master weights of bf16-frozen weights (they have none)"
+                                     : "master weights used after release_master() (the optimizer holds them)");
   return master_;
 }
 
 void ModelWeights::sync_compute() {
+  if (storage_ == WeightStorage::kBf16Frozen) return;  // the compute weights are the only copy
   if (compute_.data() != master_flat().data()) backend_->convert(compute_, master_);
 }
 
@@ -180,8 +246,9 @@ void ModelWeights::release_grads() {
 
 void ModelWeights::restore_grads() {
   if (grad_.defined()) return;
+  RLRUN_CHECK(storage_ != WeightStorage::kBf16Frozen, "gradients of bf16-frozen weights (they never train)");
   grad_ = backend_->zeros({flat_size_}, DType::kF32);
-  bind(grad_, grad_embed_, grad_final_norm_, grad_lm_head_, layer_grads_);
+  bind([this](size_t i) { return view_of(grad_, i); }, grad_embed_, grad_final_norm_, grad_lm_head_, layer_grads_);
 }
 
 }  // namespace rlrun::engine

@@ -23,18 +23,34 @@
 // see aligned rows); the few padding elements between tensors are zero and stay zero (their
 // gradient is zero). The flat buffers are:
 //   master   f32 (P)  the weights loading writes and the optimizer updates (checkpoints, export)
-//   compute  compute_dtype (P): the weights ops read. On an f32 backend it IS master (same
-//            storage); on a bf16 backend it is a copy refreshed by sync_compute(). A trainer whose
+//   compute  the weights ops read. On an f32 backend it IS master (same storage); on a bf16
+//            backend it is a compute_dtype (P) copy refreshed by sync_compute(). A trainer whose
 //            distributed optimizer keeps the master of its own shard (trainer/optimizer.h)
 //            releases this full master: release_master().
 //   grad     f32 (P)  accumulated by backward; can be released (freed) and restored (zeroed),
 //            for `weight_broadcast_free_grad_buffers`.
+//
+// Storage of the weight MATRICES (projections, embeddings, LM head; WeightStorage below). Norms'
+// gains and biases are tiny and stay f32 whatever it says.
+//   kF32         as above.
+//   kBf16Frozen  the matrices live in bf16 ONLY, at their flat offsets of a bf16 (P) buffer; the
+//                norms and biases in a small f32 buffer of their own. No f32 master and no
+//                gradients: for weights that never train (a LoRA base, a rollout worker's copy,
+//                which changes only by weight sync: write_flat()). Half the bytes of kF32 (a
+//                quarter of kF32 with its grad buffer). A backend whose compute dtype is f32
+//                multiplies bf16 matrices by f32 activations with fp32 sums (backend.h: matmul).
+//   (planned) kBf16Cache: the f32 master and grad of kF32 plus the bf16 (P) matrix buffer as a
+//                compute copy that sync_compute() refreshes once per optimizer step, the norms
+//                read from the master: compute_dtype: bf16 without converting the weights at
+//                every product. The views below already separate the matrices' storage from
+//                the norms', which is all it needs.
 //
 // Ownership: a ModelWeights owns its buffers; the Backend must outlive it. Per-tensor views share
 // the flat storage, so writing a view writes the flat buffer. Not thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -64,7 +80,9 @@ std::vector<ParamInfo> parameter_layout(const ModelConfig& config);
 // Total elements of the flat buffers (including alignment padding).
 int64_t flat_parameter_count(const std::vector<ParamInfo>& layout);
 
-// Compute-dtype views of one decoder layer's weights (biases undefined unless qkv_bias; q_norm,
+enum class WeightStorage { kF32, kBf16Frozen };
+
+// Compute views of one decoder layer's weights (bf16 matrices with kBf16Frozen) (biases undefined unless qkv_bias; q_norm,
 // k_norm unless qk_norm; attn_out_norm, mlp_out_norm unless sandwich_norms). post_norm is the
 // MLP's input norm whatever its HF name.
 struct LayerWeights {
@@ -76,8 +94,10 @@ using LayerGrads = LayerWeights;
 
 class ModelWeights {
  public:
-  // Allocates zeroed master, compute and grad buffers on `backend` (which must outlive this).
-  ModelWeights(Backend& backend, const ModelConfig& config);
+  // Allocates zeroed buffers on `backend` (which must outlive this): master, compute and grad
+  // (kF32), or the bf16 matrices and f32 norms (kBf16Frozen; the caller checks the backend
+  // computes in f32: Model::create).
+  ModelWeights(Backend& backend, const ModelConfig& config, WeightStorage storage = WeightStorage::kF32);
   ModelWeights(const ModelWeights&) = delete;  // a copy would share (not copy) the buffers
   ModelWeights& operator=(const ModelWeights&) = delete;
 
@@ -87,9 +107,22 @@ class ModelWeights {
   int64_t flat_size() const { return flat_size_; }
   // Index of the parameter called `name`, or not_found naming it.
   Result<size_t> index_of(std::string_view name) const;
+  WeightStorage storage() const { return storage_; }
+  // Bytes of every buffer this holds now (master, compute, norms, grad; each counted once).
+  int64_t bytes() const;
+
+  // ---- writing weights (any storage) ----
+  // Parameter i = `values` (params()[i].numel f32 from the host): into the master when there is
+  // one (then call sync_compute()), else rounded into its compute storage.
+  void write(size_t i, std::span<const float> values);
+  // Elements [begin, begin + values.numel()) of the flat layout = `values` (f32 on this backend),
+  // the same way: a weight sync's bucket (engine/comm/weight_receiver.h).
+  void write_flat(int64_t begin, const Tensor& values);
+  // The compute weights of `other` (same config and storage, same backend): a frozen copy.
+  void copy_compute_from(const ModelWeights& other);
 
   // ---- master weights (f32) ----
-  // False after release_master(): then compute_flat() holds the only full copy of the weights.
+  // False after release_master() and with kBf16Frozen: then compute(i) holds the only copy.
   bool has_master() const { return master_.defined(); }
   const Tensor& master_flat() const;  // aborts when released
   Tensor master(size_t i) const;  // view with params()[i].shape
@@ -97,29 +130,31 @@ class ModelWeights {
   // tensor draws from its own stream keyed by (seed, its name), so the result depends on nothing
   // but the seed, the name and the shape (not on thread counts or backends). Then sync_compute().
   void init_random(uint64_t seed, float init_std);
-  // Refreshes the compute copy from master (a no-op when they are the same buffer). Call after
-  // every optimizer step and after loading weights.
+  // Refreshes the compute copy from master (a no-op when they are the same buffer, or when there
+  // is no master). Call after every optimizer step and after loading weights.
   void sync_compute();
   // Frees the f32 master when it is a buffer apart from compute (a bf16 backend); a no-op when
   // compute IS master. Afterwards master(), master_flat() and sync_compute() abort.
   void release_master();
 
   // ---- compute weights ----
-  const Tensor& compute_flat() const { return compute_; }
-  Tensor compute(size_t i) const;
+  // The whole compute buffer (P) where it holds every parameter (kF32); aborts with kBf16Frozen,
+  // whose norms live apart: use compute(i), copy_compute_from.
+  const Tensor& compute_flat() const;
+  Tensor compute(size_t i) const;  // bf16 for a matrix with kBf16Frozen
   const Tensor& embed_tokens() const { return embed_; }
   const Tensor& final_norm() const { return final_norm_; }
   const Tensor& lm_head() const { return lm_head_; }  // the embedding table when tied
   const LayerWeights& layer(int64_t i) const { return layers_[i]; }
 
-  // ---- gradients (f32) ----
+  // ---- gradients (f32; never with kBf16Frozen) ----
   bool has_grads() const { return grad_.defined(); }
   const Tensor& grad_flat() const;  // aborts when released
   Tensor grad(size_t i) const;
   void zero_grads();
   // Frees the grad buffer (views handed out earlier keep their storage alive: drop them first).
   void release_grads();
-  // Allocates a zeroed grad buffer again (no-op when present).
+  // Allocates a zeroed grad buffer again (no-op when present; aborts with kBf16Frozen).
   void restore_grads();
   const Tensor& grad_embed_tokens() const { return grad_embed_; }
   const Tensor& grad_final_norm() const { return grad_final_norm_; }
@@ -128,16 +163,22 @@ class ModelWeights {
 
  private:
   Tensor view_of(const Tensor& flat, size_t i) const;
-  Tensor view_by_name(const Tensor& flat, const std::string& name) const;
-  // Fills the named views of `flat` (embed, norm, head, per-layer) into the given slots.
-  void bind(const Tensor& flat, Tensor& embed, Tensor& norm, Tensor& head, std::vector<LayerWeights>& layers) const;
+  // The flat (numel) view of parameter i's compute storage.
+  Tensor compute_slot(size_t i) const;
+  bool is_matrix(size_t i) const { return !layout_[i].is_norm && !layout_[i].is_bias; }
+  // Fills the named views `view(i)` (embed, norm, head, per-layer) into the given slots.
+  void bind(const std::function<Tensor(size_t)>& view, Tensor& embed, Tensor& norm, Tensor& head,
+            std::vector<LayerWeights>& layers) const;
 
   Backend* backend_;
+  WeightStorage storage_ = WeightStorage::kF32;
   ModelConfig config_;
   std::vector<ParamInfo> layout_;
   std::unordered_map<std::string, size_t> by_name_;
   int64_t flat_size_ = 0;
   Tensor master_, compute_, grad_;
+  Tensor small_;                      // kBf16Frozen: the norms and biases, f32
+  std::vector<int64_t> small_offset_;  // kBf16Frozen: parameter i's offset in small_ (-1: a matrix)
   Tensor embed_, final_norm_, lm_head_;
   std::vector<LayerWeights> layers_;
   Tensor grad_embed_, grad_final_norm_, grad_lm_head_;

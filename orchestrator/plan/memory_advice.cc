@@ -95,6 +95,10 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   t.gradient_checkpointing = c.gradient_checkpointing;
   t.kl_reference = c.kl_coef > 0;
   t.lora_parameters = static_cast<double>(lora_elements(c, p.model));
+  // base_weights_dtype: bf16 (backend cpu): the weights that never train are bf16 matrices
+  // (engine/model/weights.h; the norms' f32 bytes are negligible): a LoRA base, a rollout worker's.
+  const bool bf16_base = !cuda && c.base_weights_dtype == ComputeDtype::kBf16;
+  if (bf16_base && t.lora_parameters > 0) t.precision.weight_bytes = 2;
   // Rank 0 sends its f32 master straight from the device or through a HOST staging buffer. When
   // the distributed optimizer keeps only the master of its shard, rank 0 widens the bf16 weights:
   // in host buffers with weight_broadcast_cpu_staging, else in one f32 device bucket
@@ -125,6 +129,10 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   const double bucket = std::min(static_cast<double>(c.weight_broadcast_bucket_mb) * kMiB,
                                  4.0 * static_cast<double>(p.model.num_parameters()));
   r.weight_receive_buffer_bytes = cuda ? 2.0 * bucket : 0.0;
+  if (bf16_base) {  // and a full sync goes through two f32 buckets into them (rollout/weight_update.h)
+    r.precision.weight_bytes = r.precision.inference_weight_bytes = 2;
+    if (t.lora_parameters == 0) r.weight_receive_buffer_bytes = 2.0 * bucket;
+  }
   r.kl_reference = rollout_scores_kl_reference(c);
   r.lora_parameters = t.lora_parameters;
   p.rollout = plan_rollout(r);

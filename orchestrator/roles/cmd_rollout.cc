@@ -61,7 +61,9 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
   if (!backend.ok()) return log::error(backend.status().message()), kExitFailed;
   Result<engine::ModelConfig> model_config = model_config_from(config.model);
   if (!model_config.ok()) return log::error(str("rollout: ", model_config.status().message())), kExitUsage;
-  Result<std::unique_ptr<engine::Model>> model = engine::Model::create(**backend, *model_config);
+  engine::ModelOptions model_options;
+  model_options.weight_storage = frozen_weight_storage(config);  // changed by weight sync only
+  Result<std::unique_ptr<engine::Model>> model = engine::Model::create(**backend, *model_config, model_options);
   if (!model.ok()) return log::error(str("rollout: ", model.status().message())), kExitUsage;
   if (!config.model.checkpoint.empty()) {
     // load_config() took the model's shape from the checkpoint's config.json.
@@ -71,6 +73,7 @@ int serve(const Config& config, rollout::WorkerOptions options, int weight_group
     // Same seed and init as the trainer's random start; every run's first weight sync replaces it.
     (*model)->weights().init_random(static_cast<uint64_t>(config.seed), static_cast<float>(config.model.init_std));
   }
+  (*model)->weights().release_grads();  // generation only: an fp32 model's gradient buffer is its size again
   // lora_rank > 0: generation adds the adapters beside the frozen base weights (the low-rank
   // products, no merge), and each weight sync carries the adapters only (rollout/weight_update.h).
   Result<std::unique_ptr<engine::LoraWeights>> lora = lora_from_config(config, **backend, (*model)->config());

@@ -1,20 +1,32 @@
 // compute_backend.h - the backend a worker process computes on, as the config says: `backend`,
-// its threads, and `compute_dtype` (bf16 products where the CPU multiplies bf16 natively).
+// its threads, and `compute_dtype` / `base_weights_dtype` (bf16 products where the CPU multiplies
+// bf16 natively), with the ModelOptions a worker's model takes from them.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "common/config/config.h"
 #include "engine/backend.h"
+#include "engine/model/weights.h"
 
 namespace rlrun::orchestrator {
 
-// `threads`: the CPU backend's compute threads (0: every core). compute_dtype bf16 on a CPU without
-// native bf16 products is an error naming the key, the CPU's features and what to set instead.
+// `threads`: the CPU backend's compute threads (0: every core). compute_dtype or base_weights_dtype
+// bf16 on a CPU without native bf16 products is an error naming the key, the CPU's features and
+// what to set instead.
 Result<std::unique_ptr<engine::Backend>> backend_from_config(const Config& config, int threads);
 
 // The same refusal without building a backend, for the orchestrator's checks before it starts
 // workers on this host.
 Status check_compute_dtype(const Config& config);
+// The refusal itself: `cpu` says what the host has (its model and flags, the GEMM library and its
+// kernels), native whether it multiplies bf16 natively. Pure, for tests.
+Status check_bf16_products(const Config& config, bool native, const std::string& cpu);
+
+// How a model whose base never trains keeps its weight matrices: kBf16Frozen with
+// base_weights_dtype: bf16. A trainer's base never trains under LoRA adapters (lora_rank > 0), a
+// rollout worker's ever (its weights change by weight sync only).
+engine::WeightStorage frozen_weight_storage(const Config& config);
 
 }  // namespace rlrun::orchestrator

@@ -58,7 +58,9 @@ Status build_rank(const Config& config, const TrainerProcessOptions& options, Tr
   engine::ModelOptions model_options;
   model_options.gradient_checkpointing = config.gradient_checkpointing;
   RLRUN_ASSIGN_OR_RETURN(const engine::ModelConfig model_config, model_config_from(config.model));
-  RLRUN_ASSIGN_OR_RETURN(r.model, engine::Model::create(*r.backend, model_config, model_options));
+  engine::ModelOptions policy_options = model_options;
+  if (config.lora_rank > 0) policy_options.weight_storage = frozen_weight_storage(config);  // the base never trains
+  RLRUN_ASSIGN_OR_RETURN(r.model, engine::Model::create(*r.backend, model_config, policy_options));
   if (!config.model.checkpoint.empty()) {
     // load_config() took the model's shape from the checkpoint's config.json.
     RLRUN_RETURN_IF_ERROR(engine::load_weights(*r.model, config.model.checkpoint));

@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "engine/bf16.h"
 #include "engine/comm/communicator.h"
 #include "rollout/weight_update.h"
 #include "tests/rollout/rollout_test_util.h"
@@ -140,6 +141,48 @@ TEST(WeightUpdate, WithAdaptersOnlyTheAdaptersArriveAndGenerationFollowsThem) {
   auto s = testing::make_scheduler(*model, testing::small_options());
   s->add(greedy_request(9, prompt_of(5, 9), 6));
   EXPECT_EQ(testing::run_to_end(*s).at({9, 0}).tokens, tokens);
+}
+
+// base_weights_dtype: bf16: a worker's model keeps bf16 matrices only; a full sync rounds the
+// fp32 it receives into them (the norms exact), and the worker holds a quarter of what an fp32
+// model with its gradient buffer takes.
+TEST(WeightUpdate, ABf16FrozenModelTakesAFullSyncRoundedIntoItsMatrices) {
+  std::vector<float> sent;
+  std::vector<std::vector<float>> received;
+  int64_t frozen_bytes = 0, fp32_bytes = 0;
+  run_pair(
+      [&](engine::Communicator& comm) {
+        auto backend = testing::cpu_backend();
+        auto trainer_model = testing::tiny_model(*backend, /*seed=*/2);
+        trainer::WeightSender sender(*backend, engine::flat_layout_of(trainer_model->weights()), comm, 4096);
+        ASSERT_TRUE(sender.send(trainer_model->weights().master_flat(), 1).ok());
+        sent = engine::to_host_f32(trainer_model->weights().master_flat());
+        fp32_bytes = trainer_model->weights().bytes();
+      },
+      [&](engine::Communicator& comm) {
+        auto backend = testing::cpu_backend();
+        engine::ModelOptions o;
+        o.weight_storage = engine::WeightStorage::kBf16Frozen;
+        auto model = engine::Model::create(*backend, testing::tiny_model(*backend)->config(), o);
+        ASSERT_TRUE(model.ok());
+        WeightUpdater updater(**model, comm, 4096);
+        auto report = updater.receive();
+        ASSERT_TRUE(report.ok()) << report.status().message();
+        for (size_t i = 0; i < (*model)->weights().params().size(); ++i)
+          received.push_back(engine::to_host_f32((*model)->weights().compute(i)));
+        frozen_bytes = (*model)->weights().bytes();
+      });
+  auto backend = testing::cpu_backend();
+  const auto params = engine::parameter_layout(testing::tiny_model(*backend)->config());
+  ASSERT_EQ(received.size(), params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const engine::ParamInfo& p = params[i];
+    for (int64_t e = 0; e < p.numel; ++e) {
+      const float v = sent[p.offset + e];
+      ASSERT_EQ(received[i][e], p.is_norm ? v : engine::bf16_to_f32(engine::f32_to_bf16(v))) << p.name << "[" << e << "]";
+    }
+  }
+  EXPECT_LT(double(frozen_bytes), 0.27 * double(fp32_bytes)) << "bf16 matrices against f32 master + gradients";
 }
 
 }  // namespace

@@ -53,6 +53,15 @@ TEST(ConfigRules, LoraRefusesWhatIsNotImplementedNamingTheKeys) {
   EXPECT_TRUE(load_text("backend: cuda\nlora_target_modules: ''\n").ok()) << "lora_rank 0: the LoRA keys are unread";
 }
 
+// base_weights_dtype: bf16 is the CPU backend's storage; cuda keeps bf16 compute weights already.
+TEST(ConfigRules, Bf16BaseWeightsAreRefusedWithBackendCudaNamingTheKey) {
+  EXPECT_TRUE(load_text("base_weights_dtype: bf16\nlora_rank: 8\n").ok());
+  EXPECT_TRUE(load_text("backend: cuda\nbase_weights_dtype: fp32\n").ok());
+  EXPECT_THAT(error_lines(load_text("base_weights_dtype: bf16\nbackend: cuda\n")),
+              ElementsAre(AllOf(HasSubstr("run.yaml:1:"), HasSubstr("`base_weights_dtype: bf16` is for backend cpu"))));
+  EXPECT_FALSE(load_text("base_weights_dtype: fp16\n").ok());
+}
+
 TEST(ConfigRules, InferenceWorkersDivisibleByTensorParallel) {
   EXPECT_THAT(error_lines(load_text("inference_num_workers: 6\n",
                                     {"inference_tensor_parallel_size=4"})),

@@ -183,6 +183,56 @@ TEST(CpuBackendBf16, ProductsAreThoseOfTheBf16RoundedOperands) {
   }
 }
 
+// base_weights_dtype: bf16: f32 activations times bf16 weights as stored, in both layouts the model
+// multiplies weights in (y = x W^T forward, dx = dy W backward), for few rows (a decode step) and
+// many, on one thread or two (blocks of rows or of columns): the fp32 product of the bf16-rounded
+// activations and the weights with fp32 sums, and within bf16 rounding of the fp32 product.
+TEST(CpuBackendBf16, F32ActivationsTimesBf16WeightsInEveryLayoutTheModelUses) {
+  if (!bf16_gemm_native()) GTEST_SKIP() << "no native bf16 products here: " << describe_compute(nullptr);
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal;
+  for (int threads : {1, 2}) {
+    CpuBackend be(threads);  // no set_matmul_bf16: the weights' dtype decides
+    for (bool tb : {true, false}) {
+      for (int64_t m : {1, 3, 37, 160}) {
+        for (float beta : {0.0f, 1.0f}) {
+          const int64_t n = 96, k = 72;
+          Tensor x = be.zeros(Shape{m, k}, DType::kF32), c = be.zeros(Shape{m, n}, DType::kF32);
+          Tensor w = be.zeros(tb ? Shape{n, k} : Shape{k, n}, DType::kBF16);
+          std::vector<float> w32(static_cast<size_t>(n * k)), w16(w32.size());
+          for (size_t i = 0; i < w32.size(); ++i) {
+            w32[i] = normal(rng);
+            w.bf16()[i] = f32_to_bf16(w32[i]);
+            w16[i] = bf16_to_f32(w.bf16()[i]);
+          }
+          for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = normal(rng);
+          for (int64_t i = 0; i < c.numel(); ++i) c.f32()[i] = normal(rng);
+          std::vector<float> x32(x.f32(), x.f32() + x.numel()), x16 = x32;
+          for (float& v : x16) v = bf16_to_f32(f32_to_bf16(v));
+          std::vector<float> want(c.f32(), c.f32() + c.numel()), exact = want;
+          reference_gemm(false, tb, m, n, k, 0.5f, x16, k, w16, tb ? k : n, beta, want, n);
+          reference_gemm(false, tb, m, n, k, 0.5f, x32, k, w32, tb ? k : n, beta, exact, n);
+          be.matmul(c, x, w, false, tb, 0.5f, beta);
+          // bf16's unit roundoff is 2^-8: each term x w is off by at most ~2^-7 of itself.
+          std::vector<float> bound(want.size(), 0.0f), x_abs = x32, w_abs = w32;
+          for (float& v : x_abs) v = std::fabs(v);
+          for (float& v : w_abs) v = std::fabs(v);
+          reference_gemm(false, tb, m, n, k, 0.5f / 128, x_abs, k, w_abs, tb ? k : n, 0.0f, bound, n);
+          double worst_vs_rounded = 0, worst_vs_exact = 0;
+          for (int64_t i = 0; i < m * n; ++i) {
+            worst_vs_rounded = std::max(worst_vs_rounded, std::fabs(double(c.f32()[i]) - want[i]));
+            worst_vs_exact = std::max(worst_vs_exact, std::fabs(double(c.f32()[i]) - exact[i]) / (bound[i] + 1e-6));
+          }
+          const std::string where = "threads " + std::to_string(threads) + (tb ? " x W^T" : " dy W") + " rows " +
+                                    std::to_string(m) + " beta " + std::to_string(beta);
+          EXPECT_LT(worst_vs_rounded, 2e-5) << where;
+          EXPECT_LT(worst_vs_exact, 1.0) << where << ": past bf16 rounding of the fp32 product";
+        }
+      }
+    }
+  }
+}
+
 // A rollout engine's rows change with every step: one primitive serves them all (a primitive per
 // row count compiled a kernel in most generation steps, 10x slower than fp32).
 TEST(CpuBackendBf16, ProductsOfEveryRowCountShareOnePrimitive) {

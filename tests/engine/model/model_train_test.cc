@@ -241,7 +241,7 @@ TEST_P(ModelTrain, CheckpointingAndLogitChunksGiveIdenticalGradients) {
 
   // 5 tokens of logits at a time: the head recomputes its logits chunk by chunk in backward
   // (the lm_head gradient then sums chunk by chunk: equal up to float reassociation).
-  auto chunked = testing::tiny_model(*backend, GetParam(), 1, 0.2f, ModelOptions{true, 5 * 64});
+  auto chunked = testing::tiny_model(*backend, GetParam(), 1, 0.2f, ModelOptions{.gradient_checkpointing = true, .logits_chunk_elements = 5 * 64});
   const Outputs ch = run(*chunked, hb, dlp, dent);
   testing::expect_near_all(ch.grads, plain.grads, 1e-5f, "chunked grads");
   testing::expect_near_all(ch.logprobs, plain.logprobs, 1e-5f, "chunked logprobs");

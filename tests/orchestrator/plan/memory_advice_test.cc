@@ -49,6 +49,30 @@ TEST(MemoryAdvice, SevenBillionOnOneEightyGigabyteGpuDoesNotFit) {
   EXPECT_THAT(plan_problems(*plan).at(0), HasSubstr("a trainer rank needs"));
 }
 
+// base_weights_dtype: bf16 on the CPU: 2 bytes per parameter for the LoRA base in the trainer and
+// for every rollout worker's weights (the adapters stay f32); without LoRA the trainer trains in f32.
+TEST(MemoryAdvice, Bf16BaseWeightsHalveTheFrozenWeights) {
+  Config c = llama2_7b_on_cuda();
+  c.backend = BackendKind::kCpu;
+  c.lora_rank = 8;
+  const double p = 6.7e9;
+  Result<RunPlan> fp32 = plan_run(c);
+  c.base_weights_dtype = ComputeDtype::kBf16;
+  Result<RunPlan> bf16 = plan_run(c);
+  ASSERT_TRUE(fp32.ok() && bf16.ok());
+  const double n = static_cast<double>(fp32->model.num_parameters());
+  EXPECT_GT(n, p);
+  EXPECT_DOUBLE_EQ(fp32->trainer.weights - bf16->trainer.weights, 2 * n);
+  EXPECT_DOUBLE_EQ(fp32->rollout.weights - bf16->rollout.weights, 2 * n);
+  c.lora_rank = 0;
+  Result<RunPlan> full = plan_run(c);
+  c.base_weights_dtype = ComputeDtype::kFp32;
+  Result<RunPlan> full32 = plan_run(c);
+  ASSERT_TRUE(full.ok() && full32.ok());
+  EXPECT_DOUBLE_EQ(full->trainer.weights, full32->trainer.weights) << "a trained policy stays fp32";
+  EXPECT_DOUBLE_EQ(full32->rollout.weights - full->rollout.weights, 2 * n);
+}
+
 int index_of(const std::vector<MemoryLever>& levers, const std::string& prefix) {
   for (size_t i = 0; i < levers.size(); ++i)
     if (levers[i].change.rfind(prefix, 0) == 0) return static_cast<int>(i);
