@@ -119,7 +119,9 @@ TEST(LoraTrainer, ACheckpointHoldsTheAdaptersAndTheirMomentsAndResumesBitForBit)
     LoraSetup s(*b, lora_seed);
     auto t = Trainer::create(options(), *s.adapter, nullptr);
     EXPECT_TRUE(t.ok());
-    if (!load.empty()) EXPECT_TRUE((*t)->load_checkpoint(load).ok());
+    if (!load.empty()) {
+      EXPECT_TRUE((*t)->load_checkpoint(load).ok());
+    }
     for (int step = first; step < last; ++step) {
       EXPECT_TRUE((*t)->train(batch(20 + step)).ok());
       if (save) {

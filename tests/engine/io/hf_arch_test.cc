@@ -222,7 +222,10 @@ TEST_P(HfArch, GenerateCliIsGreedyTransformers) {
   const std::string out = ::testing::TempDir() + "hf_arch_generate_" + GetParam() + ".json";
   for (size_t p = 0; p < prompts.size(); ++p) {
     std::string ids;
-    for (int32_t id : prompts[p]) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+    for (int32_t id : prompts[p]) {
+      if (!ids.empty()) ids += ',';
+      ids += std::to_string(id);
+    }
     const std::string command = str("'", RLRUN_BINARY, "' generate --checkpoint '", variant_dir(GetParam()),
                                     "/model' --prompt-ids ", ids, " --max-tokens ", want[p].size(),
                                     " --temperature 0 --json > '", out, "'");
@@ -232,7 +235,9 @@ TEST_P(HfArch, GenerateCliIsGreedyTransformers) {
     ASSERT_LE(got.size(), want[p].size());
     EXPECT_EQ(got, std::vector<int32_t>(want[p].begin(), want[p].begin() + static_cast<int64_t>(got.size())))
         << "prompt " << p;
-    if (got.size() < want[p].size()) EXPECT_NE(std::find(eos.begin(), eos.end(), got.back()), eos.end());
+    if (got.size() < want[p].size()) {
+      EXPECT_NE(std::find(eos.begin(), eos.end(), got.back()), eos.end());
+    }
   }
   std::filesystem::remove(out);
 }

@@ -82,7 +82,9 @@ TEST_P(Bf16Weights, MatricesAreBf16NormsAndBiasesF32WithoutMasterOrGradients) {
     const LayerWeights& lw = w.layer(l);
     for (const Tensor* m : {&lw.q, &lw.k, &lw.v, &lw.o, &lw.gate, &lw.up, &lw.down}) EXPECT_EQ(m->dtype(), DType::kBF16);
     for (const Tensor* n : {&lw.input_norm, &lw.post_norm}) EXPECT_EQ(n->dtype(), DType::kF32);
-    if (GetParam()) EXPECT_EQ(lw.q_bias.dtype(), DType::kF32);
+    if (GetParam()) {
+      EXPECT_EQ(lw.q_bias.dtype(), DType::kF32);
+    }
   }
   // The values: matrices rounded once to bf16, norms and biases exact.
   for (size_t i = 0; i < w.params().size(); ++i) {

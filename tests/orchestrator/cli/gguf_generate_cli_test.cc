@@ -74,7 +74,10 @@ void expect_greedy_equal(const fs::path& gguf, const json& want, const std::stri
   }
   ASSERT_TRUE(config.ok()) << config.status().message();
   std::string ids_arg;
-  for (int32_t id : want["prompt_ids"].get<std::vector<int32_t>>()) ids_arg += (ids_arg.empty() ? "" : ",") + std::to_string(id);
+  for (int32_t id : want["prompt_ids"].get<std::vector<int32_t>>()) {
+    if (!ids_arg.empty()) ids_arg += ',';
+    ids_arg += std::to_string(id);
+  }
   TempDir dir;
   const size_t n = want["ids"].size();
   const CliRun run = run_rlrun(dir, str("generate --threads 2 --checkpoint '", gguf.string(), "' --prompt-ids ", ids_arg,

@@ -34,8 +34,9 @@ TEST(ComputeBackend, Bf16BaseWeightsAreFrozenStorageAndBuildOnThisHostWhereItMul
   EXPECT_EQ(frozen_weight_storage(*load_text("seed: 1\n")), engine::WeightStorage::kF32);
   auto backend = backend_from_config(config, 1);
   EXPECT_EQ(backend.ok(), engine::cpu::bf16_gemm_native()) << backend.status().to_string();
-  if (!engine::cpu::bf16_gemm_native())
+  if (!engine::cpu::bf16_gemm_native()) {
     EXPECT_THAT(backend.status().message(), HasSubstr("base_weights_dtype: bf16 needs a CPU"));
+  }
 }
 
 }  // namespace
