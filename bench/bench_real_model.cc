@@ -2,7 +2,10 @@
 // the figures bench/real_model.py sets beside PyTorch / HF transformers on the same cores:
 //   * sgemm GFLOP/s of this backend (1024 x 1024 x 1024, f32): the bound;
 //   * training tokens/s: packed micro-batches of `--train-seqs` sequences of `--train-len` tokens,
-//     forward + backward + AdamW, f32, and the step's GFLOP/s against the bound;
+//     forward + backward + AdamW, f32, and the step's GFLOP/s against the bound; with --lora R
+//     the same step trains low-rank adapters of rank R (--lora-alpha, --lora-targets: PEFT's
+//     target_modules names, default every linear layer of attention and MLP) on the frozen model,
+//     as trainer/lora_adapter.h does in a run: AdamW over the adapters only, no base gradients;
 //   * generation tokens/s through the rollout scheduler (continuous batching over the paged KV
 //     cache) at each batch of `--batches`: batch/8 groups of 8 samples, each group sharing one
 //     prompt of `--prompt-len` tokens, `--new-tokens` sampled at temperature 1 (no stop token, so
@@ -17,6 +20,7 @@
 // Usage: bench_real_model [--model PATH.gguf|DIR] [--threads N] [--reps R] [--train-seqs S]
 //                         [--train-len L] [--batches 1,8,32,64] [--prompt-len P] [--new-tokens T]
 //                         [--compute-dtype fp32|bf16] [--skip-train] [--skip-generate]
+//                         [--lora R [--lora-alpha A] [--lora-targets q_proj,...|all]]
 #include <time.h>
 
 #include <algorithm>
@@ -31,11 +35,15 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/backend.h"
 #include "engine/backend_info.h"
 #include "engine/io/model_io.h"
+#include "engine/model/lora.h"
 #include "engine/model/model.h"
 #include "rollout/scheduler.h"
+#include "trainer/lora_adapter.h"
 #include "trainer/optimizer.h"
 
 
@@ -115,34 +123,64 @@ struct RandomBatch {
 
 struct TrainFigures {
   double tokens_per_s = 0, step_s = 0, gflops = 0;
+  int64_t trained_params = 0;  // what AdamW updates: the model, or the adapters
 };
 
-TrainFigures bench_train(Model& model, int64_t seqs, int64_t len, int reps) {
+// FLOPs of a LoRA step per token: the frozen products forward and back through their inputs
+// (4 x parameters; no weight gradient), attention as in full training, and the adapters' own
+// products (forward, the recomputed x A^T, dA, dB, dx: 6 + 2 per adapter parameter, an upper bound).
+double lora_flops_per_token(const ModelConfig& c, int64_t seq_len, int64_t adapter_params) {
+  const double attn = 6.0 * double(c.num_layers) * double(seq_len) * double(c.num_heads * c.head_dim());
+  return 4.0 * double(c.num_parameters()) + attn + 8.0 * double(adapter_params);
+}
+
+// Forward + backward + AdamW on `seqs` x `len` random tokens: every weight (lora.rank == 0), or
+// adapters of `lora` on the frozen model. Medians of `reps` steps after one warm-up.
+TrainFigures bench_train(Model& model, int64_t seqs, int64_t len, int reps, const LoraConfig& lora) {
   Backend& b = model.backend();
   const ModelConfig& c = model.config();
   const RandomBatch random(c, seqs, len);
   const std::vector<int32_t>& tokens = random.tokens;
   const PackedBatch batch = random.packed();
+  std::unique_ptr<LoraWeights> adapters;
+  std::unique_ptr<trainer::LoraModelAdapter> attached;
+  if (lora.rank > 0) {
+    adapters = or_die(LoraWeights::create(b, c, lora), "LoRA adapters");
+    adapters->init(1);
+    attached = or_die(trainer::LoraModelAdapter::create(model, *adapters), "attaching the adapters");
+  }
   trainer::OptimizerOptions oo;
   oo.weight_decay = 0.0;
-  auto opt = or_die(trainer::Optimizer::create(b, model.weights().flat_size(), {}, oo, nullptr), "optimizer");
+  const int64_t flat = adapters ? adapters->flat_size() : model.weights().flat_size();
+  auto opt = or_die(trainer::Optimizer::create(b, flat, {}, oo, nullptr), "optimizer");
   std::vector<float> d(tokens.size(), -1.0f / float(tokens.size()));
   const Tensor dlogprob = from_host(b, {static_cast<int64_t>(d.size())}, d);
   std::vector<double> steps;
   for (int r = -1; r < reps; ++r) {  // r = -1 warms up
     const auto t0 = Clock::now();
-    model.weights().zero_grads();
+    if (adapters) adapters->zero_grads();
+    else model.weights().zero_grads();
     auto out = or_die(model.forward(batch), "forward");
     model.backward(dlogprob);
-    or_die(opt->step(model.weights().master_flat(), model.weights().grad_flat(), 1e-6).status(), "optimizer step");
-    model.weights().sync_compute();
+    if (adapters) {  // the adapters' master is what forward reads: nothing to sync
+      or_die(opt->step(adapters->master_flat(), adapters->grad_flat(), 1e-4).status(), "optimizer step");
+    } else {
+      or_die(opt->step(model.weights().master_flat(), model.weights().grad_flat(), 1e-6).status(), "optimizer step");
+      model.weights().sync_compute();
+    }
     b.synchronize();
     if (r >= 0) steps.push_back(since(t0));
   }
   TrainFigures f;
   f.step_s = median(steps);
   f.tokens_per_s = double(tokens.size()) / f.step_s;
-  f.gflops = f.tokens_per_s * train_flops_per_token(c, len) / 1e9;
+  if (adapters) {
+    for (const ParamInfo& p : adapters->params()) f.trained_params += p.numel;
+  } else {
+    f.trained_params = c.num_parameters();
+  }
+  const double per_token = adapters ? lora_flops_per_token(c, len, f.trained_params) : train_flops_per_token(c, len);
+  f.gflops = f.tokens_per_s * per_token / 1e9;
   return f;
 }
 
@@ -233,6 +271,8 @@ int main(int argc, char** argv) {
   int64_t train_seqs = 8, train_len = 64, prompt_len = 48, new_tokens = 16;
   std::vector<int64_t> batches = {1, 8, 32, 64};
   bool train = true, generate = true, bf16 = false;
+  LoraConfig lora;  // rank 0: full fine-tuning
+  lora.alpha = 32;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : "";
@@ -259,10 +299,18 @@ int main(int argc, char** argv) {
     else if (k == "--new-tokens") new_tokens = std::atoll(v);
     else if (k == "--compute-dtype" && (std::strcmp(v, "fp32") == 0 || std::strcmp(v, "bf16") == 0))
       bf16 = std::strcmp(v, "bf16") == 0;
+    else if (k == "--lora") lora.rank = std::atoll(v);
+    else if (k == "--lora-alpha") lora.alpha = std::atof(v);
+    else if (k == "--lora-targets") lora.targets = or_die(parse_lora_targets(v), "--lora-targets");
     else {
       std::fprintf(stderr, "bench_real_model: unknown option %s\n", k.c_str());
       return 2;
     }
+  }
+  if (lora.rank < 0 || (lora.rank > 0 && bf16)) {
+    std::fprintf(stderr, "bench_real_model: --lora takes a rank >= 1 (0: full fine-tuning) and fp32 products "
+                         "(the adapters are f32)\n");
+    return 2;
   }
   auto backend = or_die(create_backend("cpu", threads), "backend");
   const auto load_start = Clock::now();
@@ -271,7 +319,8 @@ int main(int argc, char** argv) {
   std::printf("model %s: %.1fM parameters, %lld layers, hidden %lld, vocab %lld; loaded in %.1f s; %d threads\n",
               model_path.c_str(), double(c.num_parameters()) / 1e6, static_cast<long long>(c.num_layers),
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.vocab_size), since(load_start), threads);
-  std::printf("host: %s\n", measure_host_compute().summary.c_str());
+  const std::string host = measure_host_compute().summary;
+  std::printf("host: %s\n", host.c_str());
   double drift_max = 0, drift_mean = 0;
   if (bf16) {
     if (!backend->set_matmul_bf16(true)) {
@@ -285,17 +334,27 @@ int main(int argc, char** argv) {
   const double bound = sgemm_gflops(*backend, reps);
   std::printf("%s 1024^3: %.1f GFLOP/s (the bound)\n", bf16 ? "GEMM bf16 x bf16 -> f32" : "sgemm f32", bound);
   std::ostringstream json;
-  json << "{\"threads\":" << threads << ",\"compute_dtype\":\"" << (bf16 ? "bf16" : "fp32")
+  json << "{\"host\":" << nlohmann::json(host).dump() << ",\"threads\":" << threads << ",\"compute_dtype\":\"" << (bf16 ? "bf16" : "fp32")
        << "\",\"sgemm_gflops\":" << bound;
   if (bf16) json << ",\"logprob_drift\":{\"max\":" << drift_max << ",\"mean\":" << drift_mean << "}";
   if (train) {
-    const TrainFigures t = bench_train(*model, train_seqs, train_len, reps);
-    std::printf("training %lld x %lld tokens (forward + backward + AdamW): %.3f s/step, %.1f tokens/s, "
-                "%.1f GFLOP/s = %.0f%% of sgemm\n",
-                static_cast<long long>(train_seqs), static_cast<long long>(train_len), t.step_s, t.tokens_per_s,
-                t.gflops, 100.0 * t.gflops / bound);
+    const TrainFigures t = bench_train(*model, train_seqs, train_len, reps, lora);
+    std::string what = "forward + backward + AdamW";
+    if (lora.rank > 0) {
+      std::string targets;
+      for (int i = 0; i < kLoraTargets; ++i)
+        if (lora.targets[i]) targets += std::string(targets.empty() ? "" : ",") + lora_target_name(LoraTarget(i));
+      what = "LoRA rank " + std::to_string(lora.rank) + ", alpha " + std::to_string(int(lora.alpha)) + " on " +
+             targets + ": " + what + " of " + std::to_string(t.trained_params) + " adapter parameters";
+    }
+    std::printf("training %lld x %lld tokens (%s): %.3f s/step, %.1f tokens/s, %.1f GFLOP/s = %.0f%% of sgemm\n",
+                static_cast<long long>(train_seqs), static_cast<long long>(train_len), what.c_str(), t.step_s,
+                t.tokens_per_s, t.gflops, 100.0 * t.gflops / bound);
     json << ",\"train\":{\"seqs\":" << train_seqs << ",\"len\":" << train_len << ",\"step_s\":" << t.step_s
-         << ",\"tokens_per_s\":" << t.tokens_per_s << ",\"gflops\":" << t.gflops << "}";
+         << ",\"tokens_per_s\":" << t.tokens_per_s << ",\"gflops\":" << t.gflops
+         << ",\"trained_params\":" << t.trained_params;
+    if (lora.rank > 0) json << ",\"lora\":{\"rank\":" << lora.rank << ",\"alpha\":" << lora.alpha << "}";
+    json << "}";
   }
   if (generate) {
     json << ",\"generate\":{\"prompt_len\":" << prompt_len << ",\"new_tokens\":" << new_tokens << ",\"batches\":[";
