@@ -95,11 +95,16 @@ double sgemm_gflops(Backend& b, int reps) {
   return median(rates);
 }
 
-// 6 x (matmul parameters, the tied output layer included) + causal attention, per trained token.
+// Parameters that take part in a product: all but an untied embedding table (a lookup; tied, it is
+// the output layer's matrix).
+double matmul_params(const ModelConfig& c) {
+  return double(c.num_parameters()) - (c.tie_embeddings ? 0.0 : double(c.vocab_size * c.hidden_size));
+}
+
+// 6 x matmul parameters + causal attention, per trained token.
 double train_flops_per_token(const ModelConfig& c, int64_t seq_len) {
-  const double matmul_params = double(c.num_parameters());  // tied: the table counts once, as the head
   const double attn = 6.0 * double(c.num_layers) * double(seq_len) * double(c.num_heads * c.head_dim());
-  return 6.0 * matmul_params + attn;
+  return 6.0 * matmul_params(c) + attn;
 }
 
 // `seqs` packed sequences of `len` random token ids, each predicting its next token: the training
@@ -131,7 +136,7 @@ struct TrainFigures {
 // products (forward, the recomputed x A^T, dA, dB, dx: 6 + 2 per adapter parameter, an upper bound).
 double lora_flops_per_token(const ModelConfig& c, int64_t seq_len, int64_t adapter_params) {
   const double attn = 6.0 * double(c.num_layers) * double(seq_len) * double(c.num_heads * c.head_dim());
-  return 4.0 * double(c.num_parameters()) + attn + 8.0 * double(adapter_params);
+  return 4.0 * matmul_params(c) + attn + 8.0 * double(adapter_params);
 }
 
 // Forward + backward + AdamW on `seqs` x `len` random tokens: every weight (lora.rank == 0), or
