@@ -129,6 +129,9 @@ struct RandomBatch {
 struct TrainFigures {
   double tokens_per_s = 0, step_s = 0, gflops = 0;
   int64_t trained_params = 0;  // what AdamW updates: the model, or the adapters
+  // The backend's own count over the timed steps, per step: where the step's time went.
+  double matmul_s = 0, matmul_gflop = 0;
+  int64_t matmul_calls = 0;
 };
 
 // FLOPs of a LoRA step per token: the frozen products forward and back through their inputs
@@ -161,7 +164,9 @@ TrainFigures bench_train(Model& model, int64_t seqs, int64_t len, int reps, cons
   std::vector<float> d(tokens.size(), -1.0f / float(tokens.size()));
   const Tensor dlogprob = from_host(b, {static_cast<int64_t>(d.size())}, d);
   std::vector<double> steps;
+  Backend::MatmulStats before;
   for (int r = -1; r < reps; ++r) {  // r = -1 warms up
+    if (r == 0) before = b.matmul_stats();
     const auto t0 = Clock::now();
     if (adapters) adapters->zero_grads();
     else model.weights().zero_grads();
@@ -176,9 +181,13 @@ TrainFigures bench_train(Model& model, int64_t seqs, int64_t len, int reps, cons
     b.synchronize();
     if (r >= 0) steps.push_back(since(t0));
   }
+  const Backend::MatmulStats after = b.matmul_stats();
   TrainFigures f;
   f.step_s = median(steps);
   f.tokens_per_s = double(tokens.size()) / f.step_s;
+  f.matmul_s = (after.seconds - before.seconds) / reps;
+  f.matmul_gflop = (after.flops - before.flops) / 1e9 / reps;
+  f.matmul_calls = (after.calls - before.calls) / reps;
   if (adapters) {
     for (const ParamInfo& p : adapters->params()) f.trained_params += p.numel;
   } else {
@@ -352,12 +361,15 @@ int main(int argc, char** argv) {
       what = "LoRA rank " + std::to_string(lora.rank) + ", alpha " + std::to_string(int(lora.alpha)) + " on " +
              targets + ": " + what + " of " + std::to_string(t.trained_params) + " adapter parameters";
     }
-    std::printf("training %lld x %lld tokens (%s): %.3f s/step, %.1f tokens/s, %.1f GFLOP/s = %.0f%% of sgemm\n",
+    std::printf("training %lld x %lld tokens (%s): %.3f s/step, %.1f tokens/s, %.1f GFLOP/s = %.0f%% of sgemm; "
+                "matmuls %.1f GFLOP in %.3f s (%lld calls) a step\n",
                 static_cast<long long>(train_seqs), static_cast<long long>(train_len), what.c_str(), t.step_s,
-                t.tokens_per_s, t.gflops, 100.0 * t.gflops / bound);
+                t.tokens_per_s, t.gflops, 100.0 * t.gflops / bound, t.matmul_gflop, t.matmul_s,
+                static_cast<long long>(t.matmul_calls));
     json << ",\"train\":{\"seqs\":" << train_seqs << ",\"len\":" << train_len << ",\"step_s\":" << t.step_s
          << ",\"tokens_per_s\":" << t.tokens_per_s << ",\"gflops\":" << t.gflops
-         << ",\"trained_params\":" << t.trained_params;
+         << ",\"trained_params\":" << t.trained_params << ",\"matmul_s\":" << t.matmul_s
+         << ",\"matmul_gflop\":" << t.matmul_gflop;
     if (lora.rank > 0) json << ",\"lora\":{\"rank\":" << lora.rank << ",\"alpha\":" << lora.alpha << "}";
     json << "}";
   }
