@@ -253,6 +253,9 @@ def run_llama_cpp(python, gguf, threads, reps, passive):
     if not python:
         log("llama.cpp: skipped (no --llama-cpp-python)")
         return None
+    if not os.access(python, os.X_OK):
+        log(f"llama.cpp: skipped (no Python at {python})")
+        return None
     if subprocess.run([python, "-c", "import llama_cpp"], capture_output=True).returncode != 0:
         log(f"llama.cpp: skipped ({python} cannot import llama_cpp: "
             f"`{os.path.dirname(python)}/pip install llama-cpp-python==0.3.36`)")
@@ -283,13 +286,12 @@ def print_table(a, gguf, rl, rl_lora, ref, llama):
           f"(OMP_WAIT_POLICY=PASSIVE) vs torch {ref['torch']} / transformers {ref['transformers']} "
           f"(OMP_WAIT_POLICY {ref['omp_wait_policy']})")
     print(f"host: {rl['host']}")
-    loads = [f"rlrun {rl['load_average_before']:.2f}"]
-    if rl_lora:
-        loads.append(f"rlrun LoRA {rl_lora['load_average_before']:.2f}")
-    loads.append(f"PyTorch {ref['load_average_before']:.2f}")
-    if llama:
-        loads.append(f"llama.cpp {llama['load_average_before']:.2f}")
-    print(f"load average (1 min) before each side: {', '.join(loads)}; medians of {a.reps} repetitions")
+    def load(side):
+        after = side.get("load_average_after")
+        return f"{side['load_average_before']:.2f}" + (f"-{after:.2f}" if after is not None else "")
+    loads = [f"rlrun {load(rl)}"] + ([f"rlrun LoRA {load(rl_lora)}"] if rl_lora else []) + [f"PyTorch {load(ref)}"]
+    loads += [f"llama.cpp {load(llama)}"] if llama else []
+    print(f"load average (1 min) before-after each side: {', '.join(loads)}; medians of {a.reps} repetitions")
     print(f"sgemm 1024^3 f32: rlrun {rl['sgemm_gflops']:.1f} GFLOP/s (the bound), torch {ref['sgemm_gflops']:.1f}")
     print(f"{'':<40} {'rlrun':>9} {'PyTorch/HF':>11} {'rlrun/ref':>10}")
     if "train" in rl:
@@ -377,13 +379,18 @@ def main():
     lora_args = ["--lora", str(a.lora), "--lora-alpha", str(a.lora_alpha), "--lora-targets", a.lora_targets]
     # one side at a time: rlrun full + generation, rlrun LoRA, PyTorch, llama.cpp
     load = os.getloadavg()[0]
-    rl = dict(run_rlrun(bench, gguf, a.threads, a.reps, a.skip_train, a.skip_generate), load_average_before=load)
+    rl = dict(run_rlrun(bench, gguf, a.threads, a.reps, a.skip_train, a.skip_generate), load_average_before=load,
+              load_average_after=os.getloadavg()[0])
     rl_lora = None
     if a.lora > 0 and not a.skip_train:
         load = os.getloadavg()[0]
-        rl_lora = dict(run_rlrun(bench, gguf, a.threads, a.reps, False, True, lora_args), load_average_before=load)
+        rl_lora = dict(run_rlrun(bench, gguf, a.threads, a.reps, False, True, lora_args), load_average_before=load,
+                       load_average_after=os.getloadavg()[0])
     ref = run_reference(a, hf_dir, gguf)
+    ref["load_average_after"] = os.getloadavg()[0]
     llama = run_llama_cpp(a.llama_cpp_python, gguf, a.threads, a.reps, a.torch_passive) if not a.skip_generate else None
+    if llama:
+        llama["load_average_after"] = os.getloadavg()[0]
     if "train" in rl:  # the same count on both sides, or the shares of the bound are not comparable
         rl_fpt = rl["train"]["gflops"] * 1e9 / rl["train"]["tokens_per_s"]
         if abs(rl_fpt / ref["flops_per_token"] - 1) > 0.01:
