@@ -108,6 +108,9 @@ Status Orchestrator::wait_until(const std::function<Result<bool>()>& done, bool 
   while (true) {
     RLRUN_ASSIGN_OR_RETURN(const bool finished, done());
     if (finished) return Status();
+    if (evaluating_at_stop_ && trainers_.failed() &&
+        std::none_of(fleet_.slots().begin(), fleet_.slots().end(), [](const WorkerSlot& w) { return w.serves(); }))
+      return unavailable("no rollout worker holds the trained weights and the trainer that could send them is gone");
     RLRUN_RETURN_IF_ERROR(tick(kTick, allow_dispatch));
   }
 }
@@ -341,10 +344,15 @@ void Orchestrator::evaluate_at_stop(const std::string& why) {
   recorder_.loop_stopped();
   trainer_waiting_ = false;
   Result<std::optional<double>> accuracy = std::optional<double>();
+  // A stop that took the workers too (scancel, a kill of the process group) may leave nothing
+  // that holds the trained weights: then the wait ends at once (wait_until) rather than at
+  // rollout_request_timeout_seconds.
+  evaluating_at_stop_ = true;
   const Status evaluated = uninterrupted([&] {  // a second interrupt cuts it short
     accuracy = evaluator_.evaluate(str("after step ", done, " (", why, ")"), done, steps_.version());
     return accuracy.status();
   });
+  evaluating_at_stop_ = false;
   if (!evaluated.ok()) {
     evaluator_.set_after(std::nullopt, str("not measured: ", why, ", then the evaluation stopped: ", evaluated.message()));
     return;

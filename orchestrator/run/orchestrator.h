@@ -169,6 +169,7 @@ class Orchestrator {
   CheckpointKeeper checkpoints_;
   bool committing_ = false;  // in a step's train + sync or a save: a first interrupt waits
   bool stopped_by_interrupt_ = false;
+  bool evaluating_at_stop_ = false;  // the held-out evaluation of a run that stops early
   bool trainer_waiting_ = false;  // for a batch: idle
   // This turn left messages unread: a heartbeat may be among them, so silence is not judged.
   bool inbox_backlogged_ = false;

@@ -116,7 +116,11 @@ std::string summary_json(const RunOutcome& o, double wall_seconds) {
   auto per_loop_second = [&](double v) { return loop > 0 ? number(v / loop) : Json(nullptr); };
   Json eval = {{"accuracy_before", optional_number(o.eval.accuracy_before)},
                {"accuracy_after", optional_number(o.eval.accuracy_after)}};
-  if (!o.eval.accuracy_after_note.empty()) eval["accuracy_after_note"] = o.eval.accuracy_after_note;
+  if (!o.eval.accuracy_after_note.empty()) {
+    eval["accuracy_after_note"] = o.eval.accuracy_after_note;
+  } else if (o.eval.accuracy_before && !o.eval.accuracy_after) {
+    eval["accuracy_after_note"] = "not measured: the run ended before its evaluation after training (see exit)";
+  }
   const RewardStage::Stats& rewards = o.rewards;
   Json reward = {{"expression", rewards.expression}};
   if (rewards.server) {

@@ -7,7 +7,8 @@
 namespace rlrun::orchestrator {
 
 Dispatcher::Dispatcher(DispatchOptions options, const std::vector<WorkerSlot>& workers, Send send)
-    : options_(std::move(options)), workers_(workers), send_(std::move(send)), lanes_used_(workers.size(), 0) {}
+    : options_(std::move(options)), workers_(workers), send_(std::move(send)), lanes_used_(workers.size(), 0),
+      eval_in_flight_(workers.size(), 0) {}
 
 int Dispatcher::free_worker() const {
   int best = -1, best_free = 0;
@@ -15,6 +16,15 @@ int Dispatcher::free_worker() const {
     if (!workers_[i].serves()) continue;
     const int free = options_.lanes_per_worker - lanes_used_[i];
     if (free > best_free) best = static_cast<int>(i), best_free = free;
+  }
+  return best;
+}
+
+int Dispatcher::free_eval_worker() const {
+  int best = -1;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (!workers_[i].serves() || eval_in_flight_[i] >= kEvalWindow) continue;
+    if (best < 0 || eval_in_flight_[i] < eval_in_flight_[best]) best = static_cast<int>(i);
   }
   return best;
 }
@@ -112,10 +122,11 @@ Status Dispatcher::send_eval(uint64_t problem, std::vector<int32_t> prompt_ids, 
   r.eval_prompt = std::move(prompt_ids);
   requests_[req.request_id] = std::move(r);
   ++lanes_used_[worker];
+  ++eval_in_flight_[worker];
   return send_(worker, req);  // not delivered: the request times out on that worker
 }
 
-void Dispatcher::requeue_eval(uint64_t problem, std::vector<int32_t> prompt_ids, uint64_t min_version) {
+void Dispatcher::queue_eval(uint64_t problem, std::vector<int32_t> prompt_ids, uint64_t min_version) {
   requeued_eval_.push_back(EvalWork{problem, std::move(prompt_ids), min_version});
 }
 
@@ -128,7 +139,7 @@ void Dispatcher::send_requeued() {
     if (in_flight_.count(group)) send_samples(group, index, 1, w);
   }
   while (!requeued_eval_.empty()) {
-    const int w = free_worker();
+    const int w = free_eval_worker();
     if (w < 0) return;
     EvalWork work = std::move(requeued_eval_.front());
     requeued_eval_.pop_front();
@@ -165,6 +176,7 @@ Dispatcher::Routed Dispatcher::route(const GenerateResult& result) {
   const Routed routed{req.eval ? Routed::Kind::kEval : Routed::Kind::kSample, req.group, group, result.sample_index};
   if (++req.returned == req.count) {
     --lanes_used_[req.worker];
+    if (req.eval) --eval_in_flight_[req.worker];
     requests_.erase(it);
   }
   if (group != nullptr) {
@@ -219,6 +231,7 @@ int64_t Dispatcher::requeue_worker(int worker) {
     it = requests_.erase(it);
   }
   lanes_used_[worker] = 0;
+  eval_in_flight_[worker] = 0;
   return samples;
 }
 

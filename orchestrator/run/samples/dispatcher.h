@@ -108,8 +108,11 @@ class Dispatcher {
   void send_requeued();  // a dead worker's work, while lanes are free
   // One greedy request for evaluation problem `problem`, answered by weights >= min_version.
   Status send_eval(uint64_t problem, std::vector<int32_t> prompt_ids, uint64_t min_version, int worker);
-  // Sent by send_requeued() when a lane is free (no worker serves yet).
-  void requeue_eval(uint64_t problem, std::vector<int32_t> prompt_ids, uint64_t min_version);
+  // Queues an evaluation problem; send_requeued() sends it (send_eval) to the serving worker with
+  // the fewest in flight, below kEvalWindow each: an evaluation set of any size never floods a
+  // worker's control queue, and needs no free lane.
+  void queue_eval(uint64_t problem, std::vector<int32_t> prompt_ids, uint64_t min_version);
+  static constexpr int kEvalWindow = 1024;  // evaluation requests in flight per worker
   // Requests of training groups dispatched at a version `off_policy` rejects, not cancelled
   // before, by worker: each is marked cancelled and returned once.
   std::map<int, std::vector<uint64_t>> take_off_policy(const std::function<bool(uint64_t version)>& off_policy);
@@ -169,11 +172,13 @@ class Dispatcher {
     uint64_t min_version = 0;
   };
   void send_samples(uint64_t group, uint32_t first, uint32_t count, int worker);
+  int free_eval_worker() const;  // -1: none serves with room in its evaluation window
 
   DispatchOptions options_;
   const std::vector<WorkerSlot>& workers_;
   Send send_;
   std::vector<int> lanes_used_;  // by worker: requests in flight
+  std::vector<int> eval_in_flight_;  // by worker: of which evaluation requests
   std::map<uint64_t, Group> in_flight_;
   std::deque<Group> scored_;
   std::map<uint64_t, Request> requests_;

@@ -15,10 +15,6 @@ Evaluator::Evaluator(const Config& config, const Task& task, const PromptFormat&
 
 void Evaluator::send(uint64_t version) {
   const std::vector<Problem>& problems = task_.eval_set();
-  std::vector<int> rollouts;  // ready ones; the problems of a dead worker are dispatched again
-  for (size_t i = 0; i < workers_.size(); ++i)
-    if (workers_[i].serves()) rollouts.push_back(static_cast<int>(i));
-  size_t sent = 0;
   for (size_t p = 0; p < problems.size(); ++p) {
     if (episodes_.runs && episodes_.runs(problems[p])) {  // in its own session, sampled at eval_temperature
       episodes_.start(p);
@@ -30,14 +26,9 @@ void Evaluator::send(uint64_t version) {
       rewards_[p] = 0.0;  // cannot be asked: counts as wrong
       continue;
     }
-    if (rollouts.empty()) {
-      dispatcher_.requeue_eval(p, std::move(*ids), version);
-      continue;
-    }
-    const int w = rollouts[sent++ % rollouts.size()];
-    if (Status s = dispatcher_.send_eval(p, std::move(*ids), version, w); !s.ok())
-      log::warn(str("evaluation request to ", workers_[w].name, ": ", s.message()));
+    dispatcher_.queue_eval(p, std::move(*ids), version);
   }
+  dispatcher_.send_requeued();  // the first window now, the rest as answers come back
 }
 
 Result<std::optional<double>> Evaluator::evaluate(const std::string& when, int64_t step, uint64_t version) {

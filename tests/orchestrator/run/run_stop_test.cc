@@ -2,6 +2,8 @@
 // earns a reward ends the run after max_zero_spread_rounds instead of waiting forever, so do
 // prompts that never fit, and a run stopped by SIGTERM still measures the held-out accuracy
 // summary.json promises. A policy that earned rewards and then none goes on, named as a collapse.
+// Workers killed while the stopped run evaluates (scancel) end it at once, the accuracy named as
+// not measured.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,6 +14,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/common/eventually.h"
 #include "tests/orchestrator/cli_test_util.h"
@@ -147,6 +150,46 @@ TEST(RunStop, SigtermStillMeasuresHeldOutAccuracy) {
   EXPECT_NE(summary["eval"].value("accuracy_after_note", "").find("interrupted"), std::string::npos)
       << summary.dump(2);
   EXPECT_EQ(summary["samples"]["lost"], 0);
+}
+
+// The pids of `pid`'s children (the local launcher's workers).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> out;
+  for (pid_t child; in >> child;) out.push_back(child);
+  return out;
+}
+
+TEST(RunStop, WorkersKilledDuringTheEvaluationAtTheStopEndTheRunAtOnce) {
+  // What scancel, or a kill of every process of the run, does: the workers die while the stopped
+  // run measures its held-out accuracy. Nothing holds the trained weights any more, so that
+  // evaluation cannot finish; the run must end now, not after rollout_request_timeout_seconds.
+  testing::TempDir dir;
+  const std::string run = dir.path() + "/run", log = dir.path() + "/rlrun.log";
+  const pid_t pid = testing::spawn_in(
+      dir.path(),
+      {RLRUN_BINARY, quickstart(), "--run-dir", run, "--set", "metrics_bind=127.0.0.1:0", "--set",
+       "format_warm_start_steps=10", "--set", "discard_group_zero_advantage=false", "--set", "task.eval_every=0",
+       // an evaluation long enough (seconds) to be in progress when the workers die
+       "--set", "task.eval_size=16384", "--set", "rollout_request_timeout_seconds=300"},
+      log);
+  ASSERT_GT(pid, 0);
+  testing::eventually([&] { return lines_in(run + "/metrics.jsonl") >= 3 || ::waitpid(pid, nullptr, WNOHANG) == pid; },
+                      std::chrono::seconds(180), std::chrono::milliseconds(50));
+  ASSERT_GE(lines_in(run + "/metrics.jsonl"), 3) << testing::read_all(log);
+  const std::vector<pid_t> workers = children_of(pid);
+  ASSERT_EQ(workers.size(), 2u) << "expected a trainer and a rollout worker";
+  ::kill(pid, SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  for (pid_t w : workers) ::kill(w, SIGKILL);
+  int status = 0;
+  ASSERT_TRUE(wait_for_exit(pid, &status, std::chrono::seconds(60)))
+      << "the stopped run waited for workers that were gone:\n" << testing::read_all(log);
+  const json summary = json::parse(testing::read_all(run + "/summary.json"));
+  EXPECT_NE(summary["exit"].get<std::string>().find("interrupted"), std::string::npos) << summary.dump(2);
+  EXPECT_TRUE(summary["eval"]["accuracy_after"].is_null()) << summary.dump(2);
+  EXPECT_NE(summary["eval"].value("accuracy_after_note", "").find("not measured"), std::string::npos)
+      << summary.dump(2);
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 // Dispatcher: work goes to the serving worker with most free lanes; a group is one request, or one
 // per sample with individual lanes; results are routed by request id and unknown or repeated ones
 // are ignored; a dead worker's unanswered samples go back with their ids and are sent first;
-// off-policy requests are cancelled once; a batch is taken whole, in order, or not at all.
+// off-policy requests are cancelled once; evaluation goes out in a window per worker; a batch is
+// taken whole, in order, or not at all.
 #include "orchestrator/run/samples/dispatcher.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <set>
 
 namespace rlrun::orchestrator {
 namespace {
@@ -136,24 +139,44 @@ TEST_F(DispatcherTest, ADeadWorkersUnansweredSamplesGoBackWithTheirIdsAndGoFirst
   EXPECT_EQ(d.lanes_used(1), 0);
   sent.clear();
   d.send_requeued();
-  ASSERT_EQ(sent.size(), 2u) << "worker 2 has two lanes";
+  ASSERT_EQ(sent.size(), 3u) << "worker 2's two lanes, then the evaluation problem (it needs no lane)";
   EXPECT_EQ(sent[0].worker, 2);
   EXPECT_EQ(sent[0].request.first_sample_index, 1u);
   EXPECT_EQ(sent[1].request.first_sample_index, 2u);
   EXPECT_EQ(sent[1].request.num_samples, 1u);
   EXPECT_EQ(d.route(result(old_request, 1)).kind, Kind::kIgnored) << "the dead worker's late answer";
   d.route(result(sent[0].request.request_id, 1));
-  sent.clear();
-  d.send_requeued();
-  ASSERT_EQ(sent.size(), 1u) << "the evaluation problem, once a lane is free";
-  EXPECT_EQ(sent[0].request.temperature, 0.0f);
-  EXPECT_EQ(sent[0].request.min_weight_version, 4u);
-  EXPECT_THAT(std::vector<int32_t>(sent[0].request.prompt_ids.begin(), sent[0].request.prompt_ids.end()),
+  EXPECT_EQ(sent[2].worker, 2);
+  EXPECT_EQ(sent[2].request.temperature, 0.0f);
+  EXPECT_EQ(sent[2].request.min_weight_version, 4u);
+  EXPECT_THAT(std::vector<int32_t>(sent[2].request.prompt_ids.begin(), sent[2].request.prompt_ids.end()),
               ElementsAre(7, 8));
-  const Dispatcher::Routed eval = d.route(result(sent[0].request.request_id, 0));
+  const Dispatcher::Routed eval = d.route(result(sent[2].request.request_id, 0));
   EXPECT_EQ(eval.kind, Kind::kEval);
   EXPECT_EQ(eval.problem, 9u);
   EXPECT_EQ(d.in_flight().at(g).returned, 2);
+}
+
+TEST_F(DispatcherTest, AnEvaluationSetOfAnySizeIsSentInAWindowPerWorker) {
+  // 20000 problems at once overflowed a worker's control queue (10000 messages): requests were
+  // dropped and the evaluation waited for answers that could not come.
+  Dispatcher d = make(false, 2);
+  constexpr int kProblems = 3 * Dispatcher::kEvalWindow;
+  for (int p = 0; p < kProblems; ++p) d.queue_eval(static_cast<uint64_t>(p), {5}, 0);
+  d.send_requeued();
+  ASSERT_EQ(sent.size(), static_cast<size_t>(2 * Dispatcher::kEvalWindow)) << "a window on each serving worker";
+  int on_worker_1 = 0;
+  for (const auto& s : sent) on_worker_1 += s.worker == 1;
+  EXPECT_EQ(on_worker_1, Dispatcher::kEvalWindow);
+  d.send_requeued();
+  EXPECT_EQ(sent.size(), static_cast<size_t>(2 * Dispatcher::kEvalWindow)) << "nothing more until answers come";
+  std::set<uint64_t> answered;
+  for (size_t i = 0; i < sent.size(); ++i) answered.insert(d.route(result(sent[i].request.request_id, 0)).problem);
+  d.send_requeued();
+  ASSERT_EQ(sent.size(), static_cast<size_t>(kProblems)) << "the rest once the first windows answered";
+  for (size_t i = 2 * Dispatcher::kEvalWindow; i < sent.size(); ++i)
+    answered.insert(d.route(result(sent[i].request.request_id, 0)).problem);
+  EXPECT_EQ(answered.size(), static_cast<size_t>(kProblems)) << "every problem asked once";
 }
 
 TEST_F(DispatcherTest, OffPolicyRequestsAreCancelledOnceAndEvaluationNever) {
