@@ -50,7 +50,7 @@ std::string timestamp() {
 Result<std::string> make_run_dir(const Config& config, const std::string& flag) {
   std::string dir = !flag.empty() ? flag : config.run_dir;
   if (flag.empty() && config.run_dir == Config{}.run_dir) dir = "runs/" + timestamp();
-  if (fs::exists(fs::path(dir) / "summary.json")) dir += "-" + timestamp();
+  if (fs::exists(fs::path(dir) / "summary.json")) dir.append("-").append(timestamp());
   std::error_code ec;
   fs::create_directories(fs::path(dir) / "logs", ec);
   if (ec) return io_error(str("cannot create the run folder ", dir, ": ", ec.message(), " (set run_dir or --run-dir)"));

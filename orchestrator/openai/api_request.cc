@@ -125,7 +125,8 @@ MaybeError get_messages(const Json& v, Json* out) {
           if (!part.is_object() || part.value("type", Json()) != "text" || !part.contains("text") || !part["text"].is_string())
             return bad_request(str("`", at, ".content` parts must be {\"type\": \"text\", \"text\": ...}; other parts are not supported"),
                                "messages");
-          text += (text.empty() ? "" : "\n") + part["text"].get<std::string>();
+          if (!text.empty()) text.push_back('\n');
+          text += part["text"].get<std::string>();
         }
         msg["content"] = text;
       } else if (key == "name") {

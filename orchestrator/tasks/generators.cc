@@ -102,7 +102,9 @@ class ArithmeticTask : public GeneratedTask {
   std::optional<std::string> format_example(const Problem& p, std::mt19937_64& rng) const override {
     const bool negative = p.answer.front() == '-';
     const int digits = static_cast<int>(p.answer.size()) - (negative ? 1 : 0);
-    return (negative ? "-" : "") + std::to_string(random_number(rng, digits, digits));
+    std::string n = std::to_string(random_number(rng, digits, digits));
+    if (negative) n.insert(n.begin(), '-');
+    return n;
   }
 
  protected:
@@ -112,7 +114,10 @@ class ArithmeticTask : public GeneratedTask {
     const char op = spec_.operations[rng() % spec_.operations.size()];
     if (op == '-' && spec_.subtraction != "any" && (spec_.subtraction == "negative") != (a < b)) std::swap(a, b);
     const int64_t answer = op == '+' ? a + b : op == '-' ? a - b : a * b;
-    return {question(a, op, b), std::to_string(answer), {}, 0};
+    Problem p;
+    p.prompt = question(a, op, b);
+    p.answer = std::to_string(answer);
+    return p;
   }
 };
 
@@ -147,7 +152,10 @@ class StringTask : public GeneratedTask {
     } else {
       std::reverse(answer.begin(), answer.end());
     }
-    return {str(sort_ ? "sort " : "reverse ", s, ":"), answer, {}, 0};
+    Problem p;
+    p.prompt = str(sort_ ? "sort " : "reverse ", s, ":");
+    p.answer = answer;
+    return p;
   }
 
  private:
@@ -199,7 +207,12 @@ class CountdownTask : public GeneratedTask {
       std::string prompt = "numbers";
       for (int64_t x : shown) prompt = str(prompt, " ", x);
       prompt = str(prompt, " target ", v->value.num, ":");
-      return {prompt, expr, shown, v->value.num};
+      Problem p;
+      p.prompt = prompt;
+      p.answer = expr;
+      p.numbers = shown;
+      p.target = v->value.num;
+      return p;
     }
   }
 };
