@@ -199,7 +199,9 @@ Result<CheckpointInfo> load_checkpoint(const std::string& dir, TrainableModel& m
     manifest_text.resize(size);
     RLRUN_RETURN_IF_ERROR(comm->broadcast(manifest_text.data(), size, CommDType::kU8, 0));
   }
-  RLRUN_RETURN_IF_ERROR(stream_state(model, optimizer, comm, readers, status));
+  const Status streamed = stream_state(model, optimizer, comm, readers, status);
+  model.weights_written();  // also after a failure part-way: the bf16 copy follows what was read
+  RLRUN_RETURN_IF_ERROR(streamed);
   const json manifest = json::parse(manifest_text);  // written by rank 0 above: well-formed
   if (is_root && status.ok()) {
     for (int i = 0; i < 3 && status.ok(); ++i) {
@@ -217,7 +219,9 @@ Result<CheckpointInfo> load_checkpoint(const std::string& dir, TrainableModel& m
   info.extras.loader_state = manifest["loader_state"].dump();
   info.extras.rng_state = manifest["rng_state"].get<std::string>();
   if (reference != nullptr && manifest.value("reference", false)) {
-    RLRUN_RETURN_IF_ERROR(load_reference(dir, *reference, comm).with_context("loading checkpoint " + dir));
+    const Status loaded = load_reference(dir, *reference, comm);
+    reference->weights_written();
+    RLRUN_RETURN_IF_ERROR(loaded.with_context("loading checkpoint " + dir));
     info.reference_loaded = true;
   }
   optimizer.set_step_count(info.optimizer_step);

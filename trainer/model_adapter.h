@@ -26,8 +26,15 @@ class ModelAdapter : public TrainableModel {
   const engine::Tensor& params_flat() override {
     return model_.weights().has_master() ? model_.weights().master_flat() : released_;
   }
-  const engine::Tensor& weights_flat() override { return model_.weights().compute_flat(); }
+  // With bf16 matrices beside an f32 master (kBf16Cache) the f32 master is what the trainer
+  // updates, saves and sends; the bf16 copy follows it (weights_written).
+  const engine::Tensor& weights_flat() override {
+    return cached() ? model_.weights().master_flat() : model_.weights().compute_flat();
+  }
   void release_master() override { model_.weights().release_master(); }
+  void weights_written() override {
+    if (cached()) model_.weights().sync_compute();
+  }
   bool has_grads() const override { return model_.weights().has_grads(); }
   const engine::Tensor& grads_flat() override { return model_.weights().grad_flat(); }
   void zero_grads() override { model_.weights().zero_grads(); }
@@ -40,6 +47,8 @@ class ModelAdapter : public TrainableModel {
   }
 
  private:
+  bool cached() const { return model_.weights().storage() == engine::WeightStorage::kBf16Cache; }
+
   engine::Model& model_;
   std::vector<ParamSpec> specs_;
   engine::Tensor released_;  // undefined: params_flat() after release_master()

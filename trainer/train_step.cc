@@ -155,6 +155,7 @@ Result<std::vector<MicroBatch>> Trainer::score_with_reference(std::span<const Mi
   if (!reference_captured_) {
     model_.backend().synchronize();
     reference_->backend().copy(reference_->weights_flat(), model_.weights_flat());
+    reference_->weights_written();
     reference_->backend().synchronize();
     reference_captured_ = true;
     if (rank() == 0) {
@@ -241,6 +242,7 @@ Result<MinibatchReport> Trainer::run_minibatch(std::span<const MicroBatch> micro
     RLRUN_ASSIGN_OR_RETURN(mb_report.optimizer,
                            optimizer_->step(model_.params_flat(), model_.weights_flat(), model_.grads_flat(),
                                             learning_rate()));
+    model_.weights_written();
     model_.zero_grads();
   }
   report.seconds_optimizer += seconds_since(opt_start);

@@ -103,6 +103,10 @@ class TrainableModel {
   // Frees params_flat() when it is a copy apart from weights_flat() (the distributed optimizer
   // then keeps the master of its shard: optimizer.h); a no-op otherwise.
   virtual void release_master() = 0;
+  // Called after params_flat() / weights_flat() were written from outside (an optimizer step, a
+  // checkpoint load, the KL reference's copy): refreshes what the model derives from them (the
+  // bf16 matrices of compute_dtype: bf16 on a CPU, model/weights.h kBf16Cache).
+  virtual void weights_written() {}
 
   virtual bool has_grads() const = 0;
   virtual const engine::Tensor& grads_flat() = 0;  // f32 (P); aborts when released

@@ -69,9 +69,10 @@ Result<std::unique_ptr<Model>> Model::create(Backend& backend, const ModelConfig
   RLRUN_RETURN_IF_ERROR(validate_model_config(config));
   RLRUN_RETURN_IF_ERROR(check_implemented(config));
   if (options.logits_chunk_elements <= 0) return invalid_argument("logits_chunk_elements must be > 0");
-  if (options.weight_storage == WeightStorage::kBf16Frozen && backend.compute_dtype() != DType::kF32)
-    return invalid_argument(str("bf16-frozen weights (base_weights_dtype: bf16) need a backend that computes in f32; ",
-                                backend.name(), " computes in ", dtype_name(backend.compute_dtype())));
+  if (options.weight_storage != WeightStorage::kF32 && backend.compute_dtype() != DType::kF32)
+    return invalid_argument(str("bf16 weight matrices (base_weights_dtype or compute_dtype: bf16) beside f32 ops need a ",
+                                "backend that computes in f32; ", backend.name(), " computes in ",
+                                dtype_name(backend.compute_dtype())));
   return std::unique_ptr<Model>(new Model(backend, config, options));
 }
 

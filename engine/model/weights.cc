@@ -89,10 +89,16 @@ ModelWeights::ModelWeights(Backend& backend, const ModelConfig& config, WeightSt
     small_ = backend.zeros({std::max<int64_t>(small, 1)}, DType::kF32);
   } else {
     master_ = backend.zeros({flat_size_}, DType::kF32);
-    compute_ = backend.compute_dtype() == DType::kF32 ? master_ : backend.zeros({flat_size_}, backend.compute_dtype());
+    if (storage_ == WeightStorage::kBf16Cache)
+      compute_ = backend.zeros({flat_size_}, DType::kBF16);
+    else
+      compute_ = backend.compute_dtype() == DType::kF32 ? master_ : backend.zeros({flat_size_}, backend.compute_dtype());
   }
   bind([this](size_t i) { return compute(i); }, embed_, final_norm_, lm_head_, layers_);
-  if (storage_ == WeightStorage::kF32) restore_grads();
+  // kBf16Cache: the embedding rows are gathered from the master, exact as with rounding at every
+  // product (a gather is no product); a tied LM head still multiplies the bf16 copy.
+  if (storage_ == WeightStorage::kBf16Cache) embed_ = master(index_of("model.embed_tokens.weight").value());
+  if (storage_ != WeightStorage::kBf16Frozen) restore_grads();
 }
 
 int64_t ModelWeights::bytes() const {
@@ -158,13 +164,14 @@ Tensor ModelWeights::master(size_t i) const { return view_of(master_flat(), i); 
 Tensor ModelWeights::compute_slot(size_t i) const {
   const ParamInfo& p = layout_.at(i);
   if (!small_offset_.empty() && small_offset_[i] >= 0) return small_.rows(small_offset_[i], small_offset_[i] + p.numel);
-  return compute_.rows(p.offset, p.offset + p.numel);
+  const Tensor& flat = storage_ == WeightStorage::kBf16Cache && !is_matrix(i) ? master_ : compute_;
+  return flat.rows(p.offset, p.offset + p.numel);
 }
 
 Tensor ModelWeights::compute(size_t i) const { return compute_slot(i).view(layout_.at(i).shape); }
 
 const Tensor& ModelWeights::compute_flat() const {
-  RLRUN_CHECK(storage_ == WeightStorage::kF32, "compute_flat() of bf16-frozen weights (their norms live apart)");
+  RLRUN_CHECK(storage_ == WeightStorage::kF32, "compute_flat() of bf16 matrices (their norms live apart)");
   return compute_;
 }
 
@@ -197,6 +204,7 @@ void ModelWeights::copy_compute_from(const ModelWeights& other) {
               "copy_compute_from: weights of another shape, storage or backend");
   backend_->copy(compute_, other.compute_);
   if (small_.defined()) backend_->copy(small_, other.small_);
+  if (storage_ == WeightStorage::kBf16Cache) backend_->copy(master_, other.master_);  // the norms
 }
 
 void ModelWeights::init_random(uint64_t seed, float init_std) {
@@ -226,6 +234,7 @@ void ModelWeights::sync_compute() {
 }
 
 void ModelWeights::release_master() {
+  if (storage_ == WeightStorage::kBf16Cache) return;
   if (master_.defined() && master_.data() != compute_.data()) master_ = Tensor();
 }
 

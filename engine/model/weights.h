@@ -39,11 +39,14 @@
 //                which changes only by weight sync: write_flat()). Half the bytes of kF32 (a
 //                quarter of kF32 with its grad buffer). A backend whose compute dtype is f32
 //                multiplies bf16 matrices by f32 activations with fp32 sums (backend.h: matmul).
-//   (planned) kBf16Cache: the f32 master and grad of kF32 plus the bf16 (P) matrix buffer as a
-//                compute copy that sync_compute() refreshes once per optimizer step, the norms
-//                read from the master: compute_dtype: bf16 without converting the weights at
-//                every product. The views below already separate the matrices' storage from
-//                the norms', which is all it needs.
+//   kBf16Cache   kF32's f32 master and grad, plus a bf16 (P) copy of the matrices that the products
+//                read: compute_dtype: bf16 on a CPU, whose other ops compute in f32, without
+//                rounding the weights at every product. compute(i) is the bf16 copy for a matrix
+//                and the master for a norm or bias; embed_tokens() is the master (rows are
+//                gathered, not multiplied; a tied lm_head() is the bf16 copy); sync_compute() refreshes the copy from the
+//                master, so call it after every write of the master (the trainer does after each
+//                optimizer step, checkpoint load and reference copy: TrainableModel::
+//                weights_written). 2 bytes per parameter more than kF32.
 //
 // Ownership: a ModelWeights owns its buffers; the Backend must outlive it. Per-tensor views share
 // the flat storage, so writing a view writes the flat buffer. Not thread-safe.
@@ -80,7 +83,7 @@ std::vector<ParamInfo> parameter_layout(const ModelConfig& config);
 // Total elements of the flat buffers (including alignment padding).
 int64_t flat_parameter_count(const std::vector<ParamInfo>& layout);
 
-enum class WeightStorage { kF32, kBf16Frozen };
+enum class WeightStorage { kF32, kBf16Frozen, kBf16Cache };
 
 // Compute views of one decoder layer's weights (bf16 matrices with kBf16Frozen) (biases undefined unless qkv_bias; q_norm,
 // k_norm unless qk_norm; attn_out_norm, mlp_out_norm unless sandwich_norms). post_norm is the
@@ -134,14 +137,15 @@ class ModelWeights {
   // is no master). Call after every optimizer step and after loading weights.
   void sync_compute();
   // Frees the f32 master when it is a buffer apart from compute (a bf16 backend); a no-op when
-  // compute IS master. Afterwards master(), master_flat() and sync_compute() abort.
+  // compute IS master, and with kBf16Cache (the norms are read from it). Afterwards master(),
+  // master_flat() and sync_compute() abort.
   void release_master();
 
   // ---- compute weights ----
-  // The whole compute buffer (P) where it holds every parameter (kF32); aborts with kBf16Frozen,
-  // whose norms live apart: use compute(i), copy_compute_from.
+  // The whole compute buffer (P) where it holds every parameter (kF32); aborts with kBf16Frozen
+  // and kBf16Cache, whose norms live apart: use compute(i), copy_compute_from.
   const Tensor& compute_flat() const;
-  Tensor compute(size_t i) const;  // bf16 for a matrix with kBf16Frozen
+  Tensor compute(size_t i) const;  // bf16 for a matrix with kBf16Frozen and kBf16Cache
   const Tensor& embed_tokens() const { return embed_; }
   const Tensor& final_norm() const { return final_norm_; }
   const Tensor& lm_head() const { return lm_head_; }  // the embedding table when tied

@@ -79,7 +79,12 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   const bool cuda = c.backend == BackendKind::kCuda;
   p.backend = cuda ? "cuda" : "cpu";
   p.shared_host = !cuda && c.launcher != LauncherKind::kSlurm;
-  p.precision = cuda ? engine_bf16_policy() : fp32_policy();
+  // compute_dtype: bf16 on a CPU: the trained weights keep their f32 master beside bf16 matrices
+  // (engine/model/weights.h kBf16Cache); a LoRA base and the rollout workers' weights are as
+  // base_weights_dtype says.
+  p.precision = cuda ? engine_bf16_policy()
+                     : c.compute_dtype == ComputeDtype::kBf16 && c.lora_rank == 0 ? cpu_bf16_cache_policy()
+                                                                                    : fp32_policy();
   p.trainer_ranks = c.trainer_num_workers;
   p.rollout_workers = c.inference_num_workers;
   p.tensor_parallel_size = c.inference_tensor_parallel_size;
@@ -113,6 +118,7 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   RolloutPlanInputs& r = p.rollout_inputs;
   r.model = p.model;
   r.precision = p.precision;
+  if (!cuda) r.precision.weight_bytes = 4, r.precision.inference_weight_bytes = 0;  // f32 on a CPU worker
   r.device_bytes = cuda ? p.device.bytes : 0.0;
   r.gpu_memory_utilization = c.gpu_memory_utilization;
   r.runtime_reserve_bytes = p.runtime_reserve;

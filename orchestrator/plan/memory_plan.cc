@@ -10,6 +10,12 @@ namespace rlrun::orchestrator {
 PrecisionPolicy fp32_policy() { return {"fp32", 4, 4, 0, 8, 4, 4}; }
 PrecisionPolicy bf16_mixed_policy() { return {"bf16-mixed", 2, 2, 4, 8, 2, 2}; }
 PrecisionPolicy engine_bf16_policy() { return {"bf16-mixed, fp32 gradients", 2, 4, 4, 8, 2, 2, 6}; }
+PrecisionPolicy cpu_bf16_cache_policy() {
+  PrecisionPolicy p{"fp32 master, bf16 matrices", 2, 4, 4, 8, 4, 4, 4};
+  p.reference_weight_bytes = 6;
+  p.master_shards = false;
+  return p;
+}
 
 double TrainerBudget::peak() const { return std::max(forward_backward_peak(), weight_send_peak()); }
 
@@ -66,10 +72,11 @@ TrainerBudget plan_model_state(double params, const TrainerPlanInputs& in) {
   TrainerBudget b;
   b.weights = params * p.weight_bytes;
   b.gradients = params * p.grad_bytes;
-  b.master_weights = params * p.master_bytes / shard;
+  b.master_weights = params * p.master_bytes / (p.master_shards ? shard : 1.0);
   b.optimizer_moments = params * p.optimizer_bytes / shard;
   b.gradient_shard = sharded && in.gradient_shard_buffer ? params * p.grad_bytes / shard : 0.0;
-  b.reference_weights = in.kl_reference ? params * p.weight_bytes : 0.0;
+  b.reference_weights =
+      in.kl_reference ? params * (p.reference_weight_bytes > 0 ? p.reference_weight_bytes : p.weight_bytes) : 0.0;
   if (in.lora_parameters > 0) {  // the base frozen: weights only; the adapters are f32 and trained
     const double a = in.lora_parameters;
     b.weights = params * p.weight_bytes + a * 4;

@@ -33,6 +33,11 @@ struct PrecisionPolicy {
   // Bytes per parameter a rollout worker holds; 0 = weight_bytes. rlrun's worker keeps the f32
   // master copy beside bf16 compute weights (the weight update receives into it): 6.
   double inference_weight_bytes = 0;
+  // Bytes per parameter of the trainer's KL reference copy; 0 = weight_bytes.
+  double reference_weight_bytes = 0;
+  // Whether the distributed optimizer shards the master (it does where the weights are bf16 and
+  // the master a copy apart; not where the model keeps its f32 master beside bf16 matrices).
+  bool master_shards = true;
 };
 
 // fp32 everywhere (the CPU backend): 4 + 4 + 0 + 8 = 16 bytes per parameter.
@@ -45,6 +50,10 @@ PrecisionPolicy bf16_mixed_policy();
 // bytes per parameter, 2 + 4 + 12 / N with the distributed optimizer on N ranks (+ its gradient
 // shard, 4 / N). A rollout worker holds 4 + 2 bytes per parameter.
 PrecisionPolicy engine_bf16_policy();
+// compute_dtype: bf16 on a CPU (engine/model/weights.h kBf16Cache): the f32 master and gradients
+// beside bf16 matrices for the products, f32 activations: 2 + 4 + 4 + 8 = 18 bytes per trained
+// parameter; the KL reference keeps both copies too (6); a rollout worker f32 (4).
+PrecisionPolicy cpu_bf16_cache_policy();
 
 struct TrainerPlanInputs {
   engine::ModelConfig model;

@@ -48,11 +48,15 @@ void render_trainer(std::ostringstream& o, const RunPlan& p) {
   line(o, "optimizer moments (AdamW m, v)", t.optimizer_moments,
        str(in.precision.optimizer_bytes, lora ? adapters : " B/param", shard));
   line(o, "fp32 master weights", t.master_weights,
-       in.precision.master_bytes == 0 ? "the weights are fp32" : str(in.precision.master_bytes, " B/param", shard));
+       in.precision.master_bytes == 0 ? "the weights are fp32"
+                                      : str(in.precision.master_bytes, " B/param", in.precision.master_shards ? shard : ""));
   if (sharded) line(o, "gradient shard (reduce-scatter)", t.gradient_shard, str(in.precision.grad_bytes, " B/param", shard));
   if (in.kl_reference)
     line(o, "KL reference weights (kl_coef)", t.reference_weights,
-         lora ? str(4, adapters, ": the base with them") : str(in.precision.weight_bytes, " B/param"));
+         lora ? str(4, adapters, ": the base with them")
+              : str(in.precision.reference_weight_bytes > 0 ? in.precision.reference_weight_bytes
+                                                            : in.precision.weight_bytes,
+                    " B/param"));
   const double params = static_cast<double>(in.model.num_parameters());
   char per_param[48];
   std::snprintf(per_param, sizeof per_param, "%.4g B/param", params > 0 ? t.model_state() / params : 0.0);

@@ -33,6 +33,12 @@ engine::WeightStorage frozen_weight_storage(const Config& config) {
                                                           : engine::WeightStorage::kF32;
 }
 
+engine::WeightStorage trained_weight_storage(const Config& config) {
+  return config.backend == BackendKind::kCpu && config.compute_dtype == ComputeDtype::kBf16
+             ? engine::WeightStorage::kBf16Cache
+             : engine::WeightStorage::kF32;
+}
+
 Result<std::unique_ptr<engine::Backend>> backend_from_config(const Config& config, int threads) {
   RLRUN_RETURN_IF_ERROR(check_compute_dtype(config));
   RLRUN_ASSIGN_OR_RETURN(std::unique_ptr<engine::Backend> backend,

@@ -28,5 +28,9 @@ Status check_bf16_products(const Config& config, bool native, const std::string&
 // base_weights_dtype: bf16. A trainer's base never trains under LoRA adapters (lora_rank > 0), a
 // rollout worker's ever (its weights change by weight sync only).
 engine::WeightStorage frozen_weight_storage(const Config& config);
+// How a trainer keeps the weights it trains (and its KL reference copy): kBf16Cache with
+// compute_dtype: bf16 on a CPU (an f32 master, and bf16 matrices refreshed once per optimizer step
+// for the products), else kF32.
+engine::WeightStorage trained_weight_storage(const Config& config);
 
 }  // namespace rlrun::orchestrator

@@ -57,6 +57,7 @@ Status build_rank(const Config& config, const TrainerProcessOptions& options, Tr
   RLRUN_ASSIGN_OR_RETURN(r.backend, backend_from_config(config, static_cast<int>(config.cpu_threads_per_worker)));
   engine::ModelOptions model_options;
   model_options.gradient_checkpointing = config.gradient_checkpointing;
+  model_options.weight_storage = trained_weight_storage(config);
   RLRUN_ASSIGN_OR_RETURN(const engine::ModelConfig model_config, model_config_from(config.model));
   engine::ModelOptions policy_options = model_options;
   if (config.lora_rank > 0) policy_options.weight_storage = frozen_weight_storage(config);  // the base never trains

@@ -8,6 +8,8 @@
 
 #include <unistd.h>
 
+#include "engine/bf16.h"
+#include "engine/cpu/cpu_gemm.h"
 #include "engine/model/model.h"
 #include "tests/engine/model/model_test_util.h"
 #include "trainer/checkpoint.h"
@@ -44,13 +46,18 @@ struct PolicyWithReference {
   std::unique_ptr<ModelAdapter> adapter, reference_adapter;
   std::unique_ptr<Trainer> trainer;
 
-  explicit PolicyWithReference(bool with_reference = true) {
-    model = std::move(engine::Model::create(*backend, tiny_config())).value();
+  // kBf16Cache: compute_dtype: bf16 on a CPU (the backend rounds the products' operands).
+  explicit PolicyWithReference(bool with_reference = true,
+                               engine::WeightStorage storage = engine::WeightStorage::kF32) {
+    engine::ModelOptions o;
+    o.weight_storage = storage;
+    if (storage == engine::WeightStorage::kBf16Cache) EXPECT_TRUE(backend->set_matmul_bf16(true));
+    model = std::move(engine::Model::create(*backend, tiny_config(), o)).value();
     model->weights().init_random(5, 0.2f);
     adapter = std::make_unique<ModelAdapter>(*model);
     trainer = std::move(Trainer::create(options(), *adapter, nullptr)).value();
     if (!with_reference) return;
-    reference = std::move(engine::Model::create(*backend, tiny_config())).value();
+    reference = std::move(engine::Model::create(*backend, tiny_config(), o)).value();
     reference->weights().release_grads();
     reference_adapter = std::make_unique<ModelAdapter>(*reference);
     trainer->set_reference(reference_adapter.get());
@@ -63,6 +70,18 @@ struct PolicyWithReference {
     return r.ok() ? *r : StepReport{};
   }
 };
+
+// Each bf16 matrix of a kBf16Cache model is its f32 master rounded: the copy the products read
+// followed every write of the master.
+void expect_bf16_copies_follow(const engine::Model& m, const std::string& when) {
+  const engine::ModelWeights& w = m.weights();
+  for (size_t i = 0; i < w.params().size(); ++i) {
+    if (w.compute(i).dtype() != engine::DType::kBF16) continue;
+    const std::vector<float> master = engine::to_host_f32(w.master(i)), copy = engine::to_host_f32(w.compute(i));
+    for (size_t e = 0; e < master.size(); ++e)
+      ASSERT_EQ(copy[e], engine::bf16_to_f32(engine::f32_to_bf16(master[e]))) << w.params()[i].name << " " << when;
+  }
+}
 
 double ref_kl(const StepReport& r) { return r.minibatches.at(0).loss.stats.ref_kl_sum; }
 
@@ -185,6 +204,36 @@ TEST(KlReference, ACheckpointKeepsItAndResumesBitForBit) {
   const std::vector<float> loaded = later.params();
   later.train(1);
   EXPECT_EQ(later.reference_weights(), loaded);
+  fs::remove_all(root);
+}
+
+TEST(KlReference, ComputeDtypeBf16KeepsTheBf16CopiesOnTheirMasters) {
+  if (!engine::cpu::bf16_gemm_native()) GTEST_SKIP() << "no native bf16 products on this CPU";
+  const std::string root = fs::temp_directory_path() / ("rlrun_kl_bf16_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  constexpr auto kCached = engine::WeightStorage::kBf16Cache;
+  PolicyWithReference whole(true, kCached);
+  for (int s = 0; s < 4; ++s) {
+    whole.train(s, s == 0 ? TrainObjective::kSupervised : TrainObjective::kPolicy);
+    expect_bf16_copies_follow(*whole.model, "after step " + std::to_string(s));
+    if (s > 0) expect_bf16_copies_follow(*whole.reference, "the reference after step " + std::to_string(s));
+  }
+  std::string saved;
+  {
+    PolicyWithReference first(true, kCached);
+    first.train(0, TrainObjective::kSupervised);
+    first.train(1);
+    Result<std::string> dir = first.trainer->save_checkpoint(root, 2, {});
+    ASSERT_TRUE(dir.ok()) << dir.status().message();
+    saved = *dir;
+  }
+  PolicyWithReference resumed(true, kCached);
+  ASSERT_TRUE(resumed.trainer->load_checkpoint(saved).ok());
+  expect_bf16_copies_follow(*resumed.model, "after a checkpoint load");
+  expect_bf16_copies_follow(*resumed.reference, "the reference after a checkpoint load");
+  resumed.train(2);
+  resumed.train(3);
+  EXPECT_EQ(resumed.params(), whole.params()) << "resumed from its checkpoint, it trains bit for bit as before";
   fs::remove_all(root);
 }
 

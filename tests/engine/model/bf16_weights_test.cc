@@ -1,6 +1,8 @@
 // base_weights_dtype: bf16 (ModelWeights' kBf16Frozen): the weight matrices stored in bf16 only,
 // norms and biases in f32, no master and no gradients; a model over them (with LoRA adapters)
 // computes log-probs and adapter gradients close to the fp32 model's, and holds half the bytes.
+// compute_dtype: bf16's kBf16Cache (an f32 master and gradients, and a bf16 copy of the matrices
+// refreshed by sync_compute) computes exactly what rounding the weights at every product does.
 // Guarded by the CPU feature: the products need native bf16 (AVX512_BF16 or AMX).
 #include <gtest/gtest.h>
 
@@ -165,6 +167,64 @@ TEST_P(Bf16Weights, LoraLogprobsAndAdapterGradientsAreCloseToTheFp32Base) {
   double worst = 0;
   for (size_t v = 0; v < want.size(); ++v) worst = std::max(worst, double(std::fabs(got[v] - want[v])));
   EXPECT_LT(worst, 0.05 * (1 + max_abs(want))) << "decode logits";
+}
+
+// compute_dtype: bf16 on a CPU (kBf16Cache): the matrices' bf16 copy, made once per write of the
+// master, gives bit for bit the log-probs and gradients of rounding the f32 weights at every product
+// (rows past the few-row kernels' bound, where both take the bf16 path), and follows the master
+// only through sync_compute().
+TEST_P(Bf16Weights, ACachedBf16CopyComputesWhatRoundingAtEveryProductDoes) {
+  SKIP_WITHOUT_NATIVE_BF16();
+  auto backend = testing::cpu_backend();
+  ASSERT_TRUE(backend->set_matmul_bf16(true));
+  auto per_product = testing::tiny_model(*backend, GetParam(), 3, 0.3f);
+  auto cached = copy_of(*backend, *per_product, WeightStorage::kBf16Cache);
+  const ModelWeights& w = cached->weights();
+  ASSERT_TRUE(w.has_master());
+  ASSERT_TRUE(w.has_grads());
+  EXPECT_EQ(w.layer(0).q.dtype(), DType::kBF16);
+  EXPECT_EQ(w.lm_head().dtype(), DType::kBF16);
+  EXPECT_EQ(w.embed_tokens().dtype(), DType::kF32) << "rows are gathered from the master";
+  EXPECT_EQ(w.final_norm().dtype(), DType::kF32);
+  EXPECT_EQ(w.bytes(), 4 * w.flat_size() + 4 * w.flat_size() + 2 * w.flat_size()) << "master + grad + bf16 copy";
+  // Sequences of 150 tokens: every product has more rows than the few-row kernels take.
+  std::mt19937 rng(11);
+  testing::HostBatch hb;
+  for (size_t len : {150, 170}) {
+    const auto t = testing::random_ids(rng, len, 64);
+    hb.add_sequence(t, testing::shifted_targets(t));
+  }
+  auto logprobs_and_grads = [&](Model& m) {
+    auto out = m.forward(hb.batch(), false);
+    EXPECT_TRUE(out.ok());
+    m.weights().zero_grads();
+    EXPECT_TRUE(mean_nll_backward(m, hb.batch()).ok());
+    return std::pair{to_host_f32(out->logprobs), to_host_f32(m.weights().grad_flat())};
+  };
+  const auto want = logprobs_and_grads(*per_product);
+  const auto got = logprobs_and_grads(*cached);
+  EXPECT_EQ(got.first, want.first) << "log-probs";
+  EXPECT_EQ(got.second, want.second) << "gradients";
+
+  // An update of the master (what the optimizer writes), then sync_compute(): equal again.
+  std::vector<float> master = to_host_f32(per_product->weights().master_flat());
+  for (size_t e = 0; e < master.size(); ++e) master[e] -= 0.05f * want.second[e];
+  for (Model* m : {per_product.get(), cached.get()}) {
+    backend->copy_from_host(m->weights().master_flat(), master.data(), master.size() * sizeof(float));
+    m->weights().sync_compute();
+  }
+  const auto want2 = logprobs_and_grads(*per_product);
+  EXPECT_EQ(logprobs_and_grads(*cached).first, want2.first) << "after an update and sync_compute()";
+  EXPECT_NE(want2.first, want.first) << "the update changed the model";
+  // A projection's master moved without sync_compute(): the products still read the old copy
+  // (what the trainer's weights_written() exists for); with it they read the new one.
+  const size_t down = w.index_of("model.layers.0.mlp.down_proj.weight").value();
+  const ParamInfo& p = w.params()[down];
+  for (int64_t e = 0; e < p.numel; ++e) master[p.offset + e] += 0.5f;
+  backend->copy_from_host(cached->weights().master_flat(), master.data(), master.size() * sizeof(float));
+  EXPECT_EQ(logprobs_and_grads(*cached).first, want2.first) << "the bf16 copy moved without sync_compute()";
+  cached->weights().sync_compute();
+  EXPECT_NE(logprobs_and_grads(*cached).first, want2.first) << "sync_compute() did not refresh the copy";
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, Bf16Weights, ::testing::Bool(),
