@@ -13,23 +13,15 @@ namespace {
 // The merged model (each adapted W + scale B A, summed on the host: the base may be an f32 master
 // or bf16-frozen matrices, and stays as it was), then the adapters as a PEFT folder in dir/adapter.
 Status export_with_lora(engine::Model& model, const std::string& dir, engine::DType dtype, const std::string& base) {
-  engine::Backend& b = model.backend();
   const engine::LoraWeights& lora = *model.lora();
   std::vector<engine::HostTensor> merged = engine::weights_to_host(model);
   std::unordered_map<std::string, size_t> by_name;
   for (size_t i = 0; i < merged.size(); ++i) by_name.emplace(merged[i].name, i);
-  const float scale = static_cast<float>(lora.config().scale());
-  for (int64_t l = 0; l < model.config().num_layers; ++l) {
-    for (int t = 0; t < engine::kLoraTargets; ++t) {
-      if (!lora.config().targets[t]) continue;
-      const engine::LoraPair& p = lora.layer(l)[t];
-      const engine::Tensor delta = b.uninitialized({p.b.shape().rows(), p.a.shape().cols()}, engine::DType::kF32);
-      b.matmul(delta, p.b, p.a, false, false, scale);  // (out, in) = scale B A
-      const std::vector<float> d = engine::to_host_f32(delta);
-      std::vector<float>& w = merged.at(by_name.at(engine::lora_base_name(l, static_cast<engine::LoraTarget>(t)))).data;
-      for (size_t i = 0; i < w.size(); ++i) w[i] += d[i];
-    }
-  }
+  engine::for_each_lora_delta(lora, [&](int64_t layer, engine::LoraTarget target, const engine::Tensor& delta) {
+    const std::vector<float> d = engine::to_host_f32(delta);
+    std::vector<float>& w = merged.at(by_name.at(engine::lora_base_name(layer, target))).data;
+    for (size_t i = 0; i < w.size(); ++i) w[i] += d[i];
+  });
   RLRUN_RETURN_IF_ERROR(engine::save_hf_checkpoint(dir, model.config(), merged, dtype));
   const std::vector<float> flat = engine::to_host_f32(lora.master_flat());
   std::vector<engine::HostTensor> tensors;

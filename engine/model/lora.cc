@@ -131,18 +131,31 @@ void LoraWeights::init(uint64_t seed) {
   }
 }
 
-void merge_lora(const LoraWeights& lora, ModelWeights& weights, float sign) {
-  RLRUN_CHECK(&lora.backend() == &weights.backend(), "merge_lora: adapters and weights on different backends");
-  Backend& b = weights.backend();
-  const float s = sign * static_cast<float>(lora.config().scale());
-  for (int64_t l = 0; l < weights.config().num_layers; ++l) {
+void for_each_lora_delta(const LoraWeights& lora,
+                         const std::function<void(int64_t layer, LoraTarget target, const Tensor& delta)>& fn) {
+  Backend& b = lora.backend();
+  const float scale = static_cast<float>(lora.config().scale());
+  Tensor buffer;
+  for (int64_t l = 0; l < lora.num_layers(); ++l) {
     for (int t = 0; t < kLoraTargets; ++t) {
       if (!lora.config().targets[t]) continue;
       const LoraPair& p = lora.layer(l)[t];
-      const size_t w = weights.index_of(lora_base_name(l, static_cast<LoraTarget>(t))).value();
-      b.matmul(weights.master(w), p.b, p.a, false, false, s, 1.0f);  // W (out, in) += s B A
+      const int64_t out = p.b.shape().rows(), in = p.a.shape().cols();
+      if (!buffer.defined() || buffer.numel() < out * in) buffer = b.uninitialized({out * in}, DType::kF32);
+      const Tensor delta = buffer.rows(0, out * in).view({out, in});
+      b.matmul(delta, p.b, p.a, false, false, scale);  // (out, in) = scale B A
+      fn(l, static_cast<LoraTarget>(t), delta);
     }
   }
+}
+
+void merge_lora(const LoraWeights& lora, ModelWeights& weights, float sign) {
+  RLRUN_CHECK(&lora.backend() == &weights.backend(), "merge_lora: adapters and weights on different backends");
+  Backend& b = weights.backend();
+  for_each_lora_delta(lora, [&](int64_t layer, LoraTarget target, const Tensor& delta) {
+    const Tensor w = weights.master(weights.index_of(lora_base_name(layer, target)).value());
+    b.axpy(w, sign, delta);  // W += sign * delta
+  });
   weights.sync_compute();
 }
 

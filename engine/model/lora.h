@@ -18,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,7 @@ class LoraWeights {
 
   const LoraConfig& config() const { return config_; }
   Backend& backend() const { return *backend_; }
+  int64_t num_layers() const { return num_layers_; }
   const std::vector<ParamInfo>& params() const { return layout_; }
   int64_t flat_size() const { return flat_size_; }
 
@@ -94,6 +96,11 @@ class LoraWeights {
   Tensor master_, grad_;
   std::vector<LoraLayer> layers_, layer_grads_;
 };
+
+// Calls fn(layer, target, delta) for every adapted projection, delta = scale * B A (out, in): the
+// weight change its adapter makes, in a buffer of `lora`'s backend reused from call to call.
+void for_each_lora_delta(const LoraWeights& lora,
+                         const std::function<void(int64_t layer, LoraTarget target, const Tensor& delta)>& fn);
 
 // weights' f32 master += sign * scale * B A for every adapted projection, then sync_compute():
 // the model with the adapters merged in (sign 1), or taken out again (-1, up to rounding). The

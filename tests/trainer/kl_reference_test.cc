@@ -51,7 +51,9 @@ struct PolicyWithReference {
                                engine::WeightStorage storage = engine::WeightStorage::kF32) {
     engine::ModelOptions o;
     o.weight_storage = storage;
-    if (storage == engine::WeightStorage::kBf16Cache) EXPECT_TRUE(backend->set_matmul_bf16(true));
+    if (storage == engine::WeightStorage::kBf16Cache) {
+      EXPECT_TRUE(backend->set_matmul_bf16(true));
+    }
     model = std::move(engine::Model::create(*backend, tiny_config(), o)).value();
     model->weights().init_random(5, 0.2f);
     adapter = std::make_unique<ModelAdapter>(*model);
