@@ -7,7 +7,10 @@ rlrun: kl_coef), AdamW, grad clip 1, every group trained (rlrun: discard_group_z
 false, as TRL trains zero-spread groups too). Both sides read the same JSONL files this script
 writes (rlrun: task.name jsonl): the same training prompts (each side draws them in its own
 shuffled order), and 64 held-out problems never trained on,
-scored greedily with the same rule (the last number in the answer, rlrun's `numeric`).
+scored greedily with the same rule (the last number in the answer, rlrun's `numeric`): each side by
+its own evaluator (rlrun's rollout engine, HF generate), and both final models again by the same
+HF evaluator, in fp32 and under bf16 autocast (TRL's bf16=True trains, samples and, on the model it
+leaves, generates under autocast: its answers there differ from the fp32 model's).
 
 Seconds per RL step, the median (and mean) over the steps of each side: rlrun's step is its loop's
 wait for a batch + train + weight sync (metrics.jsonl; generation overlaps training, and the first
@@ -119,6 +122,49 @@ def correct(completion, answer):
         return False
 
 
+def hf_accuracy(model, tokenizer, rows, bf16_autocast=False):
+    """Greedy held-out accuracy of an HF model (16 new tokens, the same rule as rlrun's `numeric`),
+    in fp32 or under bf16 autocast (what TRL's bf16=True leaves on the model's forward)."""
+    import contextlib
+    import torch
+    was_training = model.training
+    model.eval()
+    hits = 0
+    mode = torch.autocast("cpu", dtype=torch.bfloat16) if bf16_autocast else contextlib.nullcontext()
+    with torch.no_grad(), mode:
+        for i in range(0, len(rows), 16):
+            chunk = rows[i:i + 16]
+            texts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
+                                                   add_generation_prompt=True) for q, _ in chunk]
+            enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+            out = model.generate(**enc, max_new_tokens=16, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+            for (q, ans), ids in zip(chunk, out[:, enc["input_ids"].shape[1]:]):
+                hits += correct(tokenizer.decode(ids, skip_special_tokens=True), ans)
+    model.train(was_training)
+    return hits / max(1, len(rows))
+
+
+def hf_tokenizer():
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(os.path.dirname(GGUF), gguf_file=os.path.basename(GGUF))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def hf_eval_side(a, model_dir, test):
+    """rlrun's exported model scored by the same HF evaluator as TRL's, in fp32 and bf16 autocast."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM
+    torch.set_num_threads(a.threads)
+    dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    model = AutoModelForCausalLM.from_pretrained(model_dir, **{dtype_key: torch.float32})
+    rows = [(r["prompt"], r["answer"]) for r in load_rows(test)]
+    tokenizer = hf_tokenizer()
+    return {"fp32": hf_accuracy(model, tokenizer, rows), "bf16_autocast": hf_accuracy(model, tokenizer, rows, True)}
+
+
 def trl_side(a, data):
     import torch
     import transformers
@@ -131,9 +177,7 @@ def trl_side(a, data):
     transformers.generation.utils.is_fsdp_managed_module = lambda module: False
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    tokenizer = AutoTokenizer.from_pretrained(os.path.dirname(GGUF), gguf_file=os.path.basename(GGUF))
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = hf_tokenizer()
     dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
     model = AutoModelForCausalLM.from_pretrained(HF_DIR, **{dtype_key: torch.float32})
 
@@ -141,20 +185,8 @@ def trl_side(a, data):
     train = [{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": r["answer"]}
              for r in load_rows(data["train"])]
 
-    def accuracy():
-        model.eval()
-        hits = 0
-        with torch.no_grad():
-            for i in range(0, len(eval_rows), 16):
-                chunk = eval_rows[i:i + 16]
-                texts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
-                                                       add_generation_prompt=True) for q, _ in chunk]
-                enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
-                out = model.generate(**enc, max_new_tokens=16, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-                for (q, ans), ids in zip(chunk, out[:, enc["input_ids"].shape[1]:]):
-                    hits += correct(tokenizer.decode(ids, skip_special_tokens=True), ans)
-        model.train()
-        return hits / max(1, len(eval_rows))
+    def accuracy(bf16_autocast=False):
+        return hf_accuracy(model, tokenizer, eval_rows, bf16_autocast)
 
     def reward(prompts, completions, answer, **kwargs):
         return [1.0 if correct(c[0]["content"], ans) else 0.0 for c, ans in zip(completions, answer)]
@@ -192,11 +224,16 @@ def trl_side(a, data):
                               processing_class=tokenizer, callbacks=[times])
         model = trainer.model
         trainer.train()
+        # bf16=True leaves the model's forward wrapped in bf16 autocast; the fp32 model is scored
+        # without it, and both sides' final models in fp32 and under bf16 autocast alike.
+        model = trainer.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     after = accuracy()
-    log(f"TRL: held-out accuracy after {after:.3f}")
+    after_bf16 = accuracy(bf16_autocast=True)
+    log(f"TRL: held-out accuracy after {after:.3f} (fp32), {after_bf16:.3f} (bf16 autocast)")
     import trl
     return {"seconds_per_step": statistics.median(times.times), "mean_seconds_per_step": statistics.mean(times.times),
             "steps": len(times.times), "accuracy_before": before, "accuracy_after": after,
+            "hf_accuracy_after": {"fp32": after, "bf16_autocast": after_bf16},
             "versions": f"TRL {trl.__version__}, transformers {transformers.__version__}, torch {torch.__version__}"
                         + (", bf16" if a.trl_bf16 else "")}
 
@@ -213,7 +250,11 @@ def main():
     p.add_argument("--trl-bf16", action="store_true", help="TRL's bf16=True (autocast on CPU)")
     p.add_argument("--keep-run", metavar="DIR", help="rlrun's run folder (kept; default: a temporary one)")
     p.add_argument("--trl-side", help=argparse.SUPPRESS)  # internal: run TRL in this interpreter
+    p.add_argument("--hf-eval", nargs=2, help=argparse.SUPPRESS)  # internal: MODEL_DIR TEST_JSONL
     a = p.parse_args()
+    if a.hf_eval:
+        print("json: " + json.dumps(hf_eval_side(a, *a.hf_eval)))
+        return
     if a.trl_side:
         folder = a.trl_side
         result = trl_side(a, {"train": os.path.join(folder, "train.jsonl"), "test": os.path.join(folder, "test.jsonl")})
@@ -226,11 +267,20 @@ def main():
     results = {}
     with tempfile.TemporaryDirectory(prefix="rlrun_bench_trl_") as tmp:
         data = write_data(a, tmp)
+        python = os.environ.get("TRL_PYTHON", sys.executable)
         if not a.skip_rlrun:
-            results["rlrun"] = run_rlrun(a, data, a.keep_run or os.path.join(tmp, "rlrun"))
+            run_dir = a.keep_run or os.path.join(tmp, "rlrun")
+            results["rlrun"] = run_rlrun(a, data, run_dir)
+            # Its exported model through TRL's evaluator (HF generate), fp32 and bf16 autocast.
+            done = subprocess.run([python, os.path.abspath(__file__), "--hf-eval", os.path.join(run_dir, "model"),
+                                   data["test"], "--threads", str(a.threads)], stdout=subprocess.PIPE, text=True)
+            line = [l for l in done.stdout.splitlines() if l.startswith("json: ")]
+            if done.returncode == 0 and line:
+                results["rlrun"]["hf_accuracy_after"] = json.loads(line[-1][6:])
+            else:
+                log(f"HF could not score rlrun's exported model (exit {done.returncode}); TRL_PYTHON={python}")
             log(f"rlrun: {results['rlrun']}")
         if not a.skip_trl:
-            python = os.environ.get("TRL_PYTHON", sys.executable)
             args = [python, os.path.abspath(__file__), "--trl-side", tmp, "--steps", str(a.steps),
                     "--threads", str(a.threads), "--beta", str(a.beta), "--seed", str(a.seed)]
             if a.trl_bf16:
@@ -247,10 +297,13 @@ def main():
     print("host: " + version.stdout.strip().splitlines()[-1])
     if "trl" in results:
         print("TRL side: " + results["trl"]["versions"])
-    print(f"{'':26}{'s/step (median)':>16}{'(mean)':>8}{'accuracy before':>18}{'after':>8}")
+    print(f"{'':26}{'s/step (median)':>16}{'(mean)':>8}{'accuracy before':>18}{'after':>8}"
+          f"{'HF fp32':>9}{'HF bf16':>9}")
     for name, r in results.items():
+        hf = r.get("hf_accuracy_after", {})
         print(f"{name:26}{r['seconds_per_step']:>16.2f}{r['mean_seconds_per_step']:>8.2f}"
-              f"{r['accuracy_before']:>18.3f}{r['accuracy_after']:>8.3f}")
+              f"{r['accuracy_before']:>18.3f}{r['accuracy_after']:>8.3f}"
+              f"{hf.get('fp32', float('nan')):>9.3f}{hf.get('bf16_autocast', float('nan')):>9.3f}")
     if "rlrun" in results and "trl" in results:
         results["speedup"] = results["trl"]["seconds_per_step"] / results["rlrun"]["seconds_per_step"]
         print(f"rlrun is {results['speedup']:.2f}x faster per RL step than TRL's GRPOTrainer (median step)")
