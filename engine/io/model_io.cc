@@ -106,8 +106,12 @@ std::vector<HostTensor> weights_to_host(const Model& model) {
     const Result<size_t> i = w.index_of(spec.name);
     RLRUN_CHECK(i.ok(), str("hf_tensor_specs and parameter_layout disagree on ", spec.name));
     // Without a master (released to a sharded optimizer, or bf16-frozen) the compute weights,
-    // widened, are the copy.
-    HostTensor t{spec.name, spec.shape, to_host_f32(w.has_master() ? w.master(*i) : w.compute(*i))};
+    // widened, are the copy. With compute_dtype: bf16's copy (kBf16Cache) the matrices are the
+    // bf16 ones the products read: the policy the run trained and sampled. At a small learning rate
+    // much of what it learned is which weights round to the next bf16 value, and the f32 master
+    // would answer like the model before training (performance.md, "An RL step beside TRL").
+    const bool as_computed = w.storage() == WeightStorage::kBf16Cache && w.compute(*i).dtype() == DType::kBF16;
+    HostTensor t{spec.name, spec.shape, to_host_f32(w.has_master() && !as_computed ? w.master(*i) : w.compute(*i))};
     out.push_back(std::move(t));
   }
   return out;

@@ -39,8 +39,10 @@ Result<Tokenizer> load_tokenizer_file(const std::string& path);
 std::string checkpoint_tokenizer_path(const std::string& checkpoint);
 
 // The model's master weights as host tensors in hf_tensor_specs() order (what save_hf_checkpoint
-// and weight sync take); after ModelWeights::release_master() its compute weights, widened to f32
-// (bf16 values: the f32 master then lives sharded in the trainer's optimizer and its checkpoints).
+// takes); after ModelWeights::release_master() its compute weights, widened to f32 (bf16 values:
+// the f32 master then lives sharded in the trainer's optimizer and its checkpoints). With
+// kBf16Cache (compute_dtype: bf16 on a CPU) the matrices are the bf16 copy the products read, the
+// norms and biases the master: the model as it computed.
 std::vector<HostTensor> weights_to_host(const Model& model);
 // save_hf_checkpoint(dir, model.config(), weights_to_host(model), dtype); dtype F32 or BF16.
 Status save_weights(const Model& model, const std::string& dir, DType dtype);

@@ -187,6 +187,16 @@ TEST_P(Bf16Weights, ACachedBf16CopyComputesWhatRoundingAtEveryProductDoes) {
   EXPECT_EQ(w.embed_tokens().dtype(), DType::kF32) << "rows are gathered from the master";
   EXPECT_EQ(w.final_norm().dtype(), DType::kF32);
   EXPECT_EQ(w.bytes(), 4 * w.flat_size() + 4 * w.flat_size() + 2 * w.flat_size()) << "master + grad + bf16 copy";
+  // The export is the model as it computes: matrices as the bf16 copy, norms and biases exact.
+  for (const HostTensor& t : weights_to_host(*cached)) {
+    const size_t i = w.index_of(t.name).value();
+    const ParamInfo& p = w.params()[i];
+    const std::vector<float> master = to_host_f32(per_product->weights().master(i));
+    for (size_t e = 0; e < master.size(); ++e) {
+      const float want = (p.is_norm || p.is_bias) ? master[e] : bf16_to_f32(f32_to_bf16(master[e]));
+      ASSERT_EQ(t.data[e], want) << t.name << "[" << e << "]";
+    }
+  }
   // Sequences of 150 tokens: every product has more rows than the few-row kernels take.
   std::mt19937 rng(11);
   testing::HostBatch hb;

@@ -123,23 +123,34 @@ TEST(RunStop, PromptsThatNeverFitStopTheRunNamingTheKeys) {
   EXPECT_NE(output.find("max_prompt_tokens = 4"), std::string::npos) << output;
 }
 
+// Starts the quickstart in `dir` (warm-started, every group trained, no periodic evaluation) with
+// `extra` settings, and waits until it has completed 3 steps; -1 (a failure, the run ended) when
+// it did not.
+pid_t start_quickstart_until_step_3(const testing::TempDir& dir, const std::string& run, const std::string& log,
+                                    const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {RLRUN_BINARY, quickstart(), "--run-dir", run, "--set", "metrics_bind=127.0.0.1:0",
+                                   "--set", "format_warm_start_steps=10", "--set", "discard_group_zero_advantage=false",
+                                   "--set", "task.eval_every=0"};
+  for (const std::string& e : extra) args.insert(args.end(), {"--set", e});
+  const pid_t pid = testing::spawn_in(dir.path(), args, log);
+  EXPECT_GT(pid, 0);
+  if (pid <= 0) return -1;
+  testing::eventually([&] { return lines_in(run + "/metrics.jsonl") >= 3 || ::waitpid(pid, nullptr, WNOHANG) == pid; },
+                      std::chrono::seconds(180), std::chrono::milliseconds(50));
+  if (lines_in(run + "/metrics.jsonl") >= 3) return pid;
+  ADD_FAILURE() << "the run did not complete 3 steps:\n" << testing::read_all(log);
+  ::kill(pid, SIGKILL);  // when it still runs
+  ::waitpid(pid, nullptr, 0);
+  return -1;
+}
+
 TEST(RunStop, SigtermStillMeasuresHeldOutAccuracy) {
   // Also when every batch is ready before the trainer asks: the stop must not need a wait.
   testing::TempDir dir;
   const std::string run = dir.path() + "/run", log = dir.path() + "/rlrun.log";
-  const pid_t pid = testing::spawn_in(
-      dir.path(),
-      {RLRUN_BINARY, quickstart(), "--run-dir", run, "--set", "metrics_bind=127.0.0.1:0", "--set",
-       "format_warm_start_steps=10", "--set", "discard_group_zero_advantage=false", "--set", "task.eval_every=0",
-       // rollout runs far ahead: the trainer finds its batch ready, a step without a wait
-       "--set", "max_async_rollout=4"},
-      log);
+  // rollout runs far ahead: the trainer finds its batch ready, a step without a wait
+  const pid_t pid = start_quickstart_until_step_3(dir, run, log, {"max_async_rollout=4"});
   ASSERT_GT(pid, 0);
-  bool ended = false;  // early: the assertion below says why
-  testing::eventually(
-      [&] { return lines_in(run + "/metrics.jsonl") >= 3 || (ended = ::waitpid(pid, nullptr, WNOHANG) == pid); },
-      std::chrono::seconds(120), std::chrono::milliseconds(50));
-  ASSERT_GE(lines_in(run + "/metrics.jsonl"), 3) << testing::read_all(log);
   ::kill(pid, SIGTERM);
   int status = 0;
   ASSERT_TRUE(wait_for_exit(pid, &status, std::chrono::seconds(60))) << testing::read_all(log);
@@ -166,17 +177,10 @@ TEST(RunStop, WorkersKilledDuringTheEvaluationAtTheStopEndTheRunAtOnce) {
   // evaluation cannot finish; the run must end now, not after rollout_request_timeout_seconds.
   testing::TempDir dir;
   const std::string run = dir.path() + "/run", log = dir.path() + "/rlrun.log";
-  const pid_t pid = testing::spawn_in(
-      dir.path(),
-      {RLRUN_BINARY, quickstart(), "--run-dir", run, "--set", "metrics_bind=127.0.0.1:0", "--set",
-       "format_warm_start_steps=10", "--set", "discard_group_zero_advantage=false", "--set", "task.eval_every=0",
-       // an evaluation long enough (seconds) to be in progress when the workers die
-       "--set", "task.eval_size=16384", "--set", "rollout_request_timeout_seconds=300"},
-      log);
+  // an evaluation long enough (seconds) to be in progress when the workers die
+  const pid_t pid =
+      start_quickstart_until_step_3(dir, run, log, {"task.eval_size=16384", "rollout_request_timeout_seconds=300"});
   ASSERT_GT(pid, 0);
-  testing::eventually([&] { return lines_in(run + "/metrics.jsonl") >= 3 || ::waitpid(pid, nullptr, WNOHANG) == pid; },
-                      std::chrono::seconds(180), std::chrono::milliseconds(50));
-  ASSERT_GE(lines_in(run + "/metrics.jsonl"), 3) << testing::read_all(log);
   const std::vector<pid_t> workers = children_of(pid);
   ASSERT_EQ(workers.size(), 2u) << "expected a trainer and a rollout worker";
   ::kill(pid, SIGTERM);
