@@ -118,7 +118,10 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   RolloutPlanInputs& r = p.rollout_inputs;
   r.model = p.model;
   r.precision = p.precision;
-  if (!cuda) r.precision.weight_bytes = 4, r.precision.inference_weight_bytes = 0;  // f32 on a CPU worker
+  if (!cuda) {  // a CPU rollout worker's weights are f32 (bf16 only with base_weights_dtype, below)
+    r.precision.weight_bytes = 4;
+    r.precision.inference_weight_bytes = 0;
+  }
   r.device_bytes = cuda ? p.device.bytes : 0.0;
   r.gpu_memory_utilization = c.gpu_memory_utilization;
   r.runtime_reserve_bytes = p.runtime_reserve;

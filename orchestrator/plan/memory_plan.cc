@@ -75,8 +75,7 @@ TrainerBudget plan_model_state(double params, const TrainerPlanInputs& in) {
   b.master_weights = params * p.master_bytes / (p.master_shards ? shard : 1.0);
   b.optimizer_moments = params * p.optimizer_bytes / shard;
   b.gradient_shard = sharded && in.gradient_shard_buffer ? params * p.grad_bytes / shard : 0.0;
-  b.reference_weights =
-      in.kl_reference ? params * (p.reference_weight_bytes > 0 ? p.reference_weight_bytes : p.weight_bytes) : 0.0;
+  b.reference_weights = in.kl_reference ? params * p.reference_bytes() : 0.0;
   if (in.lora_parameters > 0) {  // the base frozen: weights only; the adapters are f32 and trained
     const double a = in.lora_parameters;
     b.weights = params * p.weight_bytes + a * 4;

@@ -33,11 +33,13 @@ struct PrecisionPolicy {
   // Bytes per parameter a rollout worker holds; 0 = weight_bytes. rlrun's worker keeps the f32
   // master copy beside bf16 compute weights (the weight update receives into it): 6.
   double inference_weight_bytes = 0;
-  // Bytes per parameter of the trainer's KL reference copy; 0 = weight_bytes.
+  // Bytes per parameter of the trainer's KL reference copy; 0 = weight_bytes (reference_bytes()).
   double reference_weight_bytes = 0;
   // Whether the distributed optimizer shards the master (it does where the weights are bf16 and
   // the master a copy apart; not where the model keeps its f32 master beside bf16 matrices).
   bool master_shards = true;
+
+  double reference_bytes() const { return reference_weight_bytes > 0 ? reference_weight_bytes : weight_bytes; }
 };
 
 // fp32 everywhere (the CPU backend): 4 + 4 + 0 + 8 = 16 bytes per parameter.

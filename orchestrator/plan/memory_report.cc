@@ -53,10 +53,7 @@ void render_trainer(std::ostringstream& o, const RunPlan& p) {
   if (sharded) line(o, "gradient shard (reduce-scatter)", t.gradient_shard, str(in.precision.grad_bytes, " B/param", shard));
   if (in.kl_reference)
     line(o, "KL reference weights (kl_coef)", t.reference_weights,
-         lora ? str(4, adapters, ": the base with them")
-              : str(in.precision.reference_weight_bytes > 0 ? in.precision.reference_weight_bytes
-                                                            : in.precision.weight_bytes,
-                    " B/param"));
+         lora ? str(4, adapters, ": the base with them") : str(in.precision.reference_bytes(), " B/param"));
   const double params = static_cast<double>(in.model.num_parameters());
   char per_param[48];
   std::snprintf(per_param, sizeof per_param, "%.4g B/param", params > 0 ? t.model_state() / params : 0.0);
