@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
           for (int i = 0; i < m; ++i)
             for (int p = 0; p < k; ++p) a16[size_t(i) * k + p] = rlrun::engine::f32_to_bf16(ta ? a[size_t(p) * lda + i] : a[size_t(i) * lda + p]);
           for (size_t i = 0; i < b16.size(); ++i) b16[i] = rlrun::engine::f32_to_bf16(b[i]);
-          rlrun::engine::cpu::gemm_bf16(tb, m, n, k, 1.0f, a16.data(), k, b16.data(), ldb, 0.0f, c, ldc);
+          rlrun::engine::cpu::gemm_bf16(false, tb, m, n, k, 1.0f, a16.data(), k, b16.data(), ldb, 0.0f, c, ldc);
         };
         std::vector<double> figures;
         for (const Shape& s : kShapes) figures.push_back(gflops(gemm, s));

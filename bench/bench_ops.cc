@@ -3,7 +3,7 @@
 // Each figure is also given as a fraction of the best sgemm rate measured in the same run (the
 // bound a CPU op could reach). Prints figures; never fails on time.
 //
-// Usage: bench_ops [--threads N] [--quick]
+// Usage: bench_ops [--threads N] [--quick] [--bf16]
 #include <time.h>
 
 #include <algorithm>
@@ -29,6 +29,7 @@ double process_cpu_seconds() {
 }
 
 int g_threads = 1;
+bool g_bf16 = false;  // --bf16
 double g_cpu_share_sum = 0.0;  // CPU seconds / (wall seconds * threads), averaged at the end
 int g_timed = 0;
 
@@ -59,14 +60,23 @@ Tensor random_tensor(Backend& be, Shape shape, uint32_t seed, float scale = 1.0f
   return from_host(be, shape, v);
 }
 
-double bench_sgemm(Backend& be, int64_t m, int64_t n, int64_t k, bool ta, bool tb, const char* what) {
+// With --bf16 (compute_dtype: bf16): the backend rounds the f32 operands of each product, as a
+// train step's activations and gradients are, while a weight operand (`b_weight`) is bf16 already,
+// as the trainer's bf16 copy of its matrices (model/weights.h kBf16Cache); the rounding is timed.
+double bench_sgemm(Backend& be, int64_t m, int64_t n, int64_t k, bool ta, bool tb, const char* what,
+                   bool b_weight) {
   Tensor a = random_tensor(be, ta ? Shape{k, m} : Shape{m, k}, 1);
   Tensor b = random_tensor(be, tb ? Shape{n, k} : Shape{k, n}, 2);
+  if (g_bf16 && b_weight) {
+    Tensor b16 = be.zeros(b.shape(), DType::kBF16);
+    be.convert(b16, b);
+    b = b16;
+  }
   Tensor c = be.zeros(Shape{m, n}, DType::kF32);
   const double s = time_call([&] { be.matmul(c, a, b, ta, tb, 1.0f, 0.0f); });
   const double gflops = 2.0 * m * n * k / s / 1e9;
-  std::printf("sgemm %-28s M=%-5ld N=%-6ld K=%-5ld %s%s  %8.2f ms  %7.1f GFLOP/s\n", what, (long)m, (long)n, (long)k,
-              ta ? "T" : "N", tb ? "T" : "N", s * 1e3, gflops);
+  std::printf("%s %-28s M=%-5ld N=%-6ld K=%-5ld %s%s  %8.2f ms  %7.1f GFLOP/s\n", g_bf16 ? "bf16 " : "sgemm", what,
+              (long)m, (long)n, (long)k, ta ? "T" : "N", tb ? "T" : "N", s * 1e3, gflops);
   return gflops;
 }
 
@@ -133,19 +143,24 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--bf16") == 0) g_bf16 = true;
   }
   cpu::CpuBackend be(threads);
+  if (g_bf16 && !be.set_matmul_bf16(true)) {
+    std::fprintf(stderr, "bench_ops: --bf16 needs a CPU that multiplies bf16 natively (AVX512_BF16 or AMX)\n");
+    return 2;
+  }
   g_threads = be.num_threads();
   std::printf("cpu backend, %d threads, %s kernels\n", be.num_threads(), be.avx2_kernels() ? "AVX2+FMA" : "baseline");
   const int64_t t = quick ? 1024 : 4096;  // tokens in a micro-batch
   double peak = 0.0;
   // SmolLM2-135M: hidden 576, intermediate 1536, vocab 49152.
-  peak = std::max(peak, bench_sgemm(be, t, 576, 576, false, true, "q/o proj fwd (x W^T)"));
-  peak = std::max(peak, bench_sgemm(be, t, 1536, 576, false, true, "gate/up proj fwd"));
-  peak = std::max(peak, bench_sgemm(be, t, 576, 1536, false, false, "down proj dx (dy W)"));
-  peak = std::max(peak, bench_sgemm(be, 1536, 576, t, true, false, "down proj dW (dy^T x)"));
-  peak = std::max(peak, bench_sgemm(be, quick ? 256 : 1024, 49152, 576, false, true, "lm head fwd"));
-  peak = std::max(peak, bench_sgemm(be, 512, 512, 512, false, false, "square 512"));
+  peak = std::max(peak, bench_sgemm(be, t, 576, 576, false, true, "q/o proj fwd (x W^T)", true));
+  peak = std::max(peak, bench_sgemm(be, t, 1536, 576, false, true, "gate/up proj fwd", true));
+  peak = std::max(peak, bench_sgemm(be, t, 576, 1536, false, false, "down proj dx (dy W)", true));
+  peak = std::max(peak, bench_sgemm(be, 1536, 576, t, true, false, "down proj dW (dy^T x)", false));
+  peak = std::max(peak, bench_sgemm(be, quick ? 256 : 1024, 49152, 576, false, true, "lm head fwd", true));
+  peak = std::max(peak, bench_sgemm(be, 512, 512, 512, false, false, "square 512", false));
   bench_attention(be, quick ? 2 : 8, 512, 9, 3, 64, peak);
   bench_attention(be, quick ? 1 : 2, quick ? 1024 : 2048, 9, 3, 64, peak);
   bench_paged_decode(be, 64, quick ? 256 : 1024, 9, 3, 64);

@@ -24,14 +24,14 @@ namespace rlrun::engine::cpu {
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// The bf16 products: C = alpha A op(B) + beta C for bf16 A (m x k, row-major, lda) and bf16 B (k x n
-// row-major, or n x k when trans_b), with fp32 sums and an fp32 C: twice fp32's products per cycle
+// The bf16 products: C = alpha op(A) op(B) + beta C for bf16 A (m x k row-major, or k x m when
+// trans_a) and B (k x n row-major, or n x k when trans_b), with fp32 sums and an fp32 C: twice fp32's products per cycle
 // on a CPU that multiplies bf16 natively (AVX512_BF16's VDPBF16PS, AMX tiles). Calling thread
 // alone, as sgemm(). Only where bf16_gemm_native() (elsewhere oneDNN would emulate it, slower than
 // fp32).
 bool bf16_gemm_native();
-void gemm_bf16(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
-               const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // oneDNN primitives gemm_bf16 has built (JIT-compiled) in this process, over every thread: one per
 // thread and (n, k, layout, alpha, beta), whatever the rows.
 int64_t gemm_bf16_primitives_built();

@@ -20,7 +20,7 @@ namespace rlrun::engine::cpu {
 
 namespace {
 
-using Key = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;  // no m
+using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;  // no m
 
 struct Primitive {
   dnnl::matmul::primitive_desc desc;
@@ -40,14 +40,20 @@ ThreadState& thread_state() {
 
 std::atomic<int64_t> primitives_built{0};
 
-Primitive make_primitive(ThreadState& t, bool trans_b, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
-                         float alpha, float beta) {
+// A as (m, k): trans_a stores it as k rows of m (the layout of a gradient dY whose transpose
+// multiplies, dY^T X).
+dnnl::memory::desc a_desc(bool trans_a, int64_t m, int64_t k, int64_t lda) {
   using dnnl::memory;
-  const memory::dim m = DNNL_RUNTIME_DIM_VAL;
-  const memory::desc a_md({m, k}, memory::data_type::bf16, memory::dims{lda, 1});
+  return memory::desc({m, k}, memory::data_type::bf16, trans_a ? memory::dims{1, lda} : memory::dims{lda, 1});
+}
+
+Primitive make_primitive(ThreadState& t, bool trans_a, bool trans_b, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                         int64_t ldc, float alpha, float beta) {
+  using dnnl::memory;
+  const memory::desc a_md = a_desc(trans_a, DNNL_RUNTIME_DIM_VAL, k, lda);
   // B as (k, n): trans_b stores it as n rows of k (the layout of a weight matrix, x W^T).
   const memory::desc b_md({k, n}, memory::data_type::bf16, trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
-  const memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
+  const memory::desc c_md({DNNL_RUNTIME_DIM_VAL, n}, memory::data_type::f32, memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
@@ -70,21 +76,20 @@ bool bf16_gemm_native() {
   return (f.avx512_bf16 || f.amx_bf16) && (isa == "avx512_bf16" || isa == "amx");
 }
 
-void gemm_bf16(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
-               const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   try {
     ThreadState& t = thread_state();
-    const Key key{trans_b, n, k, lda, ldb, ldc, alpha, beta};
+    const Key key{trans_a, trans_b, n, k, lda, ldb, ldc, alpha, beta};
     auto it = t.primitives.find(key);
     if (it == t.primitives.end())
     {
-      it = t.primitives.emplace(key, make_primitive(t, trans_b, n, k, lda, ldb, ldc, alpha, beta)).first;
+      it = t.primitives.emplace(key, make_primitive(t, trans_a, trans_b, n, k, lda, ldb, ldc, alpha, beta)).first;
       primitives_built.fetch_add(1, std::memory_order_relaxed);
     }
     const dnnl::matmul::primitive_desc& desc = it->second.desc;
     using dnnl::memory;
-    dnnl::memory a_mem(memory::desc({m, k}, memory::data_type::bf16, memory::dims{lda, 1}), t.engine,
-                       const_cast<uint16_t*>(a));
+    dnnl::memory a_mem(a_desc(trans_a, m, k, lda), t.engine, const_cast<uint16_t*>(a));
     dnnl::memory b_mem(desc.weights_desc(), t.engine, const_cast<uint16_t*>(b));
     dnnl::memory c_mem(memory::desc({m, n}, memory::data_type::f32, memory::dims{ldc, 1}), t.engine, c);
     it->second.matmul.execute(t.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});

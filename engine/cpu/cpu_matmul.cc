@@ -18,19 +18,13 @@ namespace rlrun::engine::cpu {
 
 namespace {
 
-// out[j] = bf16(in[j * stride]) for j < n (stride 1: a row; else a column of a row-major matrix).
-RLRUN_CPU_INLINE void to_bf16_body(uint16_t* out, const float* in, int64_t stride, int64_t n) {
-  if (stride == 1) {
+// out[j] = bf16(in[j]) for j < n.
+RLRUN_CPU_INLINE void to_bf16_body(uint16_t* out, const float* in, int64_t n) {
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) out[j] = f32_to_bf16(in[j]);
-  } else {
-    for (int64_t j = 0; j < n; ++j) out[j] = f32_to_bf16(in[j * stride]);
-  }
+  for (int64_t j = 0; j < n; ++j) out[j] = f32_to_bf16(in[j]);
 }
-RLRUN_CPU_AVX2 void to_bf16_avx2(uint16_t* out, const float* in, int64_t stride, int64_t n) {
-  to_bf16_body(out, in, stride, n);
-}
-void to_bf16_base(uint16_t* out, const float* in, int64_t stride, int64_t n) { to_bf16_body(out, in, stride, n); }
+RLRUN_CPU_AVX2 void to_bf16_avx2(uint16_t* out, const float* in, int64_t n) { to_bf16_body(out, in, n); }
+void to_bf16_base(uint16_t* out, const float* in, int64_t n) { to_bf16_body(out, in, n); }
 
 }  // namespace
 
@@ -84,7 +78,7 @@ void CpuBackend::matmul_impl(const Tensor& out, const Tensor& a, const Tensor& b
   float* pc = out.f32();
   // A few rows against a weight matrix (x W^T, a decode step): no packing (cpu_gemm_nt.h).
   const bool nt = !b_bf16 && !trans_a && trans_b && m <= gemm_nt_max_rows(gemm_nt_);
-  // bf16: the f32 operands rounded once, op(A) laid out as m x k rows; B keeps its layout.
+  // bf16: the f32 operands rounded once, each in its own layout (row by row, in contiguous runs).
   // compute_dtype: bf16 keeps products of few rows in fp32: rounding the weights would cost as
   // much as multiplying them (bf16 weights need no rounding).
   const bool bf16 = b_bf16 || (matmul_bf16_ && !nt && m >= kBf16MinRows);
@@ -92,14 +86,14 @@ void CpuBackend::matmul_impl(const Tensor& out, const Tensor& a, const Tensor& b
   if (bf16) {
     a16.resize(static_cast<size_t>(m * k));
     auto convert = avx2_ ? to_bf16_avx2 : to_bf16_base;
-    // Row i of op(A): row i of A, or column i of the stored A^T.
+    const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
 #pragma omp parallel for num_threads(threads_for(m * k)) schedule(static)
-    for (int64_t i = 0; i < m; ++i) convert(a16.data() + i * k, trans_a ? pa + i : pa + i * lda, trans_a ? lda : 1, k);
+    for (int64_t i = 0; i < a_rows; ++i) convert(a16.data() + i * a_cols, pa + i * lda, a_cols);
     if (!b_bf16) {
       b16.resize(static_cast<size_t>(k * n));
       const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
 #pragma omp parallel for num_threads(threads_for(k * n)) schedule(static)
-      for (int64_t i = 0; i < b_rows; ++i) convert(b16.data() + i * b_cols, pb + i * ldb, 1, b_cols);
+      for (int64_t i = 0; i < b_rows; ++i) convert(b16.data() + i * b_cols, pb + i * ldb, b_cols);
     }
   }
   const uint16_t* pb16 = b_bf16 ? b.bf16() : b16.data();
@@ -108,8 +102,8 @@ void CpuBackend::matmul_impl(const Tensor& out, const Tensor& a, const Tensor& b
     if (nt)
       return gemm_nt(gemm_nt_, rm, cn, k, alpha, pa + r0 * lda, lda, pb + c0 * ldb, ldb, beta, pc + r0 * n + c0, n);
     if (bf16)
-      return gemm_bf16(trans_b, rm, cn, k, alpha, a16.data() + r0 * k, k, pb16 + (trans_b ? c0 * k : c0),
-                       trans_b ? k : n, beta, pc + r0 * n + c0, n);
+      return gemm_bf16(trans_a, trans_b, rm, cn, k, alpha, a16.data() + (trans_a ? r0 : r0 * k), trans_a ? m : k,
+                       pb16 + (trans_b ? c0 * k : c0), trans_b ? k : n, beta, pc + r0 * n + c0, n);
     sgemm(trans_a, trans_b, rm, cn, k, alpha, pa + (trans_a ? r0 : r0 * lda), lda, pb + (trans_b ? c0 * ldb : c0),
           ldb, beta, pc + r0 * n + c0, n);
   };

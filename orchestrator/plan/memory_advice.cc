@@ -7,6 +7,7 @@
 
 #include "engine/model/model.h"
 #include "orchestrator/plan/memory_report.h"
+#include "orchestrator/roles/compute_backend.h"
 #include "orchestrator/roles/model_from_config.h"
 
 namespace rlrun::orchestrator {
@@ -80,8 +81,8 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   p.backend = cuda ? "cuda" : "cpu";
   p.shared_host = !cuda && c.launcher != LauncherKind::kSlurm;
   // compute_dtype: bf16 on a CPU: the trained weights keep their f32 master beside bf16 matrices
-  // (engine/model/weights.h kBf16Cache); a LoRA base and the rollout workers' weights are as
-  // base_weights_dtype says.
+  // (engine/model/weights.h kBf16Cache); a LoRA base and the rollout workers' weights are bf16
+  // matrices only (bf16_frozen_weights, below).
   p.precision = cuda ? engine_bf16_policy()
                      : c.compute_dtype == ComputeDtype::kBf16 && c.lora_rank == 0 ? cpu_bf16_cache_policy()
                                                                                     : fp32_policy();
@@ -100,9 +101,10 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   t.gradient_checkpointing = c.gradient_checkpointing;
   t.kl_reference = c.kl_coef > 0;
   t.lora_parameters = static_cast<double>(lora_elements(c, p.model));
-  // base_weights_dtype: bf16 (backend cpu): the weights that never train are bf16 matrices
-  // (engine/model/weights.h; the norms' f32 bytes are negligible): a LoRA base, a rollout worker's.
-  const bool bf16_base = !cuda && c.base_weights_dtype == ComputeDtype::kBf16;
+  // base_weights_dtype or compute_dtype: bf16 (backend cpu): the weights that never train are bf16
+  // matrices (engine/model/weights.h; the norms' f32 bytes are negligible): a LoRA base, a rollout
+  // worker's.
+  const bool bf16_base = bf16_frozen_weights(c);
   if (bf16_base && t.lora_parameters > 0) t.precision.weight_bytes = 2;
   // Rank 0 sends its f32 master straight from the device or through a HOST staging buffer. When
   // the distributed optimizer keeps only the master of its shard, rank 0 widens the bf16 weights:
@@ -118,7 +120,7 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   RolloutPlanInputs& r = p.rollout_inputs;
   r.model = p.model;
   r.precision = p.precision;
-  if (!cuda) {  // a CPU rollout worker's weights are f32 (bf16 only with base_weights_dtype, below)
+  if (!cuda) {  // a CPU rollout worker's weights are f32 (bf16 with bf16_frozen_weights, below)
     r.precision.weight_bytes = 4;
     r.precision.inference_weight_bytes = 0;
   }

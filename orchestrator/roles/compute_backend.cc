@@ -28,9 +28,13 @@ Status check_compute_dtype(const Config& config) {
                                  engine::cpu::gemm_library().isa, " kernels here"));
 }
 
+bool bf16_frozen_weights(const Config& config) {
+  return config.backend == BackendKind::kCpu &&
+         (config.base_weights_dtype == ComputeDtype::kBf16 || config.compute_dtype == ComputeDtype::kBf16);
+}
+
 engine::WeightStorage frozen_weight_storage(const Config& config) {
-  return config.base_weights_dtype == ComputeDtype::kBf16 ? engine::WeightStorage::kBf16Frozen
-                                                          : engine::WeightStorage::kF32;
+  return bf16_frozen_weights(config) ? engine::WeightStorage::kBf16Frozen : engine::WeightStorage::kF32;
 }
 
 engine::WeightStorage trained_weight_storage(const Config& config) {

@@ -24,9 +24,12 @@ Status check_compute_dtype(const Config& config);
 // kernels), native whether it multiplies bf16 natively. Pure, for tests.
 Status check_bf16_products(const Config& config, bool native, const std::string& cpu);
 
-// How a model whose base never trains keeps its weight matrices: kBf16Frozen with
-// base_weights_dtype: bf16. A trainer's base never trains under LoRA adapters (lora_rank > 0), a
-// rollout worker's ever (its weights change by weight sync only).
+// Whether the weights that never train are kept as bf16 matrices only (kBf16Frozen): backend cpu
+// with base_weights_dtype: bf16, or with compute_dtype: bf16, whose products read every weight
+// matrix rounded to bf16 anyway (the same values, half the bytes, no rounding per product). A
+// trainer's base never trains under LoRA adapters (lora_rank > 0), a rollout worker's ever (its
+// weights change by weight sync only, which rounds what it receives).
+bool bf16_frozen_weights(const Config& config);
 engine::WeightStorage frozen_weight_storage(const Config& config);
 // How a trainer keeps the weights it trains (and its KL reference copy): kBf16Cache with
 // compute_dtype: bf16 on a CPU (an f32 master, and bf16 matrices refreshed once per optimizer step

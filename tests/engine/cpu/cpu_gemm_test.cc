@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/bf16.h"
@@ -144,9 +145,13 @@ TEST(CpuBackendBf16, ProductsAreThoseOfTheBf16RoundedOperands) {
   for (int threads : {1, 2}) {
     CpuBackend be(threads);
     ASSERT_TRUE(be.set_matmul_bf16(true));
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        const int64_t m = 160, n = 80, k = 72;  // past the few-rows kernel's 128 (fp32 by design)
+    // Blocks of rows (m >= n) and of columns (m < n: op(A) = A^T only, few rows of A are the
+    // few-rows kernel's, fp32 by design).
+    for (auto [ta, tb, m, n] : {std::tuple{false, false, 160, 80}, std::tuple{false, true, 160, 80},
+                                std::tuple{true, false, 160, 80}, std::tuple{true, true, 160, 80},
+                                std::tuple{true, false, 48, 200}, std::tuple{true, true, 48, 200}}) {
+      {
+        const int64_t k = 72;
         Tensor a = be.zeros(ta ? Shape{k, m} : Shape{m, k}, DType::kF32);
         Tensor b = be.zeros(tb ? Shape{n, k} : Shape{k, n}, DType::kF32);
         Tensor c = be.zeros(Shape{m, n}, DType::kF32);
@@ -166,7 +171,7 @@ TEST(CpuBackendBf16, ProductsAreThoseOfTheBf16RoundedOperands) {
           worst_vs_rounded = std::max(worst_vs_rounded, std::fabs(double(c.f32()[i]) - want[i]));
           worst_vs_exact = std::max(worst_vs_exact, std::fabs(double(c.f32()[i]) - exact[i]));
         }
-        EXPECT_LT(worst_vs_rounded, 2e-5) << "threads " << threads << " ta " << ta << " tb " << tb;
+        EXPECT_LT(worst_vs_rounded, 2e-5) << "threads " << threads << " ta " << ta << " tb " << tb << " m " << m << " n " << n;
         EXPECT_GT(worst_vs_exact, 1e-4) << "the operands were not rounded to bf16";
       }
     }
