@@ -7,7 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <vector>
+#include <memory>
 
 #include "engine/bf16.h"
 #include "engine/cpu/cpu_backend.h"
@@ -25,6 +25,37 @@ RLRUN_CPU_INLINE void to_bf16_body(uint16_t* out, const float* in, int64_t n) {
 }
 RLRUN_CPU_AVX2 void to_bf16_avx2(uint16_t* out, const float* in, int64_t n) { to_bf16_body(out, in, n); }
 void to_bf16_base(uint16_t* out, const float* in, int64_t n) { to_bf16_body(out, in, n); }
+
+// The rounded operands of a product, per thread: a buffer is reused by the next product rather
+// than mapped, faulted in and zeroed anew each time; one larger than kKeptBytes (an LM head's
+// gradient) is freed after its product.
+class Bf16Scratch {
+ public:
+  static constexpr size_t kKeptBytes = size_t{64} << 20;
+  uint16_t* get(size_t n) {
+    if (n > size_) {
+      data_.reset(new uint16_t[n]);  // not value-initialized: every element is written before it is read
+      size_ = n;
+    }
+    return data_.get();
+  }
+  void trim() {
+    if (size_ * sizeof(uint16_t) > kKeptBytes) data_.reset(), size_ = 0;
+  }
+
+ private:
+  std::unique_ptr<uint16_t[]> data_;
+  size_t size_ = 0;
+};
+
+struct ScratchPair {
+  Bf16Scratch a, b;
+};
+
+ScratchPair& bf16_scratch() {
+  thread_local ScratchPair scratch;
+  return scratch;
+}
 
 }  // namespace
 
@@ -82,27 +113,33 @@ void CpuBackend::matmul_impl(const Tensor& out, const Tensor& a, const Tensor& b
   // compute_dtype: bf16 keeps products of few rows in fp32: rounding the weights would cost as
   // much as multiplying them (bf16 weights need no rounding).
   const bool bf16 = b_bf16 || (matmul_bf16_ && !nt && m >= kBf16MinRows);
-  std::vector<uint16_t> a16, b16;
+  ScratchPair& scratch = bf16_scratch();
+  struct Trim {  // on every return
+    ScratchPair& s;
+    ~Trim() { s.a.trim(), s.b.trim(); }
+  } trim{scratch};
+  uint16_t* a16 = nullptr;
+  uint16_t* b16 = nullptr;
   if (bf16) {
-    a16.resize(static_cast<size_t>(m * k));
+    a16 = scratch.a.get(static_cast<size_t>(m * k));
     auto convert = avx2_ ? to_bf16_avx2 : to_bf16_base;
     const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
 #pragma omp parallel for num_threads(threads_for(m * k)) schedule(static)
-    for (int64_t i = 0; i < a_rows; ++i) convert(a16.data() + i * a_cols, pa + i * lda, a_cols);
+    for (int64_t i = 0; i < a_rows; ++i) convert(a16 + i * a_cols, pa + i * lda, a_cols);
     if (!b_bf16) {
-      b16.resize(static_cast<size_t>(k * n));
+      b16 = scratch.b.get(static_cast<size_t>(k * n));
       const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
 #pragma omp parallel for num_threads(threads_for(k * n)) schedule(static)
-      for (int64_t i = 0; i < b_rows; ++i) convert(b16.data() + i * b_cols, pb + i * ldb, b_cols);
+      for (int64_t i = 0; i < b_rows; ++i) convert(b16 + i * b_cols, pb + i * ldb, b_cols);
     }
   }
-  const uint16_t* pb16 = b_bf16 ? b.bf16() : b16.data();
+  const uint16_t* pb16 = b_bf16 ? b.bf16() : b16;
   // out[rows, cols] of one block: rows [r0, r0 + rm) and columns [c0, c0 + cn).
   auto gemm = [&](int64_t r0, int64_t rm, int64_t c0, int64_t cn) {
     if (nt)
       return gemm_nt(gemm_nt_, rm, cn, k, alpha, pa + r0 * lda, lda, pb + c0 * ldb, ldb, beta, pc + r0 * n + c0, n);
     if (bf16)
-      return gemm_bf16(trans_a, trans_b, rm, cn, k, alpha, a16.data() + (trans_a ? r0 : r0 * k), trans_a ? m : k,
+      return gemm_bf16(trans_a, trans_b, rm, cn, k, alpha, a16 + (trans_a ? r0 : r0 * k), trans_a ? m : k,
                        pb16 + (trans_b ? c0 * k : c0), trans_b ? k : n, beta, pc + r0 * n + c0, n);
     sgemm(trans_a, trans_b, rm, cn, k, alpha, pa + (trans_a ? r0 : r0 * lda), lda, pb + (trans_b ? c0 * ldb : c0),
           ldb, beta, pc + r0 * n + c0, n);
