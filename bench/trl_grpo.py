@@ -215,6 +215,10 @@ def trl_side(a, data):
         if "generation_batch_size" in fields:
             sizes = dict(per_device_train_batch_size=64, gradient_accumulation_steps=1, generation_batch_size=64)
         extra = dict(max_prompt_length=192) if "max_prompt_length" in fields else {}
+        # TRL >= 1.0 turns gradient checkpointing on by default (memory for compute: ~1/3 more
+        # per step); a 135M model needs no memory saved, and rlrun's side does not checkpoint.
+        if "gradient_checkpointing" in fields:
+            extra["gradient_checkpointing"] = False
         config = GRPOConfig(output_dir=out, learning_rate=1e-6, num_generations=8, max_completion_length=16,
                             temperature=1.0, beta=a.beta, max_grad_norm=1.0, max_steps=a.steps, logging_steps=1,
                             save_strategy="no", report_to="none", seed=a.seed, use_cpu=True, bf16=a.trl_bf16,

@@ -309,7 +309,8 @@ void check_heads(const OpCheck& c, DType compute, const Tensor& q, const char* k
 }  // namespace
 
 void Backend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window) {
+                                const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window,
+                                const Tensor& q_begin) {
   const OpCheck c(*this, "attention_forward");
   if (window < 0) c.fail("negative window " + std::to_string(window));
   check_heads(c, compute_dtype(), q, "k", k, "cu_seqlens", cu_seqlens);
@@ -319,12 +320,14 @@ void Backend::attention_forward(const Tensor& out, const Tensor& lse, const Tens
   c.tensor("out", out, q.shape(), compute_dtype());
   c.optional("lse", lse, Shape{n, hq}, DType::kF32);
   if (max_seqlen < 0) c.fail("negative max_seqlen " + std::to_string(max_seqlen));
-  attention_forward_impl(out, lse, q, k, v, cu_seqlens, max_seqlen, window);
+  c.optional("q_begin", q_begin, Shape{cu_seqlens.dim(0) - 1}, DType::kI32);
+  attention_forward_impl(out, lse, q, k, v, cu_seqlens, max_seqlen, window, q_begin);
 }
 
 void Backend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                  const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                 const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window) {
+                                 const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window,
+                                 const Tensor& q_begin) {
   const OpCheck c(*this, "attention_backward");
   if (window < 0) c.fail("negative window " + std::to_string(window));
   check_heads(c, compute_dtype(), q, "k", k, "cu_seqlens", cu_seqlens);
@@ -339,7 +342,8 @@ void Backend::attention_backward(const Tensor& dq, const Tensor& dk, const Tenso
   c.tensor("dv", dv, kv, compute_dtype());
   c.tensor("lse", lse, Shape{n, hq}, DType::kF32);
   if (max_seqlen < 0) c.fail("negative max_seqlen " + std::to_string(max_seqlen));
-  attention_backward_impl(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, max_seqlen, window);
+  c.optional("q_begin", q_begin, Shape{cu_seqlens.dim(0) - 1}, DType::kI32);
+  attention_backward_impl(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, max_seqlen, window, q_begin);
 }
 
 void Backend::paged_attention_forward(const Tensor& out, const Tensor& q, const Tensor& k_cache,

@@ -175,13 +175,20 @@ class Backend {
   // lse may be undefined (inference).
   // window > 0: sliding-window attention, token t sees only tokens t - window + 1 .. t of its
   // sequence (itself included; Gemma's local layers); 0: all of them.
+  // q_begin (optional, (S) i32, 0 <= q_begin[s] <= its length): sequence s's first q_begin[s] rows
+  // are keys and values only: their outputs are never read and their output gradient (dout) is
+  // zero (a copy of a shared prefix before a continuation, model/layer.h PackedAttention). A
+  // backend may skip them as queries (out, lse rows left unwritten; dq rows zero) or compute them
+  // (dq rows zero all the same): both are exact.
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                         const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window = 0);
+                         const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window = 0,
+                         const Tensor& q_begin = Tensor());
   // dq (N, Hq, D), dk, dv (N, Hkv, D) overwritten, from dout (N, Hq, D) and the forward's q, k, v,
   // out and lse.
   void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                           const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                          const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window = 0);
+                          const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window = 0,
+                          const Tensor& q_begin = Tensor());
 
   // ---- attention of new tokens over a paged KV cache (prefill and decode) ------------------------
   // The new tokens of S sequences are packed in q, out (N, Hq, D): rows cu_q[s] .. cu_q[s+1] of
@@ -262,12 +269,12 @@ class Backend {
   virtual void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scale) = 0;
   virtual void rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale) = 0;
   virtual void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                      const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen,
-                                      int64_t window) = 0;
+                                      const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window,
+                                      const Tensor& q_begin) = 0;
   virtual void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                        const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
-                                       int64_t window) = 0;
+                                       int64_t window, const Tensor& q_begin) = 0;
   virtual void paged_attention_forward_impl(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                                             const Tensor& v_cache, const Tensor& cu_q, const Tensor& seq_start,
                                             const Tensor& block_tables, int64_t block_size,

@@ -50,6 +50,21 @@ AttnDims check_cu_seqlens(const char* op, const Tensor& q, const Tensor& k, cons
   return a;
 }
 
+// The first query row of each sequence: cu[s] + q_begin[s] (backend.h), or cu[s] without q_begin.
+std::vector<int64_t> first_queries(const char* op, const int32_t* cu, int64_t num_seqs, const Tensor& q_begin) {
+  std::vector<int64_t> first(cu, cu + num_seqs);
+  if (!q_begin.defined()) return first;
+  const int32_t* qb = q_begin.i32();
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    RLRUN_CHECK(qb[s] >= 0 && qb[s] <= cu[s + 1] - cu[s], std::string(op) + ": q_begin of sequence " +
+                                                              std::to_string(s) + " is " + std::to_string(qb[s]) +
+                                                              ", outside its " + std::to_string(cu[s + 1] - cu[s]) +
+                                                              " rows");
+    first[static_cast<size_t>(s)] += qb[s];
+  }
+  return first;
+}
+
 }  // namespace
 
 void gather_transposed(float* dst, int64_t ld, const float* src, int64_t begin, int64_t len, int64_t hkv, int64_t g,
@@ -215,14 +230,16 @@ void forward_rows(bool avx2, const AttnDims& a, const float* q, int64_t ld, int6
 using namespace attn;
 
 void CpuBackend::attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                        const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window) {
+                                        const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window,
+                                        const Tensor& q_begin) {
   AttnDims a = check_cu_seqlens("attention_forward", q, k, cu_seqlens, max_seqlen);
   a.window = window;
   const int32_t* cu = cu_seqlens.i32();
+  const std::vector<int64_t> first = first_queries("attention_forward", cu, a.num_seqs, q_begin);
   struct Task { int64_t seq, row0, kv_head, cost; };
   std::vector<Task> tasks;
   for (int64_t s = 0; s < a.num_seqs; ++s)
-    for (int64_t r = cu[s]; r < cu[s + 1]; r += kQueryBlock)
+    for (int64_t r = first[s]; r < cu[s + 1]; r += kQueryBlock)
       for (int64_t g = 0; g < a.hkv; ++g) tasks.push_back({s, r, g, r - cu[s]});
   // Latest rows (most keys) first, so the dynamic schedule ends with the short tasks.
   std::stable_sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) { return x.cost > y.cost; });
@@ -253,11 +270,12 @@ struct BackwardArgs {
   float *dq, *dk, *dv;
 };
 
-// Sequence [begin, end), kv head g: dq for the group's query heads, dk and dv for head g.
+// Sequence [begin, end), kv head g: dq for the group's query heads, dk and dv for head g. Rows
+// before `first` are keys and values only (backend.h q_begin): their dq is zero.
 // With p = exp(s - lse), dp_j = dout . v_j, D = dout . out = sum_j p_j dp_j, ds = p (dp - D):
 //   dq_i = scale sum_j ds_ij k_j,  dk_j = scale sum_i ds_ij q_i,  dv_j = sum_i p_ij dout_i.
-RLRUN_CPU_INLINE void backward_task_body(const AttnDims& a, const BackwardArgs& x, int64_t begin, int64_t end,
-                                         int64_t g, Buffers& buf) {
+RLRUN_CPU_INLINE void backward_task_body(const AttnDims& a, const BackwardArgs& x, int64_t begin, int64_t first,
+                                         int64_t end, int64_t g, Buffers& buf) {
   const int64_t len = end - begin, ld = round_up(len);
   const float scale = 1.0f / std::sqrt(static_cast<float>(a.d));
   gather_transposed(buf.kt.data(), ld, x.k, begin, len, a.hkv, g, a.d);
@@ -265,8 +283,9 @@ RLRUN_CPU_INLINE void backward_task_body(const AttnDims& a, const BackwardArgs& 
   std::fill(buf.dkt.begin(), buf.dkt.begin() + ld * a.d, 0.0f);
   std::fill(buf.dvt.begin(), buf.dvt.begin() + ld * a.d, 0.0f);
   float *p = buf.s.data(), *ds = buf.ds.data();
-  for (int64_t h = g * a.group; h < (g + 1) * a.group; ++h)
-    for (int64_t i0 = begin; i0 < end; i0 += kRows) {
+  for (int64_t h = g * a.group; h < (g + 1) * a.group; ++h) {
+    for (int64_t i = begin; i < first; ++i) std::fill_n(x.dq + (i * a.hq + h) * a.d, a.d, 0.0f);
+    for (int64_t i0 = first; i0 < end; i0 += kRows) {
       const float *qr[kRows], *dor[kRows];
       float* dqr[kRows];
       int64_t n[kRows], lo[kRows];
@@ -299,18 +318,19 @@ RLRUN_CPU_INLINE void backward_task_body(const AttnDims& a, const BackwardArgs& 
       tile_add_rows(buf.dkt.data(), ld, qr, ds, n8, a.d);
       tile_add_rows(buf.dvt.data(), ld, dor, p, n8, a.d);
     }
+  }
   scatter_transposed(x.dk, buf.dkt.data(), ld, begin, len, a.hkv, g, a.d);
   scatter_transposed(x.dv, buf.dvt.data(), ld, begin, len, a.hkv, g, a.d);
 }
 
-RLRUN_CPU_AVX2 void backward_task_avx2(const AttnDims& a, const BackwardArgs& x, int64_t begin, int64_t end,
-                                       int64_t g, Buffers& buf) {
-  backward_task_body(a, x, begin, end, g, buf);
+RLRUN_CPU_AVX2 void backward_task_avx2(const AttnDims& a, const BackwardArgs& x, int64_t begin, int64_t first,
+                                       int64_t end, int64_t g, Buffers& buf) {
+  backward_task_body(a, x, begin, first, end, g, buf);
 }
 
-void backward_task_base(const AttnDims& a, const BackwardArgs& x, int64_t begin, int64_t end, int64_t g,
-                        Buffers& buf) {
-  backward_task_body(a, x, begin, end, g, buf);
+void backward_task_base(const AttnDims& a, const BackwardArgs& x, int64_t begin, int64_t first, int64_t end,
+                        int64_t g, Buffers& buf) {
+  backward_task_body(a, x, begin, first, end, g, buf);
 }
 
 }  // namespace
@@ -318,15 +338,16 @@ void backward_task_base(const AttnDims& a, const BackwardArgs& x, int64_t begin,
 void CpuBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                          const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
-                                         int64_t window) {
+                                         int64_t window, const Tensor& q_begin) {
   AttnDims a = check_cu_seqlens("attention_backward", q, k, cu_seqlens, max_seqlen);
   a.window = window;
   const int32_t* cu = cu_seqlens.i32();
+  const std::vector<int64_t> first = first_queries("attention_backward", cu, a.num_seqs, q_begin);
   struct Task { int64_t seq, kv_head, cost; };
   std::vector<Task> tasks;
   for (int64_t s = 0; s < a.num_seqs; ++s) {
-    const int64_t len = cu[s + 1] - cu[s];
-    for (int64_t g = 0; g < a.hkv; ++g) tasks.push_back({s, g, len * len});
+    const int64_t len = cu[s + 1] - cu[s], queries = cu[s + 1] - first[s];
+    for (int64_t g = 0; g < a.hkv; ++g) tasks.push_back({s, g, queries * len});
   }
   std::stable_sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) { return x.cost > y.cost; });
   const BackwardArgs args{q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), dout.f32(), dq.f32(), dk.f32(), dv.f32()};
@@ -337,11 +358,11 @@ void CpuBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, con
     Buffers buf(std::max<int64_t>(max_seqlen, 1), a.d, true);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < num_tasks; ++t) {
-      const int64_t begin = cu[tasks[t].seq], end = cu[tasks[t].seq + 1];
+      const int64_t s = tasks[t].seq, begin = cu[s], end = cu[s + 1];
       if (avx2)
-        backward_task_avx2(a, args, begin, end, tasks[t].kv_head, buf);
+        backward_task_avx2(a, args, begin, first[s], end, tasks[t].kv_head, buf);
       else
-        backward_task_base(a, args, begin, end, tasks[t].kv_head, buf);
+        backward_task_base(a, args, begin, first[s], end, tasks[t].kv_head, buf);
     }
   }
 }

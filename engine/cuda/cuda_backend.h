@@ -90,10 +90,12 @@ class CudaBackend final : public Backend {
   void rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, float scale) override;
 
   void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window) override;
+                              const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window,
+                              const Tensor& q_begin) override;
   void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                               const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window) override;
+                               const Tensor& cu_seqlens, int64_t max_seqlen, int64_t window,
+                               const Tensor& q_begin) override;
   void paged_attention_forward_impl(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                     const Tensor& cu_q, const Tensor& seq_start, const Tensor& block_tables,
                                     int64_t block_size, int64_t max_context, int64_t window) override;

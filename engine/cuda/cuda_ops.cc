@@ -88,9 +88,11 @@ AttentionDims attention_dims(const char* op, const Tensor& q, const Tensor& k, c
 
 }  // namespace
 
+// q_begin: every row is a query here (backend.h: exact; the rows before it have a zero dout, so
+// their dq is zero).
 void CudaBackend::attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                                          const Tensor& v, const Tensor& cu_seqlens, int64_t max_seqlen,
-                                         int64_t window) {
+                                         int64_t window, const Tensor& /*q_begin*/) {
   AttentionDims d = attention_dims("attention_forward", q, k, cu_seqlens, max_seqlen);
   d.window = window;
   make_current();
@@ -100,7 +102,7 @@ void CudaBackend::attention_forward_impl(const Tensor& out, const Tensor& lse, c
 void CudaBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                           const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                           const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
-                                          int64_t window) {
+                                          int64_t window, const Tensor& /*q_begin*/) {
   AttentionDims d = attention_dims("attention_backward", q, k, cu_seqlens, max_seqlen);
   d.window = window;
   make_current();

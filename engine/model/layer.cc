@@ -220,7 +220,8 @@ void packed_attention_forward(Backend& b, const ModelConfig& c, const PackedAtte
   b.embedding_forward(flat2(a.xv), flat2(a.v), layout.gather);
   // Each expanded row holds its prefixes' tokens right before its own, in position order, so
   // the window counts positions here too.
-  b.attention_forward(a.xattn, a.xlse, a.xq, a.xk, a.xv, layout.cu_expanded, layout.max_expanded, window);
+  b.attention_forward(a.xattn, a.xlse, a.xq, a.xk, a.xv, layout.cu_expanded, layout.max_expanded, window,
+                      layout.q_begin);
   b.embedding_forward(flat2(a.attn), flat2(a.xattn), layout.pick);
 }
 
@@ -267,7 +268,7 @@ void packed_attention_backward(Backend& b, const ModelConfig& c, const PackedAtt
   // Only the picked expanded rows carry an output gradient; the others' is zero.
   sum_rows_into(b, s.xdattn, s.dattn, layout.pick);
   b.attention_backward(s.xdq, s.xdk, s.xdv, s.xdattn, a.xq, a.xk, a.xv, a.xattn, a.xlse, layout.cu_expanded,
-                       layout.max_expanded, window);
+                       layout.max_expanded, window, layout.q_begin);
   sum_rows_into(b, s.dq, s.xdq, layout.gather);
   sum_rows_into(b, s.dk, s.xdk, layout.gather);
   sum_rows_into(b, s.dv, s.xdv, layout.gather);

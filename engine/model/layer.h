@@ -63,6 +63,8 @@ struct PackedAttention {
   Tensor gather;               // (N_exp) i32: the compact row of each expanded row
   Tensor pick;                 // (N) i32: the expanded row holding compact row i's output
   Tensor cu_expanded;          // (S_exp + 1) i32
+  Tensor q_begin;              // (S_exp) i32: the leading rows of each expanded segment whose
+                               // output another segment holds (keys and values only, backend.h)
   int64_t max_expanded = 0;
 };
 // acts.attn (and acts.lse, or the expanded tensors) from acts.q, k, v.

@@ -131,10 +131,14 @@ PackedAttention packed_attention(Backend& backend, const PackedBatch& b) {
   std::vector<bool> has_continuation(segments, false);
   for (size_t s = 0; s < segments; ++s)
     if (b.prefix_of[s] >= 0) has_continuation[b.prefix_of[s]] = true;
-  std::vector<int32_t> gather, pick(b.tokens.size(), -1), cu = {0};
+  std::vector<int32_t> gather, pick(b.tokens.size(), -1), cu = {0}, q_begin;
+  int32_t keys_only = 0;  // the current expanded segment's leading rows picked in an earlier one
   auto append = [&](size_t s) {  // segment s's rows, picked as its outputs unless already picked
     for (int32_t t = b.cu_seqlens[s]; t < b.cu_seqlens[s + 1]; ++t) {
-      if (pick[t] < 0) pick[t] = static_cast<int32_t>(gather.size());
+      if (pick[t] < 0)
+        pick[t] = static_cast<int32_t>(gather.size());
+      else if (static_cast<int32_t>(gather.size()) - cu.back() == keys_only)  // prefixes come first
+        ++keys_only;
       gather.push_back(t);
     }
   };
@@ -143,8 +147,10 @@ PackedAttention packed_attention(Backend& backend, const PackedBatch& b) {
     if (has_continuation[s]) continue;  // a prefix comes with each of its continuations
     chain.clear();  // s and the prefixes it continues, outermost last
     for (int32_t p = static_cast<int32_t>(s); p >= 0; p = b.prefix_of[static_cast<size_t>(p)]) chain.push_back(static_cast<size_t>(p));
+    keys_only = 0;
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) append(*it);
     a.max_expanded = std::max<int64_t>(a.max_expanded, static_cast<int64_t>(gather.size()) - cu.back());
+    q_begin.push_back(keys_only);
     cu.push_back(static_cast<int32_t>(gather.size()));
   }
   a.expanded = true;
@@ -152,6 +158,7 @@ PackedAttention packed_attention(Backend& backend, const PackedBatch& b) {
   a.gather = from_host_i32(backend, {a.n_expanded}, gather);
   a.pick = from_host_i32(backend, {static_cast<int64_t>(pick.size())}, pick);
   a.cu_expanded = from_host_i32(backend, {static_cast<int64_t>(cu.size())}, cu);
+  a.q_begin = from_host_i32(backend, {static_cast<int64_t>(q_begin.size())}, q_begin);
   return a;
 }
 

@@ -142,6 +142,36 @@ TEST_P(OpsGrad, AttentionPackedGqa) {
   EXPECT_CLOSE(download(dv), finite_diff(loss_v, v), tol(kTol, kBf16Chain));
 }
 
+// q_begin: the leading rows of a sequence are keys and values only (a shared prefix's copy before
+// a continuation): their output gradient is zero, the other rows' outputs and every gradient are
+// those of the whole attention (the backend may skip them as queries; dq rows there are zero).
+TEST_P(OpsGrad, AttentionRowsBeforeQBeginAreKeysOnly) {
+  const std::vector<int32_t> cu = {0, 6, 9, 14}, first = {2, 0, 5};
+  const int64_t n = 14, hq = 4, hkv = 2, d = 4;
+  const Vec q = random_input(n * hq * d, 31, -2, 2), k = random_input(n * hkv * d, 32, -2, 2),
+            v = random_input(n * hkv * d, 33);
+  Vec dy = random_input(n * hq * d, 34);
+  for (size_t s = 0; s + 1 < cu.size(); ++s)
+    for (int64_t i = cu[s]; i < cu[s] + first[s]; ++i) std::fill_n(dy.begin() + i * hq * d, hq * d, 0.0);
+  Tensor tq = upload(Shape{n, hq, d}, q), tk = upload(Shape{n, hkv, d}, k), tv = upload(Shape{n, hkv, d}, v),
+         cus = upload_i32(Shape{4}, cu), qb = upload_i32(Shape{3}, first), out = zeros(Shape{n, hq, d}),
+         lse = zeros_f32(Shape{n, hq});
+  be().attention_forward(out, lse, tq, tk, tv, cus, 6, 0, qb);
+  const Vec want = ref_attention(q, k, v, cu, hq, hkv, d), got = download(out);
+  for (size_t s = 0; s + 1 < cu.size(); ++s)
+    for (int64_t i = (cu[s] + first[s]) * hq * d; i < cu[s + 1] * hq * d; ++i)
+      EXPECT_NEAR(got[i], want[i], tol(1e-5, kBf16Out)) << "output element " << i;
+  Tensor dq = upload(Shape{n, hq, d}, Vec(n * hq * d, 9.0)), dk = upload(Shape{n, hkv, d}, Vec(n * hkv * d, 9.0)),
+         dv = upload(Shape{n, hkv, d}, Vec(n * hkv * d, 9.0));
+  be().attention_backward(dq, dk, dv, upload(Shape{n, hq, d}, dy), tq, tk, tv, out, lse, cus, 6, 0, qb);
+  auto loss_q = [&](const Vec& x) { return dot(dy, ref_attention(x, k, v, cu, hq, hkv, d)); };
+  auto loss_k = [&](const Vec& x) { return dot(dy, ref_attention(q, x, v, cu, hq, hkv, d)); };
+  auto loss_v = [&](const Vec& x) { return dot(dy, ref_attention(q, k, x, cu, hq, hkv, d)); };
+  EXPECT_CLOSE(download(dq), finite_diff(loss_q, q), tol(kTol, kBf16Chain));
+  EXPECT_CLOSE(download(dk), finite_diff(loss_k, k), tol(kTol, kBf16Chain));
+  EXPECT_CLOSE(download(dv), finite_diff(loss_v, v), tol(kTol, kBf16Chain));
+}
+
 TEST_P(OpsGrad, AttentionSlidingWindow) {
   const std::vector<int32_t> cu = {0, 2, 9};
   const int64_t n = 9, hq = 2, hkv = 1, d = 4, window = 3;
