@@ -9,8 +9,10 @@ writes (rlrun: task.name jsonl): the same training prompts (each side draws them
 shuffled order), and 64 held-out problems never trained on,
 scored greedily with the same rule (the last number in the answer, rlrun's `numeric`): each side by
 its own evaluator (rlrun's rollout engine, HF generate), and both final models again by the same
-HF evaluator, in fp32 and under bf16 autocast (TRL's bf16=True trains, samples and, on the model it
-leaves, generates under autocast: its answers there differ from the fp32 model's).
+HF evaluator in three precisions: fp32; bf16 products with fp32 activations (rlrun's compute_dtype:
+bf16); and bf16 autocast (TRL's bf16=True trains, samples and, on the model it leaves, generates
+under autocast, which also rounds every product's output: its answers there differ from the fp32
+model's).
 
 Seconds per RL step, the median (and mean) over the steps of each side: rlrun's step is its loop's
 wait for a batch + train + weight sync (metrics.jsonl; generation overlaps training, and the first
@@ -122,15 +124,38 @@ def correct(completion, answer):
         return False
 
 
-def hf_accuracy(model, tokenizer, rows, bf16_autocast=False):
+PRECISIONS = ("fp32", "bf16_products", "bf16_autocast")
+
+
+def bf16_products_model(model):
+    """A copy of `model` that computes as rlrun's compute_dtype: bf16 does: every linear layer (the
+    LM head too, untied from the embedding) multiplies the bf16 roundings of its weights and of its
+    input with fp32 sums and an fp32 output; norms, embedding rows, attention and the residual
+    stream stay fp32. (Autocast also rounds each product's output and runs the rest in bf16.)"""
+    import copy
+    import torch
+    m = copy.deepcopy(model)
+    if m.lm_head.weight is m.get_input_embeddings().weight:
+        m.lm_head.weight = torch.nn.Parameter(m.lm_head.weight.detach().clone())
+    for module in m.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.weight.data = module.weight.data.bfloat16().float()
+            module.register_forward_pre_hook(lambda mod, args: (args[0].bfloat16().float(),) + tuple(args[1:]))
+    return m
+
+
+def hf_accuracy(model, tokenizer, rows, precision="fp32"):
     """Greedy held-out accuracy of an HF model (16 new tokens, the same rule as rlrun's `numeric`),
-    in fp32 or under bf16 autocast (what TRL's bf16=True leaves on the model's forward)."""
+    in one of PRECISIONS: fp32, bf16 products with fp32 activations (rlrun's compute_dtype: bf16),
+    or under bf16 autocast (what TRL's bf16=True leaves on the model's forward)."""
     import contextlib
     import torch
+    if precision == "bf16_products":
+        model = bf16_products_model(model)
     was_training = model.training
     model.eval()
     hits = 0
-    mode = torch.autocast("cpu", dtype=torch.bfloat16) if bf16_autocast else contextlib.nullcontext()
+    mode = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16_autocast" else contextlib.nullcontext()
     with torch.no_grad(), mode:
         for i in range(0, len(rows), 16):
             chunk = rows[i:i + 16]
@@ -162,7 +187,7 @@ def hf_eval_side(a, model_dir, test):
     model = AutoModelForCausalLM.from_pretrained(model_dir, **{dtype_key: torch.float32})
     rows = [(r["prompt"], r["answer"]) for r in load_rows(test)]
     tokenizer = hf_tokenizer()
-    return {"fp32": hf_accuracy(model, tokenizer, rows), "bf16_autocast": hf_accuracy(model, tokenizer, rows, True)}
+    return {p: hf_accuracy(model, tokenizer, rows, p) for p in PRECISIONS}
 
 
 def trl_side(a, data):
@@ -185,8 +210,8 @@ def trl_side(a, data):
     train = [{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": r["answer"]}
              for r in load_rows(data["train"])]
 
-    def accuracy(bf16_autocast=False):
-        return hf_accuracy(model, tokenizer, eval_rows, bf16_autocast)
+    def accuracy(precision="fp32"):
+        return hf_accuracy(model, tokenizer, eval_rows, precision)
 
     def reward(prompts, completions, answer, **kwargs):
         return [1.0 if correct(c[0]["content"], ans) else 0.0 for c, ans in zip(completions, answer)]
@@ -231,13 +256,13 @@ def trl_side(a, data):
         # bf16=True leaves the model's forward wrapped in bf16 autocast; the fp32 model is scored
         # without it, and both sides' final models in fp32 and under bf16 autocast alike.
         model = trainer.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
-    after = accuracy()
-    after_bf16 = accuracy(bf16_autocast=True)
-    log(f"TRL: held-out accuracy after {after:.3f} (fp32), {after_bf16:.3f} (bf16 autocast)")
+    hf_after = {p: accuracy(p) for p in PRECISIONS}
+    after = hf_after["bf16_autocast"] if a.trl_bf16 else hf_after["fp32"]  # its own evaluator's
+    log(f"TRL: held-out accuracy after: " + ", ".join(f"{v:.3f} ({p})" for p, v in hf_after.items()))
     import trl
     return {"seconds_per_step": statistics.median(times.times), "mean_seconds_per_step": statistics.mean(times.times),
             "steps": len(times.times), "accuracy_before": before, "accuracy_after": after,
-            "hf_accuracy_after": {"fp32": after, "bf16_autocast": after_bf16},
+            "hf_accuracy_after": hf_after,
             "versions": f"TRL {trl.__version__}, transformers {transformers.__version__}, torch {torch.__version__}"
                         + (", bf16" if a.trl_bf16 else "")}
 
@@ -301,13 +326,16 @@ def main():
     print("host: " + version.stdout.strip().splitlines()[-1])
     if "trl" in results:
         print("TRL side: " + results["trl"]["versions"])
+    print("after: each side's own evaluator; then both final models by one HF evaluator in fp32, with "
+          "bf16 products (rlrun's compute_dtype: bf16) and under bf16 autocast (TRL's bf16=True)")
     print(f"{'':26}{'s/step (median)':>16}{'(mean)':>8}{'accuracy before':>18}{'after':>8}"
-          f"{'HF fp32':>9}{'HF bf16':>9}")
+          f"{'HF fp32':>9}{'HF bf16 prod':>13}{'HF autocast':>12}")
     for name, r in results.items():
         hf = r.get("hf_accuracy_after", {})
         print(f"{name:26}{r['seconds_per_step']:>16.2f}{r['mean_seconds_per_step']:>8.2f}"
               f"{r['accuracy_before']:>18.3f}{r['accuracy_after']:>8.3f}"
-              f"{hf.get('fp32', float('nan')):>9.3f}{hf.get('bf16_autocast', float('nan')):>9.3f}")
+              f"{hf.get('fp32', float('nan')):>9.3f}{hf.get('bf16_products', float('nan')):>13.3f}"
+              f"{hf.get('bf16_autocast', float('nan')):>12.3f}")
     if "rlrun" in results and "trl" in results:
         results["speedup"] = results["trl"]["seconds_per_step"] / results["rlrun"]["seconds_per_step"]
         print(f"rlrun is {results['speedup']:.2f}x faster per RL step than TRL's GRPOTrainer (median step)")
