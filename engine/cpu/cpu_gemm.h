@@ -25,10 +25,10 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // The bf16 products: C = alpha op(A) op(B) + beta C for bf16 A (m x k row-major, or k x m when
-// trans_a) and B (k x n row-major, or n x k when trans_b), with fp32 sums and an fp32 C: twice fp32's products per cycle
-// on a CPU that multiplies bf16 natively (AVX512_BF16's VDPBF16PS, AMX tiles). Calling thread
-// alone, as sgemm(). Only where bf16_gemm_native() (elsewhere oneDNN would emulate it, slower than
-// fp32).
+// trans_a) and B (k x n row-major, or n x k when trans_b), with fp32 sums and an fp32 C: twice
+// fp32's products per cycle on a CPU that multiplies bf16 natively (AVX512_BF16's VDPBF16PS, AMX
+// tiles). Calling thread alone, as sgemm(). Only where bf16_gemm_native() (elsewhere oneDNN would
+// emulate it, slower than fp32).
 bool bf16_gemm_native();
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);

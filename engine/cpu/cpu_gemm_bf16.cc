@@ -40,19 +40,18 @@ ThreadState& thread_state() {
 
 std::atomic<int64_t> primitives_built{0};
 
-// A as (m, k): trans_a stores it as k rows of m (the layout of a gradient dY whose transpose
-// multiplies, dY^T X).
-dnnl::memory::desc a_desc(bool trans_a, int64_t m, int64_t k, int64_t lda) {
+// A bf16 operand seen as (rows, cols), stored row-major with leading dimension ld, or as its
+// transpose (cols rows of ld): B of x W^T is a weight matrix so stored, A of dY^T X a gradient dY.
+dnnl::memory::desc bf16_operand(int64_t rows, int64_t cols, bool transposed, int64_t ld) {
   using dnnl::memory;
-  return memory::desc({m, k}, memory::data_type::bf16, trans_a ? memory::dims{1, lda} : memory::dims{lda, 1});
+  return memory::desc({rows, cols}, memory::data_type::bf16, transposed ? memory::dims{1, ld} : memory::dims{ld, 1});
 }
 
 Primitive make_primitive(ThreadState& t, bool trans_a, bool trans_b, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                          int64_t ldc, float alpha, float beta) {
   using dnnl::memory;
-  const memory::desc a_md = a_desc(trans_a, DNNL_RUNTIME_DIM_VAL, k, lda);
-  // B as (k, n): trans_b stores it as n rows of k (the layout of a weight matrix, x W^T).
-  const memory::desc b_md({k, n}, memory::data_type::bf16, trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+  const memory::desc a_md = bf16_operand(DNNL_RUNTIME_DIM_VAL, k, trans_a, lda);
+  const memory::desc b_md = bf16_operand(k, n, trans_b, ldb);
   const memory::desc c_md({DNNL_RUNTIME_DIM_VAL, n}, memory::data_type::f32, memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -89,7 +88,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
     }
     const dnnl::matmul::primitive_desc& desc = it->second.desc;
     using dnnl::memory;
-    dnnl::memory a_mem(a_desc(trans_a, m, k, lda), t.engine, const_cast<uint16_t*>(a));
+    dnnl::memory a_mem(bf16_operand(m, k, trans_a, lda), t.engine, const_cast<uint16_t*>(a));
     dnnl::memory b_mem(desc.weights_desc(), t.engine, const_cast<uint16_t*>(b));
     dnnl::memory c_mem(memory::desc({m, n}, memory::data_type::f32, memory::dims{ldc, 1}), t.engine, c);
     it->second.matmul.execute(t.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});

@@ -48,15 +48,6 @@ class Bf16Scratch {
   size_t size_ = 0;
 };
 
-struct ScratchPair {
-  Bf16Scratch a, b;
-};
-
-ScratchPair& bf16_scratch() {
-  thread_local ScratchPair scratch;
-  return scratch;
-}
-
 }  // namespace
 
 MatmulBlocks matmul_blocks(int64_t m, int64_t n, int64_t k, int threads) {
@@ -113,21 +104,20 @@ void CpuBackend::matmul_impl(const Tensor& out, const Tensor& a, const Tensor& b
   // compute_dtype: bf16 keeps products of few rows in fp32: rounding the weights would cost as
   // much as multiplying them (bf16 weights need no rounding).
   const bool bf16 = b_bf16 || (matmul_bf16_ && !nt && m >= kBf16MinRows);
-  ScratchPair& scratch = bf16_scratch();
+  thread_local Bf16Scratch a_scratch, b_scratch;
   struct Trim {  // on every return
-    ScratchPair& s;
-    ~Trim() { s.a.trim(), s.b.trim(); }
-  } trim{scratch};
+    ~Trim() { a_scratch.trim(), b_scratch.trim(); }
+  } trim;
   uint16_t* a16 = nullptr;
   uint16_t* b16 = nullptr;
   if (bf16) {
-    a16 = scratch.a.get(static_cast<size_t>(m * k));
+    a16 = a_scratch.get(static_cast<size_t>(m * k));
     auto convert = avx2_ ? to_bf16_avx2 : to_bf16_base;
     const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
 #pragma omp parallel for num_threads(threads_for(m * k)) schedule(static)
     for (int64_t i = 0; i < a_rows; ++i) convert(a16 + i * a_cols, pa + i * lda, a_cols);
     if (!b_bf16) {
-      b16 = scratch.b.get(static_cast<size_t>(k * n));
+      b16 = b_scratch.get(static_cast<size_t>(k * n));
       const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
 #pragma omp parallel for num_threads(threads_for(k * n)) schedule(static)
       for (int64_t i = 0; i < b_rows; ++i) convert(b16 + i * b_cols, pb + i * ldb, b_cols);
