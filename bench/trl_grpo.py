@@ -4,7 +4,8 @@ headline): SmolLM2-135M-Instruct (fp32, the GGUF dequantized: build/models/smoll
 single-digit arithmetic asked in words in the chat template ("What is 7 times 8?"), 8 prompts x 8
 samples per step, at most 16 new tokens, temperature 1, lr 1e-6, KL beta 0.04 (TRL 0.14's default;
 rlrun: kl_coef), AdamW, grad clip 1, every group trained (rlrun: discard_group_zero_advantage
-false, as TRL trains zero-spread groups too). Both sides read the same JSONL files this script
+false, as TRL trains zero-spread groups too; compute_dtype its default, auto: bf16 products on a CPU
+with AVX512_BF16 or AMX, fp32 elsewhere; --rlrun-set compute_dtype=fp32 pins it). Both sides read the same JSONL files this script
 writes (rlrun: task.name jsonl): the same training prompts (each side draws them in its own
 shuffled order), and 64 held-out problems never trained on,
 scored greedily with the same rule (the last number in the answer, rlrun's `numeric`): each side by

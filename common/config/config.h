@@ -34,7 +34,8 @@ struct ConfigEnum;
 enum class Placement { kPack, kSpread };
 enum class LauncherKind { kAuto, kLocal, kSlurm };  // not orchestrator::Launcher, which starts processes
 enum class BackendKind { kCpu, kCuda };  // not engine::Backend, which runs the ops
-enum class ComputeDtype { kFp32, kBf16 };
+enum class ComputeDtype { kFp32, kBf16 };  // base_weights_dtype, and what compute_dtype comes to
+enum class ComputeDtypeChoice { kAuto, kFp32, kBf16 };  // compute_dtype (orchestrator/roles/compute_backend.h)
 enum class LrScheduler { kNone, kConstant, kLinear, kCosine };
 enum class Algorithm { kGrpo, kDrGrpo, kRloo, kGspo };
 enum class ClipRefLogprobs { kRollout, kBatch };  // denominator of the PPO ratio
@@ -51,6 +52,7 @@ RLRUN_CONFIG_ENUM(Placement, "PACK|SPREAD");
 RLRUN_CONFIG_ENUM(LauncherKind, "auto|local|slurm");
 RLRUN_CONFIG_ENUM(BackendKind, "cpu|cuda");
 RLRUN_CONFIG_ENUM(ComputeDtype, "fp32|bf16");
+RLRUN_CONFIG_ENUM(ComputeDtypeChoice, "auto|fp32|bf16");
 RLRUN_CONFIG_ENUM(LrScheduler, "none|constant|linear|cosine");
 RLRUN_CONFIG_ENUM(Algorithm, "grpo|dr_grpo|rloo|gspo");
 RLRUN_CONFIG_ENUM(ClipRefLogprobs, "rollout|batch");

@@ -16,6 +16,7 @@
 #include "orchestrator/cli/commands.h"
 #include "orchestrator/cli/run_processes.h"
 #include "orchestrator/plan/memory_advice.h"
+#include "orchestrator/roles/compute_backend.h"
 #include "orchestrator/roles/model_from_config.h"
 #include "orchestrator/run/report.h"
 #include "orchestrator/run/training/state.h"
@@ -112,6 +113,7 @@ int prepare_run_folder(Config& config, const ConfigArgs& args, std::optional<Res
   const Result<engine::ModelConfig> model = model_config_from(config.model);
   if (!model.ok()) return report_config_errors("run", model.status());
   log::info(str("model: ", engine::describe_model(*model)));
+  log::info(describe_compute_dtype(config));
   log::info(str("run folder ", config.run_dir));
   if (!resume) return kExitOk;
   for (const ResumePoint::Skipped& skipped : resume->skipped)

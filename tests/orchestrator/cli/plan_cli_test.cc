@@ -76,7 +76,8 @@ TEST(PlanCli, BadConfigAndBadFlagsExitTwo) {
 
 TEST(PlanCli, CompareReadsTheRunDirectory) {
   TempDir dir;
-  dir.write("run/config.yaml", read_all(str(RLRUN_SOURCE_DIR, "/configs/quickstart.yaml")));
+  // fp32: the figures below are the fp32 plan's (compute_dtype auto is bf16 where the CPU has it).
+  dir.write("run/config.yaml", read_all(str(RLRUN_SOURCE_DIR, "/configs/quickstart.yaml")) + "compute_dtype: fp32\n");
   CliRun missing = run_rlrun(dir, "plan --compare '" + dir.path() + "/run'");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.err, HasSubstr("summary.json"));

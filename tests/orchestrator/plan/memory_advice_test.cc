@@ -54,6 +54,7 @@ TEST(MemoryAdvice, SevenBillionOnOneEightyGigabyteGpuDoesNotFit) {
 TEST(MemoryAdvice, Bf16BaseWeightsHalveTheFrozenWeights) {
   Config c = llama2_7b_on_cuda();
   c.backend = BackendKind::kCpu;
+  c.compute_dtype = ComputeDtypeChoice::kFp32;  // auto would be bf16 on a host that multiplies bf16 natively
   c.lora_rank = 8;
   const double p = 6.7e9;
   Result<RunPlan> fp32 = plan_run(c);

@@ -91,7 +91,9 @@ std::vector<RankMemory> measure(int ranks, int64_t tokens, int64_t vocab, MakeMo
 
 // Without the quickstart's KL reference, which memory_measured_test measures on its own.
 Config quickstart_on(int ranks) {
-  Result<Config> c = load_config(std::string(RLRUN_SOURCE_DIR) + "/configs/quickstart.yaml", {"kl_coef=0"});
+  // fp32: the models measured here keep f32 weights (auto would plan bf16 where the CPU has it).
+  Result<Config> c =
+      load_config(std::string(RLRUN_SOURCE_DIR) + "/configs/quickstart.yaml", {"kl_coef=0", "compute_dtype=fp32"});
   RLRUN_CHECK(c.ok(), c.ok() ? "" : c.status().message());
   c->trainer_num_workers = ranks;
   c->use_distributed_optimizer = true;

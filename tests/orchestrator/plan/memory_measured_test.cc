@@ -19,7 +19,9 @@ namespace {
 
 // The quickstart without its KL pull: KlReferenceWeightsMatchThePlan measures the reference alone.
 Config quickstart() {
-  Result<Config> c = load_config(std::string(RLRUN_SOURCE_DIR) + "/configs/quickstart.yaml", {"kl_coef=0"});
+  // fp32: the models measured here keep f32 weights (auto would plan bf16 where the CPU has it).
+  Result<Config> c =
+      load_config(std::string(RLRUN_SOURCE_DIR) + "/configs/quickstart.yaml", {"kl_coef=0", "compute_dtype=fp32"});
   RLRUN_CHECK(c.ok(), c.ok() ? "" : c.status().message());
   return *c;
 }
