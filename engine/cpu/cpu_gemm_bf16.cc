@@ -4,7 +4,10 @@
 // rows are a runtime dimension: a training step repeats a few dozen shapes, but the rollout
 // engine's rows change with every step's batch, and a primitive per row count made a generation
 // step spend its time compiling (10x slower than fp32). So a primitive serves every m of its
-// (n, k, layout), and is built once per thread that multiplies it.
+// (n, k, layout), and is built once per thread that multiplies it. A weight gradient dY^T X (A
+// transposed) sums over the step's tokens, whose count changes every step: k is a runtime dimension
+// there too (the same kernel, measured), or each step would build, and keep, new primitives (~1.4
+// MB each: a long run's trainer grew by GBs). Past kMaxPrimitives a thread starts its cache anew.
 // Primitives, their engine and stream are per thread (thread_local): the backend's threads each
 // compute their own blocks of a product, and a primitive's scratchpad is not shared.
 #include <oneapi/dnnl/dnnl.hpp>
@@ -20,7 +23,10 @@ namespace rlrun::engine::cpu {
 
 namespace {
 
-using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;  // no m
+using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;  // no m; k < 0: any
+
+// A training step multiplies a few dozen shapes; more means shapes that will not come back.
+constexpr size_t kMaxPrimitives = 256;
 
 struct Primitive {
   dnnl::matmul::primitive_desc desc;
@@ -47,6 +53,7 @@ dnnl::memory::desc bf16_operand(int64_t rows, int64_t cols, bool transposed, int
   return memory::desc({rows, cols}, memory::data_type::bf16, transposed ? memory::dims{1, ld} : memory::dims{ld, 1});
 }
 
+// k: DNNL_RUNTIME_DIM_VAL for a primitive that serves every k.
 Primitive make_primitive(ThreadState& t, bool trans_a, bool trans_b, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                          int64_t ldc, float alpha, float beta) {
   using dnnl::memory;
@@ -79,17 +86,18 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
                int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   try {
     ThreadState& t = thread_state();
-    const Key key{trans_a, trans_b, n, k, lda, ldb, ldc, alpha, beta};
+    const int64_t key_k = trans_a ? -1 : k;
+    const Key key{trans_a, trans_b, n, key_k, lda, ldb, ldc, alpha, beta};
     auto it = t.primitives.find(key);
-    if (it == t.primitives.end())
-    {
-      it = t.primitives.emplace(key, make_primitive(t, trans_a, trans_b, n, k, lda, ldb, ldc, alpha, beta)).first;
+    if (it == t.primitives.end()) {
+      if (t.primitives.size() >= kMaxPrimitives) t.primitives.clear();
+      const int64_t k_dim = key_k < 0 ? DNNL_RUNTIME_DIM_VAL : k;
+      it = t.primitives.emplace(key, make_primitive(t, trans_a, trans_b, n, k_dim, lda, ldb, ldc, alpha, beta)).first;
       primitives_built.fetch_add(1, std::memory_order_relaxed);
     }
-    const dnnl::matmul::primitive_desc& desc = it->second.desc;
     using dnnl::memory;
     dnnl::memory a_mem(bf16_operand(m, k, trans_a, lda), t.engine, const_cast<uint16_t*>(a));
-    dnnl::memory b_mem(desc.weights_desc(), t.engine, const_cast<uint16_t*>(b));
+    dnnl::memory b_mem(bf16_operand(k, n, trans_b, ldb), t.engine, const_cast<uint16_t*>(b));
     dnnl::memory c_mem(memory::desc({m, n}, memory::data_type::f32, memory::dims{ldc, 1}), t.engine, c);
     it->second.matmul.execute(t.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
     t.stream.wait();

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -249,6 +250,33 @@ TEST(CpuBackendBf16, ProductsOfEveryRowCountShareOnePrimitive) {
   for (int64_t m = 130; m < 170; ++m) {  // past the few-rows kernel's 128
     Tensor x = be.zeros(Shape{m, 40}, DType::kF32), y = be.zeros(Shape{m, 48}, DType::kF32);
     be.matmul(y, x, w, false, true);
+  }
+  EXPECT_EQ(gemm_bf16_primitives_built() - before, 1);
+}
+
+// A weight gradient dY^T X sums over a step's tokens, a count that changes every step: one
+// primitive serves every count (a primitive per count kept ~1.4 MB each, every step), and each
+// product is still the fp32 product of the rounded operands.
+TEST(CpuBackendBf16, WeightGradientsOfEveryTokenCountShareOnePrimitive) {
+  if (!bf16_gemm_native()) GTEST_SKIP() << "no native bf16 products here: " << describe_compute(nullptr);
+  CpuBackend be(1);
+  ASSERT_TRUE(be.set_matmul_bf16(true));
+  const int64_t before = gemm_bf16_primitives_built();
+  for (int64_t tokens : {40, 41, 57, 64, 100}) {
+    std::vector<float> dy(tokens * 24), x(tokens * 20);
+    for (size_t i = 0; i < dy.size(); ++i) dy[i] = bf16_to_f32(f32_to_bf16(std::sin(0.37f * i)));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_f32(f32_to_bf16(std::cos(0.23f * i)));
+    Tensor tdy = be.zeros(Shape{tokens, 24}, DType::kF32), tx = be.zeros(Shape{tokens, 20}, DType::kF32);
+    std::copy(dy.begin(), dy.end(), tdy.f32());
+    std::copy(x.begin(), x.end(), tx.f32());
+    Tensor dw = be.zeros(Shape{24, 20}, DType::kF32);
+    be.matmul(dw, tdy, tx, true, false);  // dW = dY^T X
+    for (int64_t r = 0; r < 24; ++r)
+      for (int64_t c = 0; c < 20; ++c) {
+        double want = 0;
+        for (int64_t t = 0; t < tokens; ++t) want += double(dy[t * 24 + r]) * x[t * 20 + c];
+        ASSERT_NEAR(dw.f32()[r * 20 + c], want, 1e-4 * (1 + std::abs(want))) << tokens << " tokens, (" << r << ", " << c << ")";
+      }
   }
   EXPECT_EQ(gemm_bf16_primitives_built() - before, 1);
 }
