@@ -80,12 +80,12 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   const bool cuda = c.backend == BackendKind::kCuda;
   p.backend = cuda ? "cuda" : "cpu";
   p.shared_host = !cuda && c.launcher != LauncherKind::kSlurm;
-  // compute_dtype bf16 on a CPU (as set, or auto's choice): the trained weights keep their f32 master beside bf16 matrices
-  // (engine/model/weights.h kBf16Cache); a LoRA base and the rollout workers' weights are bf16
-  // matrices only (bf16_frozen_weights, below).
-  p.precision = cuda ? engine_bf16_policy()
-                     : cpu_bf16_products(c) && c.lora_rank == 0 ? cpu_bf16_cache_policy()
-                                                                                    : fp32_policy();
+  // compute_dtype bf16 on a CPU (as set, or auto's choice): the trained weights keep their f32
+  // master beside bf16 matrices (engine/model/weights.h kBf16Cache); a LoRA base and the rollout
+  // workers' weights are bf16 matrices only (bf16_frozen_weights, below).
+  p.precision = cuda                                        ? engine_bf16_policy()
+                : cpu_bf16_products(c) && c.lora_rank == 0 ? cpu_bf16_cache_policy()
+                                                            : fp32_policy();
   p.trainer_ranks = c.trainer_num_workers;
   p.rollout_workers = c.inference_num_workers;
   p.tensor_parallel_size = c.inference_tensor_parallel_size;
