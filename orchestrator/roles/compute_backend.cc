@@ -1,24 +1,10 @@
 // compute_backend.cc - a worker's backend from the config (compute_backend.h).
 #include "orchestrator/roles/compute_backend.h"
 
-#include <string_view>
-#include <utility>
-
 #include "common/observe/log.h"
 #include "engine/cpu/cpu_gemm.h"
 
 namespace rlrun::orchestrator {
-
-namespace {
-
-// This CPU in words: its model, its flags and the GEMM library's kernels.
-std::string describe_cpu() {
-  const engine::cpu::CpuFeatures& cpu = engine::cpu::cpu_features();
-  return str(cpu.model_name.empty() ? std::string("this CPU") : cpu.model_name, " has ", cpu.flags(), " and ",
-             engine::cpu::gemm_library().name, " runs ", engine::cpu::gemm_library().isa, " kernels here");
-}
-
-}  // namespace
 
 ComputeDtype pick_compute_dtype(ComputeDtypeChoice asked, bool native) {
   switch (asked) {
@@ -29,29 +15,32 @@ ComputeDtype pick_compute_dtype(ComputeDtypeChoice asked, bool native) {
   return native ? ComputeDtype::kBf16 : ComputeDtype::kFp32;
 }
 
-ComputeDtype effective_compute_dtype(const Config& config) {
-  if (config.backend != BackendKind::kCpu) return ComputeDtype::kFp32;
-  return pick_compute_dtype(config.compute_dtype, engine::cpu::bf16_gemm_native());
+bool cpu_bf16_products(const Config& config) {
+  return config.backend == BackendKind::kCpu &&
+         pick_compute_dtype(config.compute_dtype, engine::cpu::bf16_gemm_native()) == ComputeDtype::kBf16;
 }
-
-bool cpu_bf16_products(const Config& config) { return effective_compute_dtype(config) == ComputeDtype::kBf16; }
 
 std::string describe_compute_dtype(const Config& config) {
   if (config.backend != BackendKind::kCpu) return "compute_dtype: bf16 (backend cuda)";
-  const std::string chosen = str("compute_dtype: ", enum_name(effective_compute_dtype(config)));
+  const std::string chosen = cpu_bf16_products(config) ? "compute_dtype: bf16" : "compute_dtype: fp32";
   if (config.compute_dtype != ComputeDtypeChoice::kAuto) return chosen;
   return str(chosen, engine::cpu::bf16_gemm_native() ? " (auto: bf16 products are native here: "
                                                      : " (auto: no native bf16 products here: ",
-             describe_cpu(), ")");
+             engine::cpu::describe_compute(nullptr), ")");
 }
 
 Status check_bf16_products(const Config& config, bool native, const std::string& cpu) {
   if (config.backend != BackendKind::kCpu || native) return Status();
-  for (const auto& [key, bf16] : {std::pair{"compute_dtype", config.compute_dtype == ComputeDtypeChoice::kBf16},
-                                  std::pair{"base_weights_dtype", config.base_weights_dtype == ComputeDtype::kBf16}}) {
-    if (bf16)
-      return invalid_argument(str(key, ": bf16 needs a CPU that multiplies bf16 natively (AVX512_BF16 or AMX); ", cpu,
-                                  ": set ", key, std::string_view(key) == "compute_dtype" ? ": fp32 or auto" : ": fp32"));
+  struct Asked {
+    const char* key;
+    bool bf16;
+    const char* instead;
+  };
+  for (const Asked& a : {Asked{"compute_dtype", config.compute_dtype == ComputeDtypeChoice::kBf16, "fp32 or auto"},
+                         Asked{"base_weights_dtype", config.base_weights_dtype == ComputeDtype::kBf16, "fp32"}}) {
+    if (a.bf16)
+      return invalid_argument(str(a.key, ": bf16 needs a CPU that multiplies bf16 natively (AVX512_BF16 or AMX); ",
+                                  cpu, ": set ", a.key, ": ", a.instead));
   }
   return Status();
 }
@@ -60,7 +49,7 @@ Status check_compute_dtype(const Config& config) {
   if (config.backend != BackendKind::kCpu) return Status();
   if (config.compute_dtype != ComputeDtypeChoice::kBf16 && config.base_weights_dtype != ComputeDtype::kBf16)
     return Status();
-  return check_bf16_products(config, engine::cpu::bf16_gemm_native(), describe_cpu());
+  return check_bf16_products(config, engine::cpu::bf16_gemm_native(), engine::cpu::describe_compute(nullptr));
 }
 
 bool bf16_frozen_weights(const Config& config) {

@@ -18,10 +18,8 @@ namespace rlrun::orchestrator {
 // made SmolLM2-135M's RL step 1.2x faster and the quickstart (a 128-wide model) 1.19x, both
 // learning alike (docs/performance.md, "bf16 products"). Pure, for tests.
 ComputeDtype pick_compute_dtype(ComputeDtypeChoice asked, bool native);
-// The same for this config on this host: backend cpu and this CPU; fp32 with backend cuda, which
-// computes in bf16 whatever compute_dtype says.
-ComputeDtype effective_compute_dtype(const Config& config);
-// Whether this config's products run in bf16 on a CPU (effective_compute_dtype bf16 on backend cpu).
+// Whether this config's products run in bf16 on a CPU: backend cpu, and pick_compute_dtype bf16 on
+// this CPU (backend cuda computes in bf16 whatever compute_dtype says).
 bool cpu_bf16_products(const Config& config);
 // One line for the logs: what compute_dtype came to on this host, and why when it was auto.
 std::string describe_compute_dtype(const Config& config);

@@ -56,7 +56,7 @@ TEST(ComputeBackend, AutoComputeDtypeOnThisHostFollowsItsCpu) {
   const Config config = *load_text("seed: 1\n");
   const bool native = engine::cpu::bf16_gemm_native();
   EXPECT_EQ(config.compute_dtype, ComputeDtypeChoice::kAuto) << "auto is the default";
-  EXPECT_EQ(effective_compute_dtype(config), native ? ComputeDtype::kBf16 : ComputeDtype::kFp32);
+  EXPECT_EQ(cpu_bf16_products(config), native);
   EXPECT_EQ(trained_weight_storage(config), native ? engine::WeightStorage::kBf16Cache : engine::WeightStorage::kF32);
   EXPECT_EQ(frozen_weight_storage(config), native ? engine::WeightStorage::kBf16Frozen : engine::WeightStorage::kF32);
   EXPECT_THAT(describe_compute_dtype(config),
@@ -66,7 +66,7 @@ TEST(ComputeBackend, AutoComputeDtypeOnThisHostFollowsItsCpu) {
   ASSERT_TRUE(backend.ok()) << backend.status().to_string();
   EXPECT_EQ(dynamic_cast<engine::cpu::CpuBackend&>(**backend).matmul_bf16(), native);
   const Config pinned = *load_text("compute_dtype: fp32\n");
-  EXPECT_EQ(effective_compute_dtype(pinned), ComputeDtype::kFp32);
+  EXPECT_FALSE(cpu_bf16_products(pinned));
   EXPECT_EQ(trained_weight_storage(pinned), engine::WeightStorage::kF32);
   EXPECT_EQ(frozen_weight_storage(pinned), engine::WeightStorage::kF32);
   EXPECT_EQ(describe_compute_dtype(pinned), "compute_dtype: fp32");
