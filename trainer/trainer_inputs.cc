@@ -10,6 +10,7 @@ namespace rlrun::trainer {
 Result<TrainerOptions> trainer_options_from_config(const Config& c, std::function<double(int64_t)> learning_rate_at) {
   TrainerOptions o;
   RLRUN_ASSIGN_OR_RETURN(o.loss.algorithm, parse_algorithm(enum_name(c.algorithm)));
+  RLRUN_ASSIGN_OR_RETURN(o.loss.aggregation, parse_loss_aggregation(enum_name(c.loss_aggregation)));
   RLRUN_ASSIGN_OR_RETURN(o.loss.ppo_clip_ref, parse_clip_reference(enum_name(c.ppo_clip_ref_logprobs)));
   RLRUN_ASSIGN_OR_RETURN(o.loss.tis_mode, parse_tis_mode(enum_name(c.tis_mode)));
   RLRUN_ASSIGN_OR_RETURN(o.loss.kl_estimator, parse_kl_estimator(enum_name(c.kl_estimator)));

@@ -38,6 +38,7 @@ enum class ComputeDtype { kFp32, kBf16 };  // base_weights_dtype, and what compu
 enum class ComputeDtypeChoice { kAuto, kFp32, kBf16 };  // compute_dtype (orchestrator/roles/compute_backend.h)
 enum class LrScheduler { kNone, kConstant, kLinear, kCosine };
 enum class Algorithm { kGrpo, kDrGrpo, kRloo, kGspo };
+enum class LossAggregation { kAuto, kSeqMeanTokenMean, kTokenMean, kSeqMeanTokenSumNorm };
 enum class ClipRefLogprobs { kRollout, kBatch };  // denominator of the PPO ratio
 enum class TisMode { kTruncate, kIcepop };
 enum class KlEstimator { kK2, kK3 };
@@ -55,6 +56,7 @@ RLRUN_CONFIG_ENUM(ComputeDtype, "fp32|bf16");
 RLRUN_CONFIG_ENUM(ComputeDtypeChoice, "auto|fp32|bf16");
 RLRUN_CONFIG_ENUM(LrScheduler, "none|constant|linear|cosine");
 RLRUN_CONFIG_ENUM(Algorithm, "grpo|dr_grpo|rloo|gspo");
+RLRUN_CONFIG_ENUM(LossAggregation, "auto|seq_mean_token_mean|token_mean|seq_mean_token_sum_norm");
 RLRUN_CONFIG_ENUM(ClipRefLogprobs, "rollout|batch");
 RLRUN_CONFIG_ENUM(TisMode, "truncate|icepop");
 RLRUN_CONFIG_ENUM(KlEstimator, "k2|k3");

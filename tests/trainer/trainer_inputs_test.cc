@@ -85,6 +85,7 @@ TEST(TrainerInputs, MalformedTrainBatchesAreProtocolErrors) {
 TEST(TrainerInputs, OptionsFromConfig) {
   Config c;
   c.algorithm = rlrun::Algorithm::kDrGrpo;
+  c.loss_aggregation = rlrun::LossAggregation::kTokenMean;
   c.ppo_clip_ref_logprobs = ClipRefLogprobs::kBatch;
   c.use_tis = true;
   c.tis_mode = rlrun::TisMode::kIcepop;
@@ -97,6 +98,7 @@ TEST(TrainerInputs, OptionsFromConfig) {
   auto o = trainer_options_from_config(c, [](int64_t s) { return 1e-3 * static_cast<double>(s); });
   ASSERT_TRUE(o.ok()) << o.status().message();
   EXPECT_EQ(o->loss.algorithm, trainer::Algorithm::kDrGrpo);
+  EXPECT_EQ(o->loss.aggregation, trainer::LossAggregation::kTokenMean);
   EXPECT_EQ(o->loss.ppo_clip_ref, ClipReference::kBatch);
   EXPECT_EQ(o->loss.tis_mode, trainer::TisMode::kIcepop);
   EXPECT_TRUE(o->loss.use_tis);
@@ -114,8 +116,10 @@ TEST(TrainerInputs, OptionsFromConfig) {
   c.lr_scheduler = LrScheduler::kCosine;
   c.warmup_steps = 4;
   c.min_lr_ratio = 0.1;
+  c.loss_aggregation = rlrun::LossAggregation::kAuto;  // the algorithm's own
   auto scheduled = trainer_options_from_config(c);
   ASSERT_TRUE(scheduled.ok()) << scheduled.status().message();
+  EXPECT_EQ(scheduled->loss.aggregation, trainer::LossAggregation::kAlgorithmDefault);
   EXPECT_DOUBLE_EQ(scheduled->learning_rate_at(0), 0.0);
   EXPECT_DOUBLE_EQ(scheduled->learning_rate_at(2), 0.5e-3);
   EXPECT_DOUBLE_EQ(scheduled->learning_rate_at(4), 1e-3);
