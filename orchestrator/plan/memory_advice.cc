@@ -86,6 +86,14 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   p.precision = cuda                                        ? engine_bf16_policy()
                 : cpu_bf16_products(c) && c.lora_rank == 0 ? cpu_bf16_cache_policy()
                                                             : fp32_policy();
+  // base_weights_dtype or compute_dtype: bf16 (backend cpu): the weights that never train are bf16
+  // matrices (engine/model/weights.h; the norms' f32 bytes are negligible): a LoRA base, a rollout
+  // worker's.
+  const bool bf16_base = bf16_frozen_weights(c);
+  if (bf16_base && c.lora_rank > 0) {
+    p.precision.name = "fp32 adapters, bf16 base";
+    p.precision.weight_bytes = 2;
+  }
   p.trainer_ranks = c.trainer_num_workers;
   p.rollout_workers = c.inference_num_workers;
   p.tensor_parallel_size = c.inference_tensor_parallel_size;
@@ -101,11 +109,6 @@ Result<RunPlan> plan_run(const Config& c, const DeviceMemory* device) {
   t.gradient_checkpointing = c.gradient_checkpointing;
   t.kl_reference = c.kl_coef > 0;
   t.lora_parameters = static_cast<double>(lora_elements(c, p.model));
-  // base_weights_dtype or compute_dtype: bf16 (backend cpu): the weights that never train are bf16
-  // matrices (engine/model/weights.h; the norms' f32 bytes are negligible): a LoRA base, a rollout
-  // worker's.
-  const bool bf16_base = bf16_frozen_weights(c);
-  if (bf16_base && t.lora_parameters > 0) t.precision.weight_bytes = 2;
   // Rank 0 sends its f32 master straight from the device or through a HOST staging buffer. When
   // the distributed optimizer keeps only the master of its shard, rank 0 widens the bf16 weights:
   // in host buffers with weight_broadcast_cpu_staging, else in one f32 device bucket

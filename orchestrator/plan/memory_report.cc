@@ -48,7 +48,7 @@ void render_trainer(std::ostringstream& o, const RunPlan& p) {
   line(o, "optimizer moments (AdamW m, v)", t.optimizer_moments,
        str(in.precision.optimizer_bytes, lora ? adapters : " B/param", shard));
   line(o, "fp32 master weights", t.master_weights,
-       in.precision.master_bytes == 0 ? "the weights are fp32"
+       in.precision.master_bytes == 0 ? (lora ? "the adapters are fp32" : "the weights are fp32")
                                       : str(in.precision.master_bytes, " B/param", in.precision.master_shards ? shard : ""));
   if (sharded) line(o, "gradient shard (reduce-scatter)", t.gradient_shard, str(in.precision.grad_bytes, " B/param", shard));
   if (in.kl_reference)

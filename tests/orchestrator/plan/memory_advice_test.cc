@@ -65,6 +65,8 @@ TEST(MemoryAdvice, Bf16BaseWeightsHalveTheFrozenWeights) {
   EXPECT_GT(n, p);
   EXPECT_DOUBLE_EQ(fp32->trainer.weights - bf16->trainer.weights, 2 * n);
   EXPECT_DOUBLE_EQ(fp32->rollout.weights - bf16->rollout.weights, 2 * n);
+  EXPECT_EQ(fp32->precision.name, "fp32");
+  EXPECT_EQ(bf16->precision.name, "fp32 adapters, bf16 base") << "the plan's header names both";
   c.lora_rank = 0;
   Result<RunPlan> full = plan_run(c);
   c.base_weights_dtype = ComputeDtype::kFp32;
