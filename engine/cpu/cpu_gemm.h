@@ -30,6 +30,10 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 // tiles). Calling thread alone, as sgemm(). Only where bf16_gemm_native() (elsewhere oneDNN would
 // emulate it, slower than fp32).
 bool bf16_gemm_native();
+// oneDNN's implementations of those products as gemm_bf16 builds them (the rows, and a weight
+// gradient's k, known only when it runs), e.g. "gemm:jit": bf16_gemm_native() also needs them to
+// be JIT kernels, not oneDNN's reference one. "" where oneDNN builds none.
+std::string gemm_bf16_implementation();
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // oneDNN primitives gemm_bf16 has built (JIT-compiled) in this process, over every thread: one per

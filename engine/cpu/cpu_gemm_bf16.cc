@@ -54,8 +54,8 @@ dnnl::memory::desc bf16_operand(int64_t rows, int64_t cols, bool transposed, int
 }
 
 // k: DNNL_RUNTIME_DIM_VAL for a primitive that serves every k.
-Primitive make_primitive(ThreadState& t, bool trans_a, bool trans_b, int64_t n, int64_t k, int64_t lda, int64_t ldb,
-                         int64_t ldc, float alpha, float beta) {
+dnnl::matmul::primitive_desc make_desc(const dnnl::engine& engine, bool trans_a, bool trans_b, int64_t n, int64_t k,
+                                       int64_t lda, int64_t ldb, int64_t ldc, float alpha, float beta) {
   using dnnl::memory;
   const memory::desc a_md = bf16_operand(DNNL_RUNTIME_DIM_VAL, k, trans_a, lda);
   const memory::desc b_md = bf16_operand(k, n, trans_b, ldb);
@@ -68,7 +68,12 @@ Primitive make_primitive(ThreadState& t, bool trans_a, bool trans_b, int64_t n, 
     attr.set_post_ops(ops);
   }
   const dnnl::matmul::desc desc(a_md, b_md, c_md);
-  dnnl::matmul::primitive_desc pd(desc, attr, t.engine);
+  return dnnl::matmul::primitive_desc(desc, attr, engine);
+}
+
+Primitive make_primitive(ThreadState& t, bool trans_a, bool trans_b, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                         int64_t ldc, float alpha, float beta) {
+  dnnl::matmul::primitive_desc pd = make_desc(t.engine, trans_a, trans_b, n, k, lda, ldb, ldc, alpha, beta);
   return {pd, dnnl::matmul(pd)};
 }
 
@@ -76,10 +81,30 @@ Primitive make_primitive(ThreadState& t, bool trans_a, bool trans_b, int64_t n, 
 
 int64_t gemm_bf16_primitives_built() { return primitives_built.load(std::memory_order_relaxed); }
 
+std::string gemm_bf16_implementation() {
+  static const std::string names = [] {
+    std::string all;
+    try {
+      const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      for (bool trans_a : {false, true}) {  // x W^T (rows at run time), dY^T X (k too)
+        const int64_t k = trans_a ? DNNL_RUNTIME_DIM_VAL : 256;
+        const std::string impl = make_desc(engine, trans_a, !trans_a, 256, k, 256, 256, 256, 1.0f, 0.0f).impl_info_str();
+        if (all.find(impl) == std::string::npos) all += (all.empty() ? "" : ", ") + impl;
+      }
+    } catch (const dnnl::error&) {
+      return std::string();
+    }
+    return all;
+  }();
+  return names;
+}
+
 bool bf16_gemm_native() {
   const CpuFeatures& f = cpu_features();
   const std::string& isa = gemm_library().isa_class;
-  return (f.avx512_bf16 || f.amx_bf16) && (isa == "avx512_bf16" || isa == "amx");
+  if (!(f.avx512_bf16 || f.amx_bf16) || !(isa == "avx512_bf16" || isa == "amx")) return false;
+  const std::string impl = gemm_bf16_implementation();
+  return !impl.empty() && impl.find("ref") == std::string::npos;  // a reference kernel is slower than fp32
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,

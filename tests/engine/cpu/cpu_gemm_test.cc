@@ -281,6 +281,22 @@ TEST(CpuBackendBf16, WeightGradientsOfEveryTokenCountShareOnePrimitive) {
   EXPECT_EQ(gemm_bf16_primitives_built() - before, 1);
 }
 
+// On a CPU with bf16 instructions, the products gemm_bf16 builds (their rows, and a weight
+// gradient's k, known only when they run) must get JIT kernels: oneDNN's reference kernel for
+// them would make compute_dtype: auto pick something slower than fp32. Native means both, and the
+// host's one-line description names the implementation.
+TEST(CpuBackendBf16, NativeMeansTheRuntimeShapedProductsRunJitKernels) {
+  const CpuFeatures& cpu = cpu_features();
+  if (!(cpu.avx512_bf16 || cpu.amx_bf16)) GTEST_SKIP() << "no bf16 instructions here: " << describe_compute(nullptr);
+  const std::string impl = gemm_bf16_implementation();
+  ASSERT_FALSE(impl.empty()) << "oneDNN built no bf16 matmul here";
+  const std::string& isa = gemm_library().isa_class;  // oneDNN may be held below the CPU (ONEDNN_MAX_CPU_ISA)
+  const bool bf16_kernels = isa == "avx512_bf16" || isa == "amx";
+  EXPECT_EQ(bf16_gemm_native(), bf16_kernels && impl.find("ref") == std::string::npos) << impl;
+  if (bf16_kernels) EXPECT_TRUE(bf16_gemm_native()) << "bf16 products here run " << impl << ": " << describe_compute(nullptr);
+  EXPECT_THAT(describe_compute(nullptr), HasSubstr("(bf16: " + impl));
+}
+
 TEST(CpuBackendBf16, RefusedWhereTheCpuHasNoNativeBf16Products) {
   CpuBackend be(1);
   EXPECT_EQ(be.set_matmul_bf16(true), bf16_gemm_native());
