@@ -20,6 +20,8 @@ struct CpuFeatures {
 
   // The AVX-512 subset every AVX-512 server core has (Skylake-SP on; AMD Zen 4 on).
   bool avx512_core() const { return avx512f && avx512bw && avx512dq && avx512vl; }
+  // Instructions that multiply bf16 with fp32 sums (AVX512_BF16's VDPBF16PS, AMX tiles).
+  bool bf16_instructions() const { return avx512_bf16 || amx_bf16; }
   // "avx2 fma avx512f avx512bw avx512dq avx512vl avx512_bf16 amx_tile amx_bf16": those present.
   std::string flags() const;
   // The widest class of kernels this CPU runs: "amx", "avx512_bf16", "avx512", "avx2" or "sse".

@@ -100,7 +100,7 @@ std::string describe_compute(const GemmSpeed* speed) {
   std::string line = "CPU " + (cpu.model_name.empty() ? std::string("(unnamed)") : cpu.model_name) + " [" + cpu.flags() +
                      "]; GEMM " + lib.name + ", kernels " + lib.isa;
   if (!gemm_runs_widest_fp32_kernels(cpu, lib)) line += " (OLDER than this CPU's " + cpu.widest_class() + ")";
-  if (cpu.avx512_bf16 || cpu.amx_bf16) {
+  if (cpu.bf16_instructions()) {
     const std::string bf16 = gemm_bf16_implementation();
     line += " (bf16: " + (bf16.empty() ? std::string("none") : bf16) + (bf16_gemm_native() ? ")" : ", not used)");
   }

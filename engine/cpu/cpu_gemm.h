@@ -45,6 +45,8 @@ struct GemmLibrary {
   std::string isa;   // the kernels it runs on this CPU: "avx512_core_bf16", "avx2", ...
   // The class of those kernels in CpuFeatures::widest_class()'s terms ("avx512_bf16", "avx2", ...).
   std::string isa_class;
+  // Whether those kernels multiply bf16 natively (avx512_core_bf16 or AMX ones).
+  bool bf16_kernels() const { return isa_class == "avx512_bf16" || isa_class == "amx"; }
 };
 const GemmLibrary& gemm_library();
 

@@ -100,9 +100,7 @@ std::string gemm_bf16_implementation() {
 }
 
 bool bf16_gemm_native() {
-  const CpuFeatures& f = cpu_features();
-  const std::string& isa = gemm_library().isa_class;
-  if (!(f.avx512_bf16 || f.amx_bf16) || !(isa == "avx512_bf16" || isa == "amx")) return false;
+  if (!cpu_features().bf16_instructions() || !gemm_library().bf16_kernels()) return false;
   const std::string impl = gemm_bf16_implementation();
   return !impl.empty() && impl.find("ref") == std::string::npos;  // a reference kernel is slower than fp32
 }

@@ -287,11 +287,10 @@ TEST(CpuBackendBf16, WeightGradientsOfEveryTokenCountShareOnePrimitive) {
 // host's one-line description names the implementation.
 TEST(CpuBackendBf16, NativeMeansTheRuntimeShapedProductsRunJitKernels) {
   const CpuFeatures& cpu = cpu_features();
-  if (!(cpu.avx512_bf16 || cpu.amx_bf16)) GTEST_SKIP() << "no bf16 instructions here: " << describe_compute(nullptr);
+  if (!cpu.bf16_instructions()) GTEST_SKIP() << "no bf16 instructions here: " << describe_compute(nullptr);
   const std::string impl = gemm_bf16_implementation();
   ASSERT_FALSE(impl.empty()) << "oneDNN built no bf16 matmul here";
-  const std::string& isa = gemm_library().isa_class;  // oneDNN may be held below the CPU (ONEDNN_MAX_CPU_ISA)
-  const bool bf16_kernels = isa == "avx512_bf16" || isa == "amx";
+  const bool bf16_kernels = gemm_library().bf16_kernels();  // oneDNN may be held below the CPU (ONEDNN_MAX_CPU_ISA)
   EXPECT_EQ(bf16_gemm_native(), bf16_kernels && impl.find("ref") == std::string::npos) << impl;
   if (bf16_kernels) EXPECT_TRUE(bf16_gemm_native()) << "bf16 products here run " << impl << ": " << describe_compute(nullptr);
   EXPECT_THAT(describe_compute(nullptr), HasSubstr("(bf16: " + impl));
